@@ -1,0 +1,71 @@
+/**
+ * What every exposed action declares besides its handler: where it lives in the REST API, which key
+ * operation it requires, its documented answers. The gateway, the OpenAPI document and the tests
+ * all read these same declarations.
+ */
+export const OPERATIONS = [
+  "SMS",
+  "RCS",
+  "WHATSAPP",
+  "AUTHENTICATION",
+  "CONTACTS",
+  "CAMPAIGNS",
+  "EXPORTS",
+  "INBOX",
+  "MEDIA",
+  "SOCIAL_PROFILES",
+  "WEBHOOKS",
+] as const;
+export type Operation = (typeof OPERATIONS)[number];
+
+export const TRAFFIC_TYPES = ["TRANSACTIONAL", "MARKETING"] as const;
+export type TrafficType = (typeof TRAFFIC_TYPES)[number];
+
+export const API_PREFIX = "/api/partner-gateway/v1";
+
+/** A JSON schema as written in *.schemas.ts (ajv draft-07 with `nullable`). */
+export type JsonSchema = Record<string, unknown>;
+
+export interface ApiActionSpec {
+  /** "METHOD /path/{with}/:params" relative to the API prefix. */
+  rest?: string;
+  /** The key operation required; `null` means no key is needed (public). */
+  operation?: Operation | null;
+  /** One line for the OpenAPI operation summary. */
+  summary?: string;
+  description?: string;
+  /** OpenAPI tag; defaults to the service name. */
+  tag?: string;
+  /** Success responses by status; `null` means no body. */
+  responses?: Record<number, JsonSchema | null>;
+  /** Documented error statuses besides the ones every keyed operation has (401, 429, 500). */
+  errors?: number[];
+  /** POST that creates something: honours Idempotency-Key (default: true for POST). */
+  idempotent?: boolean;
+}
+
+/** The caller, as the gateway established it from the key; every service reads the account here. */
+export interface AuthMeta {
+  companyId: string;
+  userId: string | null;
+  keyId: string;
+  operations: Operation[];
+  trafficType: TrafficType;
+  $statusCode?: number;
+  $responseHeaders?: Record<string, string>;
+}
+
+/**
+ * An exposed action: Moleculer's ActionSchema plus the REST declarations above. (moleculer's
+ * package `exports` hide src/service.d.ts, so ActionSchema cannot be augmented in place; this
+ * helper types the same thing.)
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type ApiAction = import("moleculer").ActionSchema<any> & ApiActionSpec;
+export const apiAction = (action: ApiAction): ApiAction => action;
+
+/** A service's settings: `rest: "/"` makes its action paths absolute under the API prefix. */
+export interface ApiServiceSettings {
+  rest?: string | string[];
+  [key: string]: unknown;
+}

@@ -1,0 +1,57 @@
+/**
+ * One code path for every way of running: open the database (PostgreSQL, or embedded PGlite),
+ * migrate it, start a broker with the services this node runs. Embedded and cluster differ only in
+ * configuration.
+ */
+import { ServiceBroker, type BrokerOptions } from "moleculer";
+import { brokerOptions } from "../moleculer.config";
+import { SERVICE_FACTORIES } from "../services";
+import type { Config, ServiceName } from "./config";
+import { openDatabase, type Database } from "./db";
+
+export interface App {
+  broker: ServiceBroker;
+  config: Config;
+  db: Database;
+  /** The port the gateway listens on (when this node runs it). */
+  port: number | null;
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  /** Overrides config.services (tests). */
+  services?: readonly ServiceName[];
+  /** A database opened by the caller (tests); otherwise one is opened from config. */
+  db?: Database;
+  broker?: Partial<BrokerOptions>;
+}
+
+export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
+  const db = opts.db ?? (await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "service" }));
+  const broker = new ServiceBroker(brokerOptions(config, opts.broker));
+  const deps = { config, db };
+  for (const name of opts.services ?? config.services) broker.createService(SERVICE_FACTORIES[name](deps));
+  try {
+    await broker.start();
+  } catch (e) {
+    await broker.stop().catch(() => undefined);
+    if (!opts.db) await db.close();
+    throw e;
+  }
+  const gateway = broker.getLocalService("gateway") as unknown as { server?: import("node:http").Server } | undefined;
+  const address = gateway?.server?.address();
+  let stopping: Promise<void> | null = null;
+  return {
+    broker,
+    config,
+    db,
+    port: address && typeof address === "object" ? address.port : null,
+    stop() {
+      stopping ??= (async () => {
+        await broker.stop();
+        if (!opts.db) await db.close();
+      })();
+      return stopping;
+    },
+  };
+}

@@ -1,0 +1,106 @@
+/**
+ * The only reader of process.env. Builds one configuration object with defaults, validates it
+ * once and freezes it; a bad variable stops the process at start with a one-line message naming it.
+ */
+import Ajv from "ajv";
+import path from "node:path";
+
+export const ALL_SERVICES = ["gateway", "auth"] as const;
+export type ServiceName = (typeof ALL_SERVICES)[number];
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly internalPort: number;
+  readonly internalToken: string | null;
+  readonly databaseUrl: string | null;
+  readonly dataDir: string;
+  readonly transporter: string | null;
+  readonly services: readonly ServiceName[];
+  readonly publicBaseUrl: string;
+  readonly notifierRetryDelaySmsMs: number;
+  readonly notifierRetryDelayRcsWhatsappMs: number;
+  readonly webhookAllowPrivateTargets: boolean;
+  readonly upstreamMode: "simulator" | "http";
+  readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+  readonly logPretty: boolean;
+  readonly rateLimitRps: number;
+  readonly authCacheTtlMs: number;
+  readonly nodeId: string | null;
+  /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
+  readonly validateResponses: boolean;
+}
+
+/** One row per variable: its name, the config field, its JSON schema and its default. */
+const VARIABLES = {
+  PORT: { field: "port", schema: { type: "integer", minimum: 0, maximum: 65535 }, default: 3000 },
+  HOST: { field: "host", schema: { type: "string", minLength: 1 }, default: "0.0.0.0" },
+  INTERNAL_PORT: { field: "internalPort", schema: { type: "integer", minimum: 0, maximum: 65535 }, default: 3001 },
+  INTERNAL_TOKEN: { field: "internalToken", schema: { type: ["string", "null"], minLength: 16 }, default: null },
+  DATABASE_URL: { field: "databaseUrl", schema: { type: ["string", "null"], pattern: "^postgres(ql)?://" }, default: null },
+  DATA_DIR: { field: "dataDir", schema: { type: "string", minLength: 1 }, default: "./data" },
+  TRANSPORTER: { field: "transporter", schema: { type: ["string", "null"], pattern: "^nats://[^\\s]+$" }, default: null },
+  SERVICES: { field: "services", schema: { type: "string", pattern: "^[a-z, ]+$" }, default: ALL_SERVICES.join(",") },
+  PUBLIC_BASE_URL: { field: "publicBaseUrl", schema: { type: ["string", "null"], pattern: "^https?://" }, default: null },
+  NOTIFIER_RETRY_DELAY_SMS_MS: { field: "notifierRetryDelaySmsMs", schema: { type: "integer", minimum: 1 }, default: 300000 },
+  NOTIFIER_RETRY_DELAY_RCS_WHATSAPP_MS: { field: "notifierRetryDelayRcsWhatsappMs", schema: { type: "integer", minimum: 1 }, default: 600000 },
+  WEBHOOK_ALLOW_PRIVATE_TARGETS: { field: "webhookAllowPrivateTargets", schema: { type: "boolean" }, default: false },
+  UPSTREAM_MODE: { field: "upstreamMode", schema: { enum: ["simulator", "http"] }, default: "simulator" },
+  LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
+  LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },
+  RATE_LIMIT_RPS: { field: "rateLimitRps", schema: { type: "number", exclusiveMinimum: 0 }, default: 50 },
+  AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
+  VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
+  NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },
+} as const;
+
+export type EnvName = keyof typeof VARIABLES;
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+const ajv = new Ajv({ coerceTypes: true, allErrors: false, strict: false });
+const validate = ajv.compile({
+  type: "object",
+  properties: Object.fromEntries(Object.entries(VARIABLES).map(([k, v]) => [k, v.schema])),
+});
+
+/** Reads the environment (or the object given, for tests), validates it and freezes the result. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<Config> = {}): Config {
+  const raw: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(VARIABLES)) {
+    const value = env[name];
+    raw[name] = value === undefined || value === "" ? spec.default : value;
+  }
+  if (!validate(raw)) {
+    const e = validate.errors![0]!;
+    const name = e.instancePath.replace(/^\//, "");
+    throw new ConfigError(`Invalid configuration: ${name}=${JSON.stringify(env[name])} ${e.message}`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(VARIABLES)) out[spec.field] = raw[name];
+
+  const services = String(out.services)
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const unknown = services.filter((s) => !(ALL_SERVICES as readonly string[]).includes(s));
+  if (unknown.length > 0 || services.length === 0) {
+    throw new ConfigError(
+      `Invalid configuration: SERVICES names unknown service(s) ${unknown.join(", ") || "(none)"}; known: ${ALL_SERVICES.join(", ")}`,
+    );
+  }
+  out.services = [...new Set(services)];
+  out.dataDir = path.resolve(String(out.dataDir));
+  if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
+  if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
+
+  const config = { ...(out as unknown as Config), ...overrides };
+  if (config.transporter && !config.databaseUrl) {
+    throw new ConfigError(
+      "Cluster mode refused: TRANSPORTER is set but DATABASE_URL is not; every node of a cluster must share one PostgreSQL (set DATABASE_URL=postgres://...)",
+    );
+  }
+  return Object.freeze(config);
+}

@@ -1,0 +1,97 @@
+/**
+ * The database: PostgreSQL at DATABASE_URL, or embedded PGlite under DATA_DIR; the same Sequelize
+ * code runs on both. Schema changes only through umzug migrations, run at start under a PostgreSQL
+ * advisory lock so that replicas starting together do not race.
+ */
+import pg from "pg";
+import { Sequelize } from "sequelize";
+import { SequelizeStorage, Umzug } from "umzug";
+import { migrations } from "../migrations";
+import { openEmbedded, type OpenerRole } from "./embedded-db";
+
+export interface Database {
+  readonly sequelize: Sequelize;
+  /** The connection URL in use (the embedded socket server's, when embedded). */
+  readonly url: string;
+  readonly embedded: boolean;
+  /** Resolves when the database answers a trivial query within `timeoutMs`. */
+  ping(timeoutMs?: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface OpenOptions {
+  databaseUrl: string | null;
+  /** Embedded data directory; null means an in-memory embedded database (tests). */
+  dataDir: string | null;
+  role?: OpenerRole;
+  poolMax?: number;
+  /** Run migrations before returning (default true). */
+  migrate?: boolean;
+}
+
+/** A fixed 64-bit key for the migration advisory lock ("pgw-migrations"). */
+const MIGRATION_LOCK_KEY = "7234567890123456789";
+
+export async function openDatabase(opts: OpenOptions): Promise<Database> {
+  const embedded = opts.databaseUrl ? null : await openEmbedded(opts.dataDir, opts.role ?? "service");
+  const url = opts.databaseUrl ?? embedded!.url;
+  const sequelize = new Sequelize(url, {
+    dialect: "postgres",
+    logging: false,
+    pool: { max: opts.poolMax ?? 10, min: 0, idle: 10000, acquire: 30000 },
+    dialectOptions: { application_name: "partner-gateway" },
+    define: { underscored: true, timestamps: false },
+  });
+  const db: Database = {
+    sequelize,
+    url,
+    embedded: embedded != null,
+    async ping(timeoutMs = 2000) {
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        await Promise.race([
+          sequelize.query("SELECT 1"),
+          new Promise((_, reject) => {
+            timer = setTimeout(() => reject(new Error("database did not answer in time")), timeoutMs);
+          }),
+        ]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    async close() {
+      await sequelize.close().catch(() => undefined);
+      await embedded?.close();
+    },
+  };
+  try {
+    if (opts.migrate !== false) await migrate(db);
+    return db;
+  } catch (e) {
+    await db.close();
+    throw e;
+  }
+}
+
+export function migrator(db: Database) {
+  return new Umzug({
+    migrations: migrations.map((m) => ({ name: m.name, up: () => m.up(db.sequelize), down: () => m.down(db.sequelize) })),
+    context: db.sequelize,
+    storage: new SequelizeStorage({ sequelize: db.sequelize, tableName: "schema_migrations" }),
+    logger: undefined,
+  });
+}
+
+/** Applies pending migrations while holding a session-level advisory lock on its own connection. */
+export async function migrate(db: Database): Promise<string[]> {
+  const lock = new pg.Client({ connectionString: db.url });
+  await lock.connect();
+  try {
+    await lock.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY]);
+    const applied = await migrator(db).up();
+    return applied.map((m) => m.name);
+  } finally {
+    await lock.query("SELECT pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY]).catch(() => undefined);
+    await lock.end().catch(() => undefined);
+  }
+}

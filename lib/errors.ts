@@ -1,0 +1,53 @@
+/**
+ * The error catalogue. Services throw these classes; they cross nodes as plain objects with
+ * `code` (an HTTP status) and `type` (SCREAMING_SNAKE), so the gateway maps by those, never by class.
+ */
+import { Errors } from "moleculer";
+
+/** Every type a client may see, with its HTTP status and a short title for the problem body. */
+export const ERROR_TYPES = {
+  BAD_REQUEST: { status: 400, title: "Bad Request" },
+  VALIDATION_ERROR: { status: 400, title: "Validation failed" },
+  MALFORMED_JSON: { status: 400, title: "Malformed JSON body" },
+  INVALID_HEADER: { status: 400, title: "Invalid header value" },
+  UNAUTHORIZED: { status: 401, title: "Unauthorized" },
+  KEY_SCOPE_EXCEEDED: { status: 403, title: "Requested operations exceed the calling key" },
+  NOT_FOUND: { status: 404, title: "Not Found" },
+  ROUTE_NOT_FOUND: { status: 404, title: "Not Found" },
+  KEY_NOT_FOUND: { status: 404, title: "API key not found" },
+  METHOD_NOT_ALLOWED: { status: 405, title: "Method Not Allowed" },
+  IDEMPOTENCY_IN_PROGRESS: { status: 409, title: "A request with this Idempotency-Key is still running" },
+  PAYLOAD_TOO_LARGE: { status: 413, title: "Payload Too Large" },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, title: "Unsupported Media Type" },
+  IDEMPOTENCY_KEY_REUSED: { status: 422, title: "Idempotency-Key reused with a different request" },
+  RATE_LIMITED: { status: 429, title: "Too Many Requests" },
+  INTERNAL_ERROR: { status: 500, title: "Internal Server Error" },
+  UPSTREAM_ERROR: { status: 502, title: "Bad Gateway" },
+  SERVICE_UNAVAILABLE: { status: 503, title: "Service Unavailable" },
+} as const;
+
+export type ErrorType = keyof typeof ERROR_TYPES;
+
+export interface FieldError {
+  path: string;
+  message: string;
+}
+
+/** Extra members a problem body may carry besides the standard ones. */
+export interface ProblemData {
+  errors?: FieldError[];
+  [extension: string]: unknown;
+}
+
+/** A client mistake or a documented failure: its message becomes the problem `detail`. */
+export class ApiError extends Errors.MoleculerClientError {
+  constructor(type: ErrorType, detail: string, data?: ProblemData) {
+    super(detail, ERROR_TYPES[type].status, type, data);
+    this.name = "ApiError";
+  }
+}
+
+export const badRequest = (detail: string, errors?: FieldError[]) =>
+  new ApiError("VALIDATION_ERROR", detail, errors ? { errors } : undefined);
+export const unauthorized = (detail: string) => new ApiError("UNAUTHORIZED", detail);
+export const notFound = (type: ErrorType, detail: string) => new ApiError(type, detail);

@@ -1,0 +1,50 @@
+/**
+ * The page envelope, once: query properties (`page`, `limit`, `sortBy`, `sortOrder`) for a params
+ * schema, the envelope schema for a response, and the envelope itself. A `limit` over 1000, a
+ * negative `page`, an unknown `sortBy` or another `sortOrder` fail validation (400), never clamped.
+ */
+import type { JsonSchema } from "./api";
+
+export interface PageIn<S extends string = string> {
+  page: number;
+  limit: number;
+  sortBy: S;
+  sortOrder: "asc" | "desc";
+}
+
+export interface Page<T> {
+  data: T[];
+  page: number;
+  limit: number;
+  total: number;
+  totalPages: number;
+}
+
+export function pagingProperties(sortFields: readonly string[], defaultSort: string, defaultOrder: "asc" | "desc" = "asc") {
+  return {
+    page: { type: "integer", minimum: 0, maximum: 1_000_000_000, default: 0, description: "0-based page index." },
+    limit: { type: "integer", minimum: 1, maximum: 1000, default: 10, description: "Page size, at most 1000." },
+    sortBy: { type: "string", enum: [...sortFields], default: defaultSort },
+    sortOrder: { type: "string", enum: ["asc", "desc"], default: defaultOrder },
+  } as const;
+}
+
+export function pageSchema(id: string, item: JsonSchema): JsonSchema {
+  return {
+    $id: id,
+    type: "object",
+    additionalProperties: false,
+    required: ["data", "page", "limit", "total", "totalPages"],
+    properties: {
+      data: { type: "array", items: item },
+      page: { type: "integer", minimum: 0 },
+      limit: { type: "integer", minimum: 1 },
+      total: { type: "integer", minimum: 0 },
+      totalPages: { type: "integer", minimum: 0 },
+    },
+  };
+}
+
+export function toPage<T>(data: T[], total: number, page: number, limit: number): Page<T> {
+  return { data, page, limit, total, totalPages: Math.ceil(total / limit) };
+}

@@ -1,0 +1,18 @@
+/**
+ * Every migration, in order. Listed here rather than globbed so that the same list runs under tsx,
+ * jest and a compiled build alike. Each is SQL that PostgreSQL and PGlite both accept.
+ */
+import type { Sequelize } from "sequelize";
+import * as m0001 from "./20261122-0001-api-keys";
+import * as m0002 from "./20261122-0002-idempotency";
+
+export interface Migration {
+  name: string;
+  up(sequelize: Sequelize): Promise<void>;
+  down(sequelize: Sequelize): Promise<void>;
+}
+
+export const migrations: Migration[] = [
+  { name: "20261122-0001-api-keys", ...m0001 },
+  { name: "20261122-0002-idempotency", ...m0002 },
+];

@@ -1,0 +1,108 @@
+/**
+ * Administration without an API key (the first key of an account, recovery):
+ *
+ *   npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type MARKETING]
+ *                    --operations SMS,RCS,...|ALL
+ *
+ * Prints one JSON object, the 201 body of POST /authentication, and exits 0; bad arguments print a
+ * message and exit 2. Works against the same DATA_DIR or DATABASE_URL as the service, whether the
+ * service is running or not (embedded: it connects to the running service's database, or opens
+ * the data directory itself while holding its lock).
+ */
+import { parseArgs } from "node:util";
+import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../lib/api";
+import { ConfigError, loadConfig } from "../lib/config";
+import { openDatabase } from "../lib/db";
+import { createKey } from "../services/auth/auth.keys";
+import { defineAuthModels } from "../services/auth/auth.models";
+
+const USAGE = `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`;
+const ID_RE = /^[A-Za-z0-9._@:-]{1,128}$/;
+
+class UsageError extends Error {}
+
+export interface KeysCreateArgs {
+  companyId: string;
+  userId: string | null;
+  trafficType: TrafficType;
+  operations: Operation[];
+}
+
+/** Parses and checks the arguments; throws UsageError with a one-line reason. */
+export function parseAdminArgs(argv: string[]): { command: "keys:create"; args: KeysCreateArgs } {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        company: { type: "string" },
+        user: { type: "string" },
+        "traffic-type": { type: "string" },
+        operations: { type: "string" },
+      },
+    });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  const [command, ...rest] = parsed.positionals;
+  if (command !== "keys:create") throw new UsageError(command ? `unknown command "${command}"` : "no command given");
+  if (rest.length) throw new UsageError(`unexpected argument "${rest[0]}"`);
+  const v = parsed.values;
+  if (!v.company) throw new UsageError("--company is required");
+  if (!ID_RE.test(v.company)) throw new UsageError("--company must be 1-128 of A-Z a-z 0-9 . _ @ : -");
+  if (v.user !== undefined && !ID_RE.test(v.user)) throw new UsageError("--user must be 1-128 of A-Z a-z 0-9 . _ @ : -");
+  const trafficType = (v["traffic-type"] ?? "TRANSACTIONAL").toUpperCase();
+  if (!(TRAFFIC_TYPES as readonly string[]).includes(trafficType)) throw new UsageError(`--traffic-type must be ${TRAFFIC_TYPES.join(" or ")}`);
+  if (!v.operations) throw new UsageError("--operations is required (a comma-separated list, or ALL)");
+  const ops = v.operations.trim().toUpperCase() === "ALL" ? [...OPERATIONS] : v.operations.split(",").map((s) => s.trim().toUpperCase()).filter(Boolean);
+  const unknown = ops.filter((o) => !(OPERATIONS as readonly string[]).includes(o));
+  if (unknown.length) throw new UsageError(`unknown operation(s) ${unknown.join(", ")}; known: ${OPERATIONS.join(", ")}`);
+  if (ops.length === 0) throw new UsageError("--operations must name at least one operation");
+  return {
+    command: "keys:create",
+    args: { companyId: v.company, userId: v.user ?? null, trafficType: trafficType as TrafficType, operations: [...new Set(ops)] as Operation[] },
+  };
+}
+
+async function main(): Promise<number> {
+  let cmd;
+  try {
+    cmd = parseAdminArgs(process.argv.slice(2));
+  } catch (e) {
+    if (e instanceof UsageError) {
+      process.stderr.write(`admin: ${e.message}\n${USAGE}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  let config;
+  try {
+    config = loadConfig(process.env, { logPretty: false });
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`admin: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "admin", poolMax: 2 });
+  try {
+    const created = await createKey(defineAuthModels(db.sequelize), { ...cmd.args, createdBy: null });
+    process.stdout.write(`${JSON.stringify(created)}\n`);
+    return 0;
+  } finally {
+    await db.close();
+  }
+}
+
+if (require.main === module) {
+  main().then(
+    (code) => process.exit(code),
+    (e: Error) => {
+      process.stderr.write(`admin: ${e.message}\n`);
+      process.exit(1);
+    },
+  );
+}

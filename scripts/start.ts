@@ -1,0 +1,45 @@
+/**
+ * `npm start`: runs the services named by SERVICES (all by default) on this node. Without
+ * TRANSPORTER and DATABASE_URL it is the whole product in one process on embedded PostgreSQL.
+ */
+import { startApp } from "../lib/app";
+import { ConfigError, loadConfig } from "../lib/config";
+
+async function main() {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`${e.message}\n`);
+      process.exit(2);
+    }
+    throw e;
+  }
+  const app = await startApp(config).catch((e: Error) => {
+    process.stderr.write(`Could not start: ${e.message}\n`);
+    process.exit(1);
+  });
+  const mode = config.transporter ? `cluster node (${config.transporter})` : "embedded (all services in one process)";
+  app.broker.logger.info(
+    `Partner gateway ${mode}; services: ${config.services.join(", ")}; database: ${config.databaseUrl ? "PostgreSQL" : `PGlite in ${config.dataDir}`}` +
+      (app.port != null ? `; API on http://localhost:${app.port}/api/partner-gateway/v1 (docs at /docs)` : ""),
+  );
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.broker.logger.info(`${signal}: stopping`);
+    app.stop().then(
+      () => process.exit(0),
+      (e) => {
+        process.stderr.write(`Stopped with an error: ${e}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
+}
+
+void main();

@@ -1,0 +1,60 @@
+/**
+ * Key values and the one way keys are created, shared by the auth service and the admin command.
+ * A key is `pgw_` + 256 random bits (base64url); only its SHA-256 is stored. A fast hash is right
+ * here: the value has 256 bits of entropy, so there is nothing to stretch, and lookups stay O(1).
+ */
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import type { Operation, TrafficType } from "../../lib/api";
+import type { AuthModels, ApiKey } from "./auth.models";
+import type { ApiKeyOut, CreatedApiKeyOut, Principal } from "./auth.schemas";
+
+export const KEY_PREFIX = "pgw_";
+export const KEY_RE = /^pgw_[A-Za-z0-9_-]{43}$/;
+
+export const hashKey = (value: string): Buffer => createHash("sha256").update(value).digest();
+
+export function generateKey(): { value: string; hash: Buffer } {
+  const value = KEY_PREFIX + randomBytes(32).toString("base64url");
+  return { value, hash: hashKey(value) };
+}
+
+export function toApiKeyOut(row: ApiKey): ApiKeyOut {
+  return {
+    id: row.id,
+    companyId: row.companyId,
+    userId: row.userId,
+    username: row.username,
+    operations: row.operations,
+    trafficType: row.trafficType,
+    createdAt: row.createdAt.toISOString(),
+  };
+}
+
+export function toPrincipal(row: ApiKey): Principal {
+  return { keyId: row.id, companyId: row.companyId, userId: row.userId, operations: row.operations, trafficType: row.trafficType };
+}
+
+export interface NewKey {
+  companyId: string;
+  userId: string | null;
+  username?: string | null;
+  operations: Operation[];
+  trafficType: TrafficType;
+  createdBy?: string | null;
+}
+
+/** Creates a key and returns the 201 body of POST /authentication, the only time the value is seen. */
+export async function createKey(models: AuthModels, input: NewKey): Promise<CreatedApiKeyOut> {
+  const { value, hash } = generateKey();
+  const row = await models.ApiKey.create({
+    id: randomUUID(),
+    companyId: input.companyId,
+    userId: input.userId,
+    username: input.username ?? null,
+    operations: input.operations,
+    trafficType: input.trafficType,
+    keyHash: hash,
+    createdBy: input.createdBy ?? null,
+  });
+  return { ...toApiKeyOut(row), apiKey: value };
+}

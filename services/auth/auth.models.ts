@@ -1,0 +1,40 @@
+/** The auth service's tables (created by migrations/20261122-0001-api-keys). */
+import { DataTypes, Model, type InferAttributes, type InferCreationAttributes, type CreationOptional, type Sequelize } from "sequelize";
+import type { Operation, TrafficType } from "../../lib/api";
+
+export class ApiKey extends Model<InferAttributes<ApiKey>, InferCreationAttributes<ApiKey>> {
+  declare id: string;
+  declare companyId: string;
+  declare userId: string | null;
+  declare username: string | null;
+  declare operations: Operation[];
+  declare trafficType: TrafficType;
+  declare keyHash: Buffer;
+  declare createdBy: string | null;
+  declare createdAt: CreationOptional<Date>;
+}
+
+export interface AuthModels {
+  ApiKey: typeof ApiKey;
+}
+
+/** Binds the models to one Sequelize instance (one per process, or per test database). */
+export function defineAuthModels(sequelize: Sequelize): AuthModels {
+  // A class can only be initialised once; a subclass per instance keeps databases apart (tests).
+  const Bound = class extends ApiKey {};
+  Bound.init(
+    {
+      id: { type: DataTypes.UUID, primaryKey: true },
+      companyId: { type: DataTypes.TEXT, allowNull: false },
+      userId: { type: DataTypes.TEXT },
+      username: { type: DataTypes.TEXT },
+      operations: { type: DataTypes.ARRAY(DataTypes.TEXT), allowNull: false },
+      trafficType: { type: DataTypes.TEXT, allowNull: false },
+      keyHash: { type: DataTypes.BLOB, allowNull: false },
+      createdBy: { type: DataTypes.UUID },
+      createdAt: { type: DataTypes.DATE, allowNull: false, defaultValue: DataTypes.NOW },
+    },
+    { sequelize, tableName: "api_keys", modelName: "ApiKey", underscored: true, timestamps: false },
+  );
+  return { ApiKey: Bound };
+}

@@ -1,0 +1,120 @@
+/**
+ * API keys on the wire: what the auth service accepts and answers (spec part 5, contract section 3).
+ */
+import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../../lib/api";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/paging";
+
+export const ID_PATTERN = "^[A-Za-z0-9._@:-]{1,128}$";
+
+export interface ApiKeyOut {
+  id: string;
+  companyId: string;
+  userId: string | null;
+  username: string | null;
+  operations: Operation[];
+  trafficType: TrafficType;
+  createdAt: string;
+}
+export interface CreatedApiKeyOut extends ApiKeyOut {
+  apiKey: string;
+}
+export interface CreateKeyIn {
+  operations: Operation[];
+}
+export interface ListKeysIn extends PageIn<"createdAt"> {
+  userId?: string;
+}
+export interface KeyIdIn {
+  id: string;
+}
+export interface VerifyIn {
+  keyHash: string;
+}
+/** Who a key is, as the gateway caches it. */
+export interface Principal {
+  keyId: string;
+  companyId: string;
+  userId: string | null;
+  operations: Operation[];
+  trafficType: TrafficType;
+}
+
+const operationsSchema = {
+  type: "array",
+  items: { type: "string", enum: [...OPERATIONS] },
+  minItems: 1,
+  uniqueItems: true,
+  examples: [["SMS", "AUTHENTICATION"]],
+};
+
+const apiKeyProperties = {
+  id: { type: "string", format: "uuid" },
+  companyId: { type: "string", examples: ["acme"] },
+  userId: { type: "string", nullable: true, examples: ["user-42"] },
+  username: { type: "string", nullable: true, examples: [null] },
+  operations: operationsSchema,
+  trafficType: { type: "string", enum: [...TRAFFIC_TYPES] },
+  createdAt: { type: "string", format: "date-time" },
+};
+
+export const apiKeyOut = {
+  $id: "ApiKey",
+  type: "object",
+  additionalProperties: false,
+  required: ["id", "companyId", "userId", "username", "operations", "trafficType", "createdAt"],
+  properties: apiKeyProperties,
+};
+
+export const createdApiKeyOut = {
+  $id: "CreatedApiKey",
+  type: "object",
+  additionalProperties: false,
+  required: [...apiKeyOut.required, "apiKey"],
+  properties: {
+    ...apiKeyProperties,
+    apiKey: {
+      type: "string",
+      pattern: "^pgw_[A-Za-z0-9_-]{43}$",
+      description: "The full key value. Shown only in this answer; store it safely.",
+      examples: ["pgw_3q2-7wEvfB4S1u2z0tOaE3wY8yVhQnRk5mN6pL7oJ9c"],
+    },
+  },
+};
+
+export const apiKeyPage = pageSchema("ApiKeyPage", apiKeyOut);
+
+export const createKeyIn = {
+  $id: "CreateApiKeyIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["operations"],
+  properties: { operations: { ...operationsSchema, description: "A non-empty subset of the calling key's operations." } },
+};
+
+export const listKeysIn = {
+  $id: "ListApiKeysIn",
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    userId: { type: "string", pattern: ID_PATTERN, description: "Only keys created by or assigned to this user.", examples: ["user-42"] },
+    ...pagingProperties(["createdAt"], "createdAt", "desc"),
+  },
+};
+
+export const keyIdIn = {
+  $id: "ApiKeyIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["id"],
+  properties: { id: { type: "string", format: "uuid" } },
+};
+
+export const verifyIn = {
+  $id: "VerifyApiKeyIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["keyHash"],
+  properties: { keyHash: { type: "string", pattern: "^[0-9a-f]{64}$" } },
+};
+
+export type { Page };

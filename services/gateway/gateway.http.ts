@@ -1,0 +1,74 @@
+/**
+ * HTTP plumbing of the gateway that is not routing: request ids, the body guard and parser, the
+ * problem writer, and the answer for requests Node's HTTP parser itself refuses.
+ */
+import bodyParser from "body-parser";
+import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import { ApiError } from "../../lib/errors";
+import { toProblem, type Problem } from "../../lib/problem";
+
+export const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+export const MAX_JSON_BODY = 1024 * 1024;
+
+/** A caller's well-formed X-Request-Id is kept; anything else is replaced by a fresh UUID. */
+export function requestIdOf(header: string | string[] | undefined): string {
+  return typeof header === "string" && REQUEST_ID_RE.test(header) ? header : randomUUID();
+}
+
+type Next = (err?: unknown) => void;
+
+function hasBody(req: IncomingMessage): boolean {
+  const len = req.headers["content-length"];
+  return req.headers["transfer-encoding"] !== undefined || (len !== undefined && len !== "0");
+}
+
+const JSON_TYPE_RE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
+
+/** A body must be JSON (UTF-8) unless the route takes something else; otherwise 415. */
+export function requireJson(req: IncomingMessage, _res: ServerResponse, next: Next): void {
+  if (!hasBody(req)) return next();
+  const type = req.headers["content-type"] ?? "";
+  if (!JSON_TYPE_RE.test(type)) {
+    return next(new ApiError("UNSUPPORTED_MEDIA_TYPE", `Content-Type ${type ? `"${type.slice(0, 100)}"` : "(none)"} is not supported here; send application/json.`));
+  }
+  const charset = /charset\s*=\s*"?([\w-]+)"?/i.exec(type)?.[1];
+  if (charset && !/^utf-?8$/i.test(charset)) {
+    return next(new ApiError("UNSUPPORTED_MEDIA_TYPE", `charset ${charset} is not supported; send UTF-8.`));
+  }
+  next();
+}
+
+/** JSON bodies up to 1 MiB; objects and arrays only (anything else is malformed here). */
+export const parseJson = bodyParser.json({ limit: MAX_JSON_BODY, strict: true, type: () => true });
+
+/** Writes a problem answer; `headers` adds to what the response already carries. */
+export function writeProblem(res: ServerResponse, problem: Problem, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify(problem);
+  for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+  res.removeHeader("ETag");
+  res.setHeader("Content-Type", "application/problem+json");
+  res.setHeader("Content-Length", Buffer.byteLength(body));
+  res.statusCode = problem.status;
+  res.end(body);
+}
+
+/** Node refuses some requests before any handler runs (bad header bytes, oversized headers): answer them as problems too. */
+export function answerClientError(err: NodeJS.ErrnoException & { code?: string }, socket: Socket): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const status = err.code === "HPE_HEADER_OVERFLOW" ? 431 : err.code === "HPE_REQUEST_TIMEOUT" || err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
+  const requestId = randomUUID();
+  const problem = toProblem({ code: status, type: status === 400 ? "BAD_REQUEST" : undefined, message: "The HTTP request is malformed." }, requestId);
+  const body = JSON.stringify(problem);
+  socket.end(
+    `HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}

@@ -1,0 +1,61 @@
+/**
+ * /metrics: HTTP request counts by route and status and a latency histogram (prom-client, in a
+ * registry of this gateway's own), followed by Moleculer's own metrics in the Prometheus format.
+ */
+import { MetricReporters, type MetricRegistry } from "moleculer";
+import { Counter, Histogram, Registry } from "prom-client";
+
+/** Moleculer's Prometheus formatter without the HTTP server it would start on its own port. */
+class InlinePrometheusReporter extends MetricReporters.Prometheus {
+  override init(registry: MetricRegistry): void {
+    const self = this as unknown as { registry: MetricRegistry; broker: unknown; logger: unknown; defaultLabels: unknown };
+    self.registry = registry;
+    self.broker = registry.broker;
+    self.logger = registry.logger;
+    self.defaultLabels = { namespace: registry.broker.namespace, nodeID: registry.broker.nodeID };
+  }
+  override stop(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+export class HttpMetrics {
+  private readonly registry = new Registry();
+  private readonly requests = new Counter({
+    name: "http_requests_total",
+    help: "HTTP requests answered by the partner gateway, by method, route and status",
+    labelNames: ["method", "route", "status"] as const,
+    registers: [this.registry],
+  });
+  private readonly duration = new Histogram({
+    name: "http_request_duration_seconds",
+    help: "HTTP request latency at the partner gateway, by method and route",
+    labelNames: ["method", "route"] as const,
+    buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  private readonly moleculer: InlinePrometheusReporter | null;
+
+  constructor(metrics: MetricRegistry | null | undefined) {
+    this.moleculer = metrics ? new InlinePrometheusReporter({}) : null;
+    if (metrics) this.moleculer!.init(metrics);
+  }
+
+  observe(method: string, route: string, status: number, seconds: number): void {
+    this.requests.inc({ method, route, status: String(status) });
+    this.duration.observe({ method, route }, seconds);
+  }
+
+  async render(): Promise<string> {
+    const own = await this.registry.metrics();
+    let mol = "";
+    try {
+      mol = this.moleculer ? this.moleculer.generatePrometheusResponse() : "";
+    } catch {
+      mol = "";
+    }
+    return `${own}\n${mol}`;
+  }
+
+  readonly contentType = this.registry.contentType;
+}

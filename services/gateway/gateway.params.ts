@@ -1,0 +1,73 @@
+/**
+ * From an HTTP request to action params: query and path values arrive as strings and are coerced
+ * by the action's own JSON schema (integers, numbers, booleans, comma-separated arrays); body values
+ * are never coerced. A name given in two places (query and body, say) is refused.
+ */
+import type { JsonSchema } from "../../lib/api";
+import { ApiError } from "../../lib/errors";
+
+const INT_RE = /^-?\d{1,15}$/;
+const NUM_RE = /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
+
+function typesOf(schema: JsonSchema | undefined): string[] {
+  if (!schema) return [];
+  const t = schema.type;
+  return Array.isArray(t) ? (t as string[]) : typeof t === "string" ? [t] : [];
+}
+
+/** Coerces one string (or list of strings, from repeated query keys) to what `schema` expects. */
+export function coerceValue(value: unknown, schema: JsonSchema | undefined): unknown {
+  const types = typesOf(schema);
+  if (types.includes("array")) {
+    const items = (schema?.items ?? undefined) as JsonSchema | undefined;
+    const list = Array.isArray(value) ? value.flatMap((v) => (typeof v === "string" ? v.split(",") : [v])) : typeof value === "string" ? (value === "" ? [] : value.split(",")) : value;
+    return Array.isArray(list) ? list.map((v) => coerceValue(typeof v === "string" ? v.trim() : v, items)) : list;
+  }
+  if (typeof value !== "string") return value;
+  if (types.includes("string")) return value;
+  if (types.includes("integer") && INT_RE.test(value)) return Number(value);
+  if (types.includes("number") && NUM_RE.test(value)) return Number(value);
+  if (types.includes("boolean") && (value === "true" || value === "false")) return value === "true";
+  if (types.includes("null") && value === "null") return null;
+  return value;
+}
+
+export function coerceStrings(values: Record<string, unknown>, schema: JsonSchema | undefined): Record<string, unknown> {
+  const props = (schema?.properties ?? {}) as Record<string, JsonSchema>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(values)) {
+    const prop = Object.prototype.hasOwnProperty.call(props, k) ? props[k] : undefined;
+    Object.defineProperty(out, k, { value: coerceValue(v, prop), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+/** Merges query, body and path values into one params object; a name may come from one place only. */
+export function mergeParams(
+  query: Record<string, unknown>,
+  body: unknown,
+  path: Record<string, unknown>,
+  schema: JsonSchema | undefined,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const sources: Array<[string, Record<string, unknown>]> = [
+    ["query", coerceStrings(query, schema)],
+    ["body", body && typeof body === "object" && !Array.isArray(body) ? (body as Record<string, unknown>) : {}],
+    ["path", coerceStrings(path, schema)],
+  ];
+  if (Array.isArray(body) || (body !== undefined && body !== null && typeof body !== "object")) {
+    throw new ApiError("VALIDATION_ERROR", "The request body must be a JSON object.", { errors: [{ path: "", message: "must be object" }] });
+  }
+  for (const [where, values] of sources) {
+    for (const [k, v] of Object.entries(values)) {
+      if (Object.prototype.hasOwnProperty.call(out, k)) {
+        throw new ApiError("VALIDATION_ERROR", `"${k}" is given more than once (again in the ${where}).`, {
+          errors: [{ path: k, message: `is given more than once (again in the ${where})` }],
+        });
+      }
+      // defineProperty: a "__proto__" key stays an own (and so refused) field, not a prototype.
+      Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+    }
+  }
+  return out;
+}

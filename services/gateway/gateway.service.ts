@@ -1,0 +1,401 @@
+/**
+ * gateway: the partner HTTP API (moleculer-web) under /api/partner-gateway/v1, plus /healthz,
+ * /metrics and /docs. Routes come from the `rest` declarations of every service in the cluster;
+ * here live the mechanisms that exist once: request ids, problem bodies, API-key authentication
+ * (cached, cleared by `auth.keyDeleted`), per-key rate limits, Idempotency-Key, query coercion,
+ * metrics and the OpenAPI document.
+ */
+import { createHash } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Context, Service, ServiceSchema } from "moleculer";
+import ApiGateway from "moleculer-web";
+import { API_PREFIX, apiAction, type ApiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import type { Deps } from "../../lib/deps";
+import { ApiError } from "../../lib/errors";
+import { withRequestId } from "../../lib/logger";
+import { buildOpenApi, type ExposedAction } from "../../lib/openapi";
+import { toProblem } from "../../lib/problem";
+import { compileSchema, toFieldErrors } from "../../lib/validator";
+import type { KeyDeletedEvent } from "../auth/auth.service";
+import type { Principal } from "../auth/auth.schemas";
+import { renderDocs } from "./gateway.docs";
+import { answerClientError, parseJson, requestIdOf, requireJson, writeProblem } from "./gateway.http";
+import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash } from "./gateway.idempotency";
+import { HttpMetrics } from "./gateway.metrics";
+import { mergeParams } from "./gateway.params";
+import { TokenBuckets } from "./gateway.ratelimit";
+
+const KEY_RE = /^pgw_[A-Za-z0-9_-]{43}$/;
+const mixin = ApiGateway as unknown as { methods: Record<string, (...args: unknown[]) => unknown> };
+
+/** What moleculer-web hangs on a request, and what we add. */
+interface GwRequest extends IncomingMessage {
+  $requestId: string;
+  $ctx: Context<unknown, AuthMeta>;
+  $action?: ApiAction & { name: string };
+  $alias?: { path: string; fullPath?: string; method: string; match(url: string): Record<string, string> | false };
+  $endpoint?: unknown;
+  $route?: { opts: { name?: string }; callOptions?: Record<string, unknown>; onAfterCall?: unknown };
+  $params?: Record<string, unknown>;
+  parsedUrl?: string;
+  query?: Record<string, unknown>;
+  body?: unknown;
+}
+
+interface CachedPrincipal {
+  principal: Principal;
+  expires: number;
+}
+
+type GatewayThis = Service<ApiServiceSettings> & GatewayVars;
+interface GatewayVars {
+  keyCache: Map<string, CachedPrincipal>;
+  keyHashes: Map<string, string>;
+  buckets: TokenBuckets;
+  idempotency: IdempotencyStore;
+  metrics: HttpMetrics;
+  openApiCache: Record<string, unknown> | null;
+  aliases: Array<{ path: string; fullPath?: string; method: string; match(url: string): Record<string, string> | false }>;
+  aliasesReady: boolean;
+  purgeTimer?: NodeJS.Timeout;
+  server: import("node:http").Server;
+  principalOf(ctx: Context, key: string): Promise<Principal | null>;
+  evictKey(keyId: string): void;
+  sendProblem(req: GwRequest, res: ServerResponse, err: unknown): void;
+  sendResponse(req: GwRequest, res: ServerResponse, data: unknown, action: unknown): void;
+  exposedActions(): ExposedAction[];
+  openApiDocument(): Record<string, unknown>;
+  checkResponse(req: GwRequest, status: number, data: unknown): void;
+  callIdempotent(route: NonNullable<GwRequest["$route"]>, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, key: string): Promise<boolean>;
+  readiness(): Promise<Record<string, string>>;
+  allowedMethods(url: string): string[];
+  answerOptions(req: GwRequest, res: ServerResponse): void;
+}
+
+export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, GatewayVars> {
+  const { config, db } = deps;
+
+  /** Function aliases of the ops route answer directly; moleculer-web calls them with `this` = service. */
+  const ops = {
+    "GET /healthz/live"(this: GatewayThis, _req: GwRequest, res: ServerResponse) {
+      res.setHeader("Content-Type", "application/json; charset=utf-8");
+      res.end(JSON.stringify({ status: "live" }));
+    },
+    async "GET /healthz/ready"(this: GatewayThis, req: GwRequest, res: ServerResponse) {
+      const checks = await this.readiness();
+      if (Object.values(checks).every((v) => v === "ok")) {
+        res.setHeader("Content-Type", "application/json; charset=utf-8");
+        res.end(JSON.stringify({ status: "ready", checks }));
+      } else {
+        this.sendProblem(req, res, new ApiError("SERVICE_UNAVAILABLE", "Not ready: " + Object.entries(checks).filter(([, v]) => v !== "ok").map(([k, v]) => `${k} ${v}`).join(", "), { checks }));
+      }
+    },
+    async "GET /metrics"(this: GatewayThis, _req: GwRequest, res: ServerResponse) {
+      const text = await this.metrics.render();
+      res.setHeader("Content-Type", this.metrics.contentType);
+      res.end(text);
+    },
+    "GET /docs"(this: GatewayThis, _req: GwRequest, res: ServerResponse) {
+      res.setHeader("Content-Type", "text/html; charset=utf-8");
+      res.end(renderDocs(this.openApiDocument()));
+    },
+  };
+
+  return {
+    name: "gateway",
+    mixins: [ApiGateway as unknown as ServiceSchema],
+
+    settings: {
+      rest: "/",
+      port: config.port,
+      ip: config.host,
+      logRequest: null,
+      logResponse: null,
+      logRequestParams: null,
+      logRouteRegistration: "debug",
+      debounceTime: 100,
+      rootCallOptions(options: Record<string, unknown>, req: GwRequest) {
+        options.requestID = req.$requestId;
+      },
+      routes: [
+        {
+          name: "partner",
+          path: API_PREFIX,
+          autoAliases: true,
+          mappingPolicy: "restrict",
+          bodyParsers: false,
+          use: [requireJson, parseJson],
+          authentication: true,
+          mergeParams: true,
+          callOptions: { timeout: 30000 },
+          onAfterCall(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, _res: ServerResponse, data: unknown) {
+            this.checkResponse(req, ctx.meta.$statusCode ?? 200, data);
+            return data;
+          },
+        },
+        { name: "ops", path: "/", mappingPolicy: "restrict", bodyParsers: false, aliases: ops },
+      ],
+      onError(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
+        this.sendProblem(req, res, err);
+      },
+    },
+
+    actions: {
+      listAliases: false,
+      addRoute: false,
+      removeRoute: false,
+
+      /** The OpenAPI 3.1 document of every operation the cluster exposes right now. */
+      openapi: apiAction({
+        rest: "GET /openapi.json",
+        operation: null,
+        summary: "The OpenAPI 3.1 document",
+        tag: "meta",
+        responses: { 200: { type: "object", description: "An OpenAPI 3.1 document", examples: [{ openapi: "3.1.0" }] } },
+        handler(this: GatewayThis) {
+          return this.openApiDocument();
+        },
+      }),
+    },
+
+    events: {
+      /** A deleted key is forgotten at once, on every replica. */
+      "auth.keyDeleted"(this: GatewayThis, ctx: Context<KeyDeletedEvent>) {
+        this.evictKey(ctx.params.keyId);
+      },
+      "$services.changed"(this: GatewayThis) {
+        this.openApiCache = null;
+      },
+      "$api.aliases.regenerated"(this: GatewayThis) {
+        this.aliasesReady = true;
+        this.openApiCache = null;
+      },
+    },
+
+    methods: {
+      /** Every request: its id (kept or generated), the log scope, the access log and metrics. */
+      httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, next?: unknown) {
+        const requestId = requestIdOf(req.headers["x-request-id"]);
+        req.$requestId = requestId;
+        res.setHeader("X-Request-Id", requestId);
+        if (req.method === "OPTIONS") return withRequestId(requestId, () => this.answerOptions(req, res));
+        const started = process.hrtime.bigint();
+        res.once("finish", () => {
+          const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+          const route = req.$alias ? (req.$alias.fullPath ?? req.$alias.path) : "unmatched";
+          this.metrics.observe(req.method ?? "GET", route, res.statusCode, seconds);
+          withRequestId(requestId, () =>
+            this.logger.info({ method: req.method, path: req.url?.split("?")[0], route, status: res.statusCode, ms: Math.round(seconds * 10000) / 10 }, "request"),
+          );
+        });
+        return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
+      },
+
+      /** X-API-Key -> the key's account and operations; the per-key rate limit; the operation check. */
+      async authenticate(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse) {
+        const action = req.$action;
+        if (!action || action.operation === null || action.operation === undefined) return null;
+        const raw = req.headers["x-api-key"];
+        const principal = typeof raw === "string" && KEY_RE.test(raw) ? await this.principalOf(ctx, raw) : null;
+        const decision = this.buckets.take(principal ? `key:${principal.keyId}` : `ip:${req.socket.remoteAddress}`);
+        res.setHeader("RateLimit-Limit", decision.limit);
+        res.setHeader("RateLimit-Remaining", decision.remaining);
+        res.setHeader("RateLimit-Reset", decision.resetS);
+        if (!decision.allowed) {
+          res.setHeader("Retry-After", decision.retryAfterS);
+          throw new ApiError("RATE_LIMITED", `Rate limit of ${config.rateLimitRps} requests per second exceeded; retry after ${decision.retryAfterS} s.`);
+        }
+        if (!principal) {
+          throw new ApiError("UNAUTHORIZED", raw === undefined ? "The X-API-Key header is missing." : "The API key is unknown, malformed or deleted.");
+        }
+        if (!principal.operations.includes(action.operation)) {
+          throw new ApiError("UNAUTHORIZED", `The API key is not authorized for ${action.operation}.`);
+        }
+        Object.assign(ctx.meta, {
+          companyId: principal.companyId,
+          userId: principal.userId,
+          keyId: principal.keyId,
+          operations: principal.operations,
+          trafficType: principal.trafficType,
+        });
+        return principal;
+      },
+
+      async principalOf(this: GatewayThis, ctx: Context, key: string): Promise<Principal | null> {
+        const hash = createHash("sha256").update(key).digest("hex");
+        const hit = this.keyCache.get(hash);
+        if (hit && hit.expires > Date.now()) return hit.principal;
+        const principal = (await ctx.call("auth.verify", { keyHash: hash })) as Principal | null;
+        if (principal && config.authCacheTtlMs > 0) {
+          if (this.keyCache.size >= 10000) {
+            const oldest = this.keyCache.keys().next().value!;
+            this.keyCache.delete(oldest);
+          }
+          this.keyCache.set(hash, { principal, expires: Date.now() + config.authCacheTtlMs });
+          this.keyHashes.set(principal.keyId, hash);
+        }
+        return principal;
+      },
+
+      evictKey(this: GatewayThis, keyId: string) {
+        const hash = this.keyHashes.get(keyId);
+        if (hash) this.keyCache.delete(hash);
+        this.keyHashes.delete(keyId);
+      },
+
+      /** Partner calls: params from query, body and path (coerced by the action's schema), Idempotency-Key. */
+      async callAction(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, actionName: string, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, isStream: boolean) {
+        if (route.opts.name !== "partner" || !req.$action) return mixin.methods.callAction!.call(this, route, actionName, req, res, params, isStream);
+        const pathParams = (req.$alias?.match(req.parsedUrl ?? "") || {}) as Record<string, string>;
+        const merged = mergeParams(req.query ?? {}, req.body, pathParams, req.$action.params as Record<string, unknown> | undefined);
+        req.$params = merged;
+        const key = req.headers["idempotency-key"];
+        const idempotent = req.method === "POST" && req.$action.idempotent !== false && req.$ctx.meta.companyId;
+        if (idempotent && key !== undefined) {
+          if (typeof key !== "string" || !IDEMPOTENCY_KEY_RE.test(key)) {
+            throw new ApiError("INVALID_HEADER", "Idempotency-Key must be 1-255 printable ASCII characters.", { errors: [{ path: "Idempotency-Key", message: "must be 1-255 printable characters" }] });
+          }
+          return this.callIdempotent(route, req, res, merged, key);
+        }
+        return mixin.methods.callAction!.call(this, route, actionName, req, res, merged, isStream);
+      },
+
+      async callIdempotent(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, key: string) {
+        const ctx = req.$ctx;
+        const companyId = ctx.meta.companyId;
+        const claim = await this.idempotency.claim(companyId, key, requestHash(req.method!, req.parsedUrl ?? "", params));
+        if (claim.kind === "mismatch") throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used with a different request in the last 24 hours.");
+        if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
+        if (claim.kind === "replay") {
+          res.setHeader("Idempotent-Replayed", "true");
+          for (const [k, v] of Object.entries(claim.headers)) res.setHeader(k, v);
+          if (claim.status >= 400) return writeProblem(res, { ...(claim.body as object), requestId: req.$requestId } as never);
+          res.statusCode = claim.status;
+          if (claim.status === 204 || claim.body == null) return res.end();
+          res.setHeader("Content-Type", "application/json; charset=utf-8");
+          return res.end(JSON.stringify(claim.body));
+        }
+        try {
+          const data = await ctx.call(req.$endpoint as string, params, route.callOptions ? { ...route.callOptions } : {});
+          const status = ctx.meta.$statusCode ?? 200;
+          this.checkResponse(req, status, data);
+          const location = (ctx.meta as { $location?: string }).$location;
+          await this.idempotency.complete(companyId, key, status, data, location ? { Location: location } : {});
+          this.sendResponse(req, res, data, (req.$endpoint as { action: unknown }).action);
+          return true;
+        } catch (err) {
+          const problem = toProblem(err, req.$requestId);
+          if (problem.status < 500) {
+            const { requestId: _drop, ...stored } = problem;
+            await this.idempotency.complete(companyId, key, problem.status, stored, {});
+          } else {
+            await this.idempotency.release(companyId, key).catch(() => undefined);
+          }
+          throw err;
+        }
+      },
+
+      /** The methods routed on a path (empty: no such path). */
+      allowedMethods(this: GatewayThis, url: string): string[] {
+        const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
+        return [...new Set(this.aliases.filter((a) => a.match(path)).map((a) => a.method))].filter((m) => m !== "*");
+      },
+
+      /** OPTIONS: 204 with Allow on a known path, 404 otherwise (no CORS: this API is server to server). */
+      answerOptions(this: GatewayThis, req: GwRequest, res: ServerResponse) {
+        const allowed = this.allowedMethods(req.url?.split("?")[0] ?? "");
+        if (allowed.length === 0) return this.sendProblem(req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.url?.split("?")[0]}.`));
+        res.setHeader("Allow", [...allowed, "OPTIONS"].join(", "));
+        res.statusCode = 204;
+        res.end();
+      },
+
+      /** Unknown path: 404; known path with another method: 405 with Allow. */
+      send404(this: GatewayThis, req: GwRequest, res: ServerResponse) {
+        const url = req.parsedUrl ?? req.url?.split("?")[0] ?? "";
+        const allowed = this.allowedMethods(url);
+        if (allowed.length > 0) {
+          res.setHeader("Allow", allowed.join(", "));
+          return this.sendProblem(req, res, new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${url}; allowed: ${allowed.join(", ")}.`));
+        }
+        this.sendProblem(req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.method} ${url}.`));
+      },
+
+      sendProblem(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
+        const requestId = req.$requestId ?? requestIdOf(undefined);
+        const problem = toProblem(err, requestId);
+        if (problem.status >= 500) {
+          withRequestId(requestId, () => this.logger.error({ err, method: req.method, path: req.url }, "request failed"));
+        }
+        writeProblem(res, problem, { "X-Request-Id": requestId });
+      },
+
+      /** With VALIDATE_RESPONSES (tests): an answer that does not match its declared schema is a 500. */
+      checkResponse(this: GatewayThis, req: GwRequest, status: number, data: unknown) {
+        if (!config.validateResponses || !req.$action) return;
+        const schema = req.$action.responses?.[status];
+        if (schema === undefined) throw new Error(`${req.$action.name} answered ${status}, which it does not declare`);
+        if (schema === null) {
+          if (data != null) throw new Error(`${req.$action.name} answered a body with ${status}, declared without one`);
+          return;
+        }
+        const validate = compileSchema(schema);
+        if (!validate(data)) throw new Error(`${req.$action.name} answer does not match its schema: ${JSON.stringify(toFieldErrors(validate.errors))}`);
+      },
+
+      exposedActions(this: GatewayThis): ExposedAction[] {
+        const seen = new Set<string>();
+        const out: ExposedAction[] = [];
+        for (const svc of this.broker.registry.getServiceList({ withActions: true }) as Array<{ actions?: Record<string, ExposedAction> }>) {
+          for (const action of Object.values(svc.actions ?? {})) {
+            const a = action as ExposedAction & { visibility?: string };
+            if (!a.rest || seen.has(a.name) || (a.visibility && a.visibility !== "published")) continue;
+            seen.add(a.name);
+            out.push(a);
+          }
+        }
+        return out;
+      },
+
+      openApiDocument(this: GatewayThis) {
+        this.openApiCache ??= buildOpenApi(this.exposedActions(), { serverUrl: config.publicBaseUrl });
+        return this.openApiCache;
+      },
+
+      async readiness(this: GatewayThis) {
+        const checks: Record<string, string> = {};
+        try {
+          await db.ping(1000);
+          checks.database = "ok";
+        } catch {
+          checks.database = "unreachable";
+        }
+        if (config.transporter) checks.transporter = this.broker.transit?.connected ? "ok" : "disconnected";
+        checks.routes = this.aliasesReady ? "ok" : "loading";
+        return checks;
+      },
+    },
+
+    created(this: GatewayThis) {
+      this.keyCache = new Map();
+      this.keyHashes = new Map();
+      this.buckets = new TokenBuckets(config.rateLimitRps, 2);
+      this.idempotency = new IdempotencyStore(db.sequelize);
+      this.metrics = new HttpMetrics(this.broker.metrics);
+      this.openApiCache = null;
+      this.aliasesReady = false;
+      this.server.on("clientError", answerClientError);
+    },
+
+    started(this: GatewayThis) {
+      this.purgeTimer = setInterval(() => {
+        this.idempotency.purgeExpired().catch((err) => this.logger.warn({ err }, "idempotency purge failed"));
+      }, 3600_000);
+      this.purgeTimer.unref();
+    },
+
+    stopped(this: GatewayThis) {
+      clearInterval(this.purgeTimer);
+    },
+  };
+}
