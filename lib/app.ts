@@ -3,7 +3,7 @@
  * migrate it, start a broker with the services this node runs. Embedded and cluster differ only in
  * configuration.
  */
-import { ServiceBroker, type BrokerOptions } from "moleculer";
+import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer";
 import { brokerOptions } from "../moleculer.config";
 import { SERVICE_FACTORIES } from "../services";
 import type { Config, ServiceName } from "./config";
@@ -24,6 +24,8 @@ export interface StartOptions {
   /** A database opened by the caller (tests); otherwise one is opened from config. */
   db?: Database;
   broker?: Partial<BrokerOptions>;
+  /** Services beyond the project's own (tests). */
+  extraServices?: ServiceSchema[];
 }
 
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
@@ -31,6 +33,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const broker = new ServiceBroker(brokerOptions(config, opts.broker));
   const deps = { config, db };
   for (const name of opts.services ?? config.services) broker.createService(SERVICE_FACTORIES[name](deps));
+  for (const schema of opts.extraServices ?? []) broker.createService(schema);
   try {
     await broker.start();
   } catch (e) {

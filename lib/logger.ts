@@ -22,7 +22,7 @@ export function withRequestId<T>(requestId: string | null | undefined, fn: () =>
 }
 
 /** Moleculer logger options: pino with the request-id mixin. */
-export function loggerOptions(config: Pick<Config, "logLevel" | "logPretty">): LoggerConfig {
+export function loggerOptions(config: Pick<Config, "logLevel" | "logPretty">, destination?: NodeJS.WritableStream): LoggerConfig {
   const options: Record<string, unknown> = {
     level: config.logLevel,
     base: { pid: process.pid },
@@ -32,11 +32,11 @@ export function loggerOptions(config: Pick<Config, "logLevel" | "logPretty">): L
     },
     redact: { paths: ["apiKey", "*.apiKey", "headers['x-api-key']", "*.headers['x-api-key']"], censor: "[redacted]" },
   };
-  if (config.logPretty) {
+  if (config.logPretty && !destination) {
     options.transport = { target: "pino-pretty", options: { colorize: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname" } };
   }
   return {
     type: "Pino",
-    options: { level: config.logLevel === "silent" ? false : config.logLevel, pino: { options } },
+    options: { level: config.logLevel === "silent" ? false : config.logLevel, pino: { options, destination } },
   } as LoggerConfig;
 }

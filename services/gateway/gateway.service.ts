@@ -324,8 +324,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       sendProblem(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
         const requestId = req.$requestId ?? requestIdOf(undefined);
         const problem = toProblem(err, requestId);
-        if (problem.status >= 500) {
+        if (problem.status === 500) {
           withRequestId(requestId, () => this.logger.error({ err, method: req.method, path: req.url }, "request failed"));
+        } else if (problem.status > 500) {
+          withRequestId(requestId, () => this.logger.warn({ method: req.method, path: req.url, status: problem.status, detail: problem.detail }, "request not served"));
         }
         writeProblem(res, problem, { "X-Request-Id": requestId });
       },

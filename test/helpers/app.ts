@@ -1,0 +1,102 @@
+/**
+ * One helper starts the product as production does (the same startApp and brokerOptions), on a
+ * database of this file's own, with the gateway on an ephemeral port, and hands back HTTP clients
+ * per account.
+ */
+import { randomBytes } from "node:crypto";
+import type { BrokerOptions, ServiceSchema } from "moleculer";
+import { API_PREFIX, type Operation, type TrafficType } from "../../lib/api";
+import { startApp, type App } from "../../lib/app";
+import { loadConfig, type Config, type ServiceName } from "../../lib/config";
+import type { Database } from "../../lib/db";
+import { createKey } from "../../services/auth/auth.keys";
+import { defineAuthModels } from "../../services/auth/auth.models";
+import type { CreatedApiKeyOut } from "../../services/auth/auth.schemas";
+import { createTestDatabase, type TestDatabase } from "./db";
+import { Http } from "./http";
+
+export interface Account {
+  companyId: string;
+  key: CreatedApiKeyOut;
+  /** Client under the API prefix, sending this account's key. */
+  api: Http;
+}
+
+export interface TestApp {
+  app: App;
+  db: Database;
+  config: Config;
+  /** Client at the server root (no key). */
+  root: Http;
+  /** Client under the API prefix (no key). */
+  api: Http;
+  newAccount(operations: Operation[] | "ALL", opts?: { userId?: string | null; trafficType?: TrafficType; companyId?: string }): Promise<Account>;
+  stop(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  services?: readonly ServiceName[];
+  config?: Partial<Config>;
+  broker?: Partial<BrokerOptions>;
+  /** Extra services for the test only (a slow or failing action, say). */
+  extraServices?: ServiceSchema[];
+  /** Use this database instead of a fresh one (cross-node tests share one). */
+  db?: Database;
+}
+
+export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("hex")}`;
+
+export function testConfig(overrides: Partial<Config> = {}): Config {
+  return loadConfig(
+    { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_PRETTY: "false" },
+    { port: 0, host: "127.0.0.1", validateResponses: true, ...overrides },
+  );
+}
+
+export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
+  let tdb: TestDatabase | null = null;
+  const db = opts.db ?? (tdb = await createTestDatabase()).db;
+  const config = testConfig(opts.config);
+  const services = opts.services ?? ["gateway", "auth"];
+  const app = await startApp(config, {
+    services,
+    db,
+    broker: { namespace: uid("t"), ...opts.broker },
+    extraServices: opts.extraServices,
+  });
+  const base = app.port != null ? `http://127.0.0.1:${app.port}` : "http://127.0.0.1:1";
+  if (services.includes("gateway")) await waitForRoutes(base);
+  const models = defineAuthModels(db.sequelize);
+  return {
+    app,
+    db,
+    config,
+    root: new Http(base),
+    api: new Http(base + API_PREFIX),
+    async newAccount(operations, o = {}) {
+      const companyId = o.companyId ?? uid();
+      const key = await createKey(models, {
+        companyId,
+        userId: o.userId === undefined ? uid("user") : o.userId,
+        operations: operations === "ALL" ? (["SMS", "RCS", "WHATSAPP", "AUTHENTICATION", "CONTACTS", "CAMPAIGNS", "EXPORTS", "INBOX", "MEDIA", "SOCIAL_PROFILES", "WEBHOOKS"] as Operation[]) : operations,
+        trafficType: o.trafficType ?? "TRANSACTIONAL",
+      });
+      return { companyId, key, api: new Http(base + API_PREFIX, { "x-api-key": key.apiKey }) };
+    },
+    async stop() {
+      await app.stop();
+      await tdb?.drop();
+    },
+  };
+}
+
+/** The gateway builds its routes from the registry shortly after start; wait until it is ready. */
+export async function waitForRoutes(base: string, timeoutMs = 10000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await fetch(`${base}/healthz/ready`).catch(() => null);
+    if (r?.status === 200) return;
+    if (Date.now() > deadline) throw new Error(`gateway not ready after ${timeoutMs} ms: ${r ? await r.text() : "no answer"}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * A database of this test file's own: a fresh database on the PostgreSQL at TEST_DATABASE_URL when
+ * set, else an in-memory PGlite. With REQUIRE_REAL_SERVICES=1 the PostgreSQL is mandatory.
+ */
+import { randomBytes } from "node:crypto";
+import pg from "pg";
+import { openDatabase, type Database } from "../../lib/db";
+
+export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
+export const TEST_NATS_URL = process.env.TEST_NATS_URL || null;
+export const REQUIRE_REAL = process.env.REQUIRE_REAL_SERVICES === "1";
+
+export interface TestDatabase {
+  /** postgres:// URL of the fresh database, or null for the in-memory PGlite. */
+  url: string | null;
+  db: Database;
+  drop(): Promise<void>;
+}
+
+/** Creates an empty database (no migrations) on the real PostgreSQL and returns its URL. */
+export async function createPgDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  if (!TEST_DATABASE_URL) throw new Error("TEST_DATABASE_URL is not set");
+  const name = `pgw_test_${Date.now().toString(36)}_${randomBytes(4).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(TEST_DATABASE_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: TEST_DATABASE_URL! });
+      await c.connect();
+      try {
+        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    },
+  };
+}
+
+export async function createTestDatabase(): Promise<TestDatabase> {
+  if (!TEST_DATABASE_URL) {
+    if (REQUIRE_REAL) throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set");
+    const db = await openDatabase({ databaseUrl: null, dataDir: null });
+    return { url: null, db, drop: async () => undefined };
+  }
+  const pgdb = await createPgDatabase();
+  const db = await openDatabase({ databaseUrl: pgdb.url, dataDir: null });
+  return {
+    url: pgdb.url,
+    db,
+    async drop() {
+      await db.close();
+      await pgdb.drop();
+    },
+  };
+}
