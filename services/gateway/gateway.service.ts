@@ -87,7 +87,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         res.setHeader("Content-Type", "application/json; charset=utf-8");
         res.end(JSON.stringify({ status: "ready", checks }));
       } else {
-        this.sendProblem(req, res, new ApiError("SERVICE_UNAVAILABLE", "Not ready: " + Object.entries(checks).filter(([, v]) => v !== "ok").map(([k, v]) => `${k} ${v}`).join(", "), { checks }));
+        const why = Object.entries(checks).filter(([, v]) => v !== "ok").map(([k, v]) => `${k} ${v}`).join(", ");
+        // Not ready is a normal state (starting, or a dependency down), not a failed request: no error log.
+        writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", `Not ready: ${why}`, { checks }), req.$requestId));
       }
     },
     async "GET /metrics"(this: GatewayThis, _req: GwRequest, res: ServerResponse) {
@@ -298,7 +300,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** The methods routed on a path (empty: no such path). */
       allowedMethods(this: GatewayThis, url: string): string[] {
         const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
-        return [...new Set(this.aliases.filter((a) => a.match(path)).map((a) => a.method))].filter((m) => m !== "*");
+        const order = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+        return [...new Set(this.aliases.filter((a) => a.match(path)).map((a) => a.method))]
+          .filter((m) => m !== "*")
+          .sort((a, b) => order.indexOf(a) - order.indexOf(b));
       },
 
       /** OPTIONS: 204 with Allow on a known path, 404 otherwise (no CORS: this API is server to server). */

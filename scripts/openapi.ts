@@ -1,0 +1,33 @@
+/**
+ * `npm run openapi`: writes openapi.json, the OpenAPI 3.1 document of every service, as the
+ * gateway generates it (an in-memory database, nothing persisted). A test keeps the committed file
+ * equal to what the running gateway serves.
+ */
+import fs from "node:fs";
+import { API_PREFIX } from "../lib/api";
+import { startApp } from "../lib/app";
+import { ALL_SERVICES, loadConfig } from "../lib/config";
+import { openDatabase } from "../lib/db";
+
+export const OPENAPI_FILE = "openapi.json";
+
+async function main() {
+  const config = loadConfig({ LOG_LEVEL: "warn", LOG_PRETTY: "false" }, { port: 0, host: "127.0.0.1", publicBaseUrl: "http://localhost:3000" });
+  const db = await openDatabase({ databaseUrl: null, dataDir: null });
+  const app = await startApp(config, { db, services: ALL_SERVICES });
+  try {
+    for (let i = 0; i < 100; i++) {
+      const r = await fetch(`http://127.0.0.1:${app.port}/healthz/ready`);
+      if (r.ok) break;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    const doc = await (await fetch(`http://127.0.0.1:${app.port}${API_PREFIX}/openapi.json`)).json();
+    fs.writeFileSync(OPENAPI_FILE, `${JSON.stringify(doc, null, 2)}\n`);
+    process.stdout.write(`wrote ${OPENAPI_FILE}: ${Object.keys(doc.paths).length} paths\n`);
+  } finally {
+    await app.stop();
+    await db.close();
+  }
+}
+
+void main();

@@ -1,0 +1,93 @@
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { ALL_SERVICES } from "../../lib/config";
+import { startTestApp, type TestApp } from "../helpers/app";
+
+let t: TestApp;
+let doc: any;
+beforeAll(async () => {
+  t = await startTestApp({ services: ALL_SERVICES, config: { publicBaseUrl: "http://localhost:3000" } });
+  const res = await t.api.get("/openapi.json");
+  expect(res.status).toBe(200);
+  doc = res.body;
+});
+afterAll(() => t?.stop());
+
+/** Every route the gateway serves under the API prefix, as "METHOD /openapi/{path}". */
+function servedRoutes(): string[] {
+  const gw = t.app.broker.getLocalService("gateway") as unknown as { aliases: Array<{ method: string; fullPath: string; route: { path: string } }> };
+  return gw.aliases
+    .filter((a) => a.route.path === "/api/partner-gateway/v1")
+    .map((a) => `${a.method} ${a.fullPath.slice("/api/partner-gateway/v1".length).replace(/:([A-Za-z0-9_]+)/g, "{$1}")}`);
+}
+
+it("documents every route the gateway serves, and nothing it does not", () => {
+  const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`));
+  const served = servedRoutes();
+  expect(served.length).toBeGreaterThanOrEqual(6);
+  expect(documented.sort()).toEqual([...new Set(served)].sort());
+});
+
+it("gives every operation its required key operation, its errors and an example", () => {
+  for (const [p, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+    for (const [method, op] of Object.entries(ops)) {
+      const where = `${method.toUpperCase()} ${p}`;
+      expect({ where, has: "x-required-operation" in op }).toEqual({ where, has: true });
+      const success = Object.entries(op.responses as Record<string, any>).filter(([s]) => s.startsWith("2"));
+      expect(success.length).toBeGreaterThan(0);
+      for (const [, r] of success) if (r.content) expect({ where, example: Object.values(r.content as Record<string, any>)[0].example !== undefined }).toEqual({ where, example: true });
+      expect(op.responses["500"]).toBeDefined();
+      if (op["x-required-operation"]) {
+        expect({ where, r401: !!op.responses["401"], r429: !!op.responses["429"] }).toEqual({ where, r401: true, r429: true });
+        expect(op.security).toEqual([{ ApiKey: [] }]);
+      }
+      if (op.requestBody) expect(op.requestBody.content["application/json"].example).toBeDefined();
+    }
+  }
+  expect(doc.paths["/authentication"].post["x-required-operation"]).toBe("AUTHENTICATION");
+  expect(Object.keys(doc.paths["/authentication"].post.responses)).toEqual(expect.arrayContaining(["201", "400", "401", "403", "409", "413", "415", "422", "429", "500"]));
+  expect(Object.keys(doc.paths["/authentication/{id}"].delete.responses)).toEqual(expect.arrayContaining(["204", "404"]));
+});
+
+it("is the same document as the committed openapi.json (run `npm run openapi` after changing an action)", () => {
+  const committed = JSON.parse(fs.readFileSync(path.join(__dirname, "../../openapi.json"), "utf8"));
+  expect(doc).toEqual(committed);
+});
+
+function spectral(document: unknown) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "oas-")), "openapi.json");
+  fs.writeFileSync(file, JSON.stringify(document));
+  const cli = require.resolve("@stoplight/spectral-cli/dist/index.js");
+  const run = spawnSync(process.execPath, [cli, "lint", "--ruleset", path.join(__dirname, "../../.spectral.yaml"), "--format", "json", "--quiet", file], {
+    encoding: "utf8",
+    timeout: 60000,
+  });
+  expect(run.error).toBeUndefined();
+  expect(run.stdout.trim()).toMatch(/^\[/); // Spectral ran and reported (an empty list is "no findings")
+  return JSON.parse(run.stdout) as Array<{ severity: number; code: string; message: string; path: string[] }>;
+}
+
+it("passes Spectral's OpenAPI ruleset with zero errors (and zero warnings)", () => {
+  const results = spectral(doc);
+  expect(results.filter((r) => r.severity === 0).map((r) => `${r.code}: ${r.message} at ${r.path.join(".")}`)).toEqual([]);
+  expect(results.filter((r) => r.severity === 1).map((r) => `${r.code} at ${r.path.join(".")}`)).toEqual([]);
+  // The same check does find errors in a broken document.
+  const broken = { ...doc, paths: { ...doc.paths, "/broken": { get: { responses: { 200: { description: 1 } } } } } };
+  expect(spectral(broken).some((r) => r.severity === 0)).toBe(true);
+});
+
+it("renders the document for people at /docs", async () => {
+  const res = await t.root.get("/docs");
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toMatch(/^text\/html/);
+  for (const p of Object.keys(doc.paths)) expect(res.text).toContain(p.replace(/[{}]/g, (c) => c));
+  expect(res.text).toContain('id="problem-key-scope-exceeded"');
+});
+
+it("serves the document without a key", async () => {
+  const res = await t.api.get("/openapi.json");
+  expect(res.status).toBe(200);
+  expect(res.body.openapi).toBe("3.1.0");
+});
