@@ -82,8 +82,21 @@ export function migrator(db: Database) {
   });
 }
 
+/** Migrations of one database run one at a time within this process too (PGlite shares one session). */
+const running = new Map<string, Promise<unknown>>();
+
 /** Applies pending migrations while holding a session-level advisory lock on its own connection. */
-export async function migrate(db: Database): Promise<string[]> {
+export function migrate(db: Database): Promise<string[]> {
+  const before = running.get(db.url) ?? Promise.resolve();
+  const mine = before.catch(() => undefined).then(() => migrateLocked(db));
+  running.set(db.url, mine);
+  void mine.finally(() => {
+    if (running.get(db.url) === mine) running.delete(db.url);
+  }).catch(() => undefined);
+  return mine;
+}
+
+async function migrateLocked(db: Database): Promise<string[]> {
   const lock = new pg.Client({ connectionString: db.url });
   await lock.connect();
   try {

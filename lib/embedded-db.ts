@@ -53,6 +53,9 @@ function writeLockAtomically(file: string, info: LockInfo): void {
   fs.renameSync(tmp, file);
 }
 
+/** Data directories this process holds right now. */
+const openHere = new Set<string>();
+
 const urlOf = (port: number) => `postgres://postgres@127.0.0.1:${port}/postgres`;
 
 /**
@@ -78,7 +81,8 @@ async function acquire(dataDir: string, role: OpenerRole, waitMs: number): Promi
       // Being written right now, or left half-written by a crash: give it a moment, then clear it.
       unreadableSince ??= Date.now();
       if (Date.now() - unreadableSince > 2000) fs.rmSync(file, { force: true });
-    } else if (!pidAlive(info.pid) || info.pid === process.pid) {
+    } else if (!pidAlive(info.pid) || (info.pid === process.pid && !openHere.has(path.resolve(dataDir)))) {
+      // Dead, or our own pid left by an earlier incarnation (a container restarted as pid 1): stale.
       fs.rmSync(file, { force: true });
       continue;
     } else if (info.role === "service" && info.port) {
@@ -102,12 +106,14 @@ export async function openEmbedded(dataDir: string | null, role: OpenerRole, wai
     fs.mkdirSync(dataDir, { recursive: true });
     const got = await acquire(dataDir, role, waitMs);
     if (!got.owner) return { url: urlOf(got.port), owner: false, close: async () => undefined };
+    openHere.add(path.resolve(dataDir));
   }
   const lockFile = dataDir ? lockFileOf(dataDir) : null;
   let db: PGlite | null = null;
   let server: PGLiteSocketServer | null = null;
   const release = () => {
     if (lockFile && readLock(lockFile)?.pid === process.pid) fs.rmSync(lockFile, { force: true });
+    if (dataDir) openHere.delete(path.resolve(dataDir));
   };
   try {
     db = await PGlite.create(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : {});

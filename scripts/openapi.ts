@@ -21,7 +21,7 @@ async function main() {
       if (r.ok) break;
       await new Promise((res) => setTimeout(res, 50));
     }
-    const doc = await (await fetch(`http://127.0.0.1:${app.port}${API_PREFIX}/openapi.json`)).json();
+    const doc = (await (await fetch(`http://127.0.0.1:${app.port}${API_PREFIX}/openapi.json`)).json()) as { paths: Record<string, unknown> };
     fs.writeFileSync(OPENAPI_FILE, `${JSON.stringify(doc, null, 2)}\n`);
     process.stdout.write(`wrote ${OPENAPI_FILE}: ${Object.keys(doc.paths).length} paths\n`);
   } finally {

@@ -3,7 +3,7 @@
  * the caller's account, and verifies key hashes for the gateway. Deleting a key broadcasts
  * `auth.keyDeleted` so that every gateway replica forgets it at once.
  */
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import { Op } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
@@ -35,6 +35,7 @@ export interface KeyDeletedEvent {
 
 interface AuthThis {
   models: AuthModels;
+  awaitGateways(): Promise<void>;
   findOwnKey(ctx: Context<KeyIdIn, AuthMeta>): Promise<InstanceType<AuthModels["ApiKey"]>>;
 }
 
@@ -137,6 +138,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
           const row = await this.findOwnKey(ctx);
           await row.destroy();
           await ctx.broadcast("auth.keyDeleted", { keyId: row.id, companyId: row.companyId } satisfies KeyDeletedEvent);
+          await this.awaitGateways();
           ctx.meta.$statusCode = 204;
           return null;
         },
@@ -154,6 +156,18 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
     },
 
     methods: {
+      /**
+       * Round trip to every remote gateway replica after the broadcast: packets from one node reach
+       * another in order, so once a replica answers, it has handled auth.keyDeleted, and the 204
+       * goes out only when no replica can still accept the key from its cache.
+       */
+      async awaitGateways(this: AuthThis & Service) {
+        const local = this.broker.nodeID;
+        const nodes = (this.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>)
+          .filter((s) => s.name === "gateway" && s.nodeID !== local)
+          .map((s) => s.nodeID);
+        if (nodes.length > 0) await this.broker.ping([...new Set(nodes)], 2000).catch(() => undefined);
+      },
       async findOwnKey(this: AuthThis, ctx: Context<KeyIdIn, AuthMeta>) {
         const row = await this.models.ApiKey.findOne({ where: { id: { [Op.eq]: ctx.params.id }, companyId: ctx.meta.companyId } });
         if (!row) throw new ApiError("KEY_NOT_FOUND", `No API key ${ctx.params.id} in this account.`);

@@ -1,0 +1,121 @@
+/**
+ * The product split over real NATS: two gateway nodes and an auth node, as operators run it
+ * (SERVICES=gateway / SERVICES=auth). Proves that key rules, errors, meta and the request id survive
+ * the wire, and that deleting a key reaches every gateway replica before the 204.
+ */
+import type { Context } from "moleculer";
+import { API_PREFIX } from "../../lib/api";
+import { startTestApp, uid, type TestApp } from "../helpers/app";
+import { createTestDatabase, REQUIRE_REAL, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
+import { Http } from "../helpers/http";
+
+/** Runs on the auth node: shows what arrived there. */
+const probe = {
+  name: "probe",
+  settings: { rest: "/" },
+  actions: {
+    whoami: {
+      rest: "GET /probe/whoami",
+      operation: "AUTHENTICATION",
+      responses: { 200: { type: "object" } },
+      handler(this: { broker: { nodeID: string } }, ctx: Context<unknown, { companyId: string; keyId: string }>) {
+        return { node: this.broker.nodeID, companyId: ctx.meta.companyId, keyId: ctx.meta.keyId, requestId: ctx.requestID };
+      },
+    },
+  },
+};
+
+if (!TEST_NATS_URL) {
+  if (REQUIRE_REAL) {
+    it("runs over the real NATS", () => {
+      throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_NATS_URL is not set: the cross-node tests cannot be skipped here");
+    });
+  } else {
+    describe("cluster over NATS: skipped, TEST_NATS_URL is not set", () => {
+      it.todo("set TEST_NATS_URL=nats://127.0.0.1:4222 to run the cross-node tests");
+    });
+  }
+} else {
+  describe("cluster over NATS", () => {
+    let tdb: TestDatabase;
+    let authNode: TestApp;
+    let gwA: TestApp;
+    let gwB: TestApp;
+    const namespace = uid("cluster");
+
+    beforeAll(async () => {
+      tdb = await createTestDatabase();
+      const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
+      authNode = await startTestApp({ services: ["auth"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
+      gwA = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-a` } });
+      gwB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-b` } });
+      // Each gateway must see the remote auth and probe actions before routing to them.
+      for (const gw of [gwA, gwB]) {
+        for (let i = 0; i < 200; i++) {
+          const r = await gw.api.get("/probe/whoami");
+          if (r.status === 401) break;
+          await new Promise((res) => setTimeout(res, 50));
+        }
+      }
+    }, 60000);
+
+    afterAll(async () => {
+      await gwA?.stop();
+      await gwB?.stop();
+      await authNode?.stop();
+      await tdb?.drop();
+    });
+
+    it("runs the services on separate nodes", () => {
+      expect(gwA.app.broker.getLocalService("auth")).toBeFalsy();
+      expect(authNode.app.broker.getLocalService("gateway")).toBeFalsy();
+      expect(gwA.app.broker.transit?.connected).toBe(true);
+    });
+
+    it("carries the account, the key and the request id to the remote service", async () => {
+      const a = await authNode.newAccount(["AUTHENTICATION"]);
+      const res = await new Http(gwA.api.baseUrl, { "x-api-key": a.key.apiKey }).get("/probe/whoami", { headers: { "x-request-id": "cross-node-1" } });
+      expect(res.status).toBe(200);
+      expect(res.body).toEqual({ node: `${namespace}-auth`, companyId: a.companyId, keyId: a.key.id, requestId: "cross-node-1" });
+    });
+
+    it("applies the key rules across nodes: 201, 403, 400 and 404 as problems", async () => {
+      const a = await authNode.newAccount(["AUTHENTICATION", "SMS"]);
+      const b = await authNode.newAccount(["AUTHENTICATION"]);
+      const api = new Http(gwA.api.baseUrl, { "x-api-key": a.key.apiKey });
+      const created = await api.post("/authentication", { operations: ["SMS"] });
+      expect(created.status).toBe(201);
+      expect(created.body.apiKey).toMatch(/^pgw_/);
+      const forbidden = await api.post("/authentication", { operations: ["RCS"] });
+      expect(forbidden.status).toBe(403);
+      expect(forbidden.body).toMatchObject({ status: 403, type: "/docs#problem-key-scope-exceeded", requestId: forbidden.headers.get("x-request-id") });
+      const invalid = await api.post("/authentication", { operations: [] });
+      expect(invalid.status).toBe(400);
+      expect(invalid.body.errors).toEqual([{ path: "operations", message: expect.any(String) }]);
+      const foreign = await api.delete(`/authentication/${b.key.id}`);
+      expect(foreign.status).toBe(404);
+      expect(foreign.headers.get("content-type")).toMatch(/problem\+json/);
+    });
+
+    it("refuses a deleted key on the very next request at every gateway replica", async () => {
+      const a = await authNode.newAccount(["AUTHENTICATION"]);
+      const owner = new Http(gwA.api.baseUrl, { "x-api-key": a.key.apiKey });
+      for (let round = 0; round < 5; round++) {
+        const created = await owner.post("/authentication", { operations: ["AUTHENTICATION"] });
+        const viaA = new Http(gwA.api.baseUrl, { "x-api-key": created.body.apiKey });
+        const viaB = new Http(gwB.api.baseUrl, { "x-api-key": created.body.apiKey });
+        // Both replicas have the key cached now.
+        expect((await viaA.get("/authentication/me")).status).toBe(200);
+        expect((await viaB.get("/authentication/me")).status).toBe(200);
+        expect((await owner.delete(`/authentication/${created.body.id}`)).status).toBe(204);
+        expect((await viaB.get("/authentication/me")).status).toBe(401);
+        expect((await viaA.get("/authentication/me")).status).toBe(401);
+      }
+    });
+
+    it("serves the OpenAPI document of the remote services from either gateway", async () => {
+      const doc = await new Http(`http://127.0.0.1:${gwB.app.port}${API_PREFIX}`).get("/openapi.json");
+      expect(Object.keys(doc.body.paths)).toEqual(expect.arrayContaining(["/authentication", "/authentication/me", "/authentication/{id}"]));
+    });
+  });
+}

@@ -1,0 +1,178 @@
+/**
+ * The ways of running: embedded PGlite under DATA_DIR (data survives a restart, one process per
+ * directory), the admin command with and without the service running, the refusal of cluster mode
+ * without DATABASE_URL, and migrations that replicas may run at the same time.
+ */
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { QueryTypes } from "sequelize";
+import { migrations } from "../../migrations";
+import { startApp } from "../../lib/app";
+import { migrate, openDatabase } from "../../lib/db";
+import { openEmbedded } from "../../lib/embedded-db";
+import { testConfig, waitForRoutes } from "../helpers/app";
+import { createPgDatabase, TEST_DATABASE_URL } from "../helpers/db";
+import { Http } from "../helpers/http";
+
+const ROOT = path.join(__dirname, "../..");
+const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
+/** Runs with TEST_DATABASE_URL; without it the test is listed as a todo, visibly not run. */
+const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
+const tmpDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "pgw-data-"));
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs one of the project's scripts as a user would (own process, own environment). */
+function runScript(script: string, args: string[], env: Record<string, string>, timeoutMs = 60000): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_)/.test(k)));
+    const child = spawn(process.execPath, [TSX, path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...clean, LOG_LEVEL: "warn", ...env } });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+const admin = (args: string[], env: Record<string, string>) => runScript("scripts/admin.ts", args, env);
+
+async function startEmbedded(dataDir: string) {
+  const config = testConfig({ dataDir, databaseUrl: null });
+  const app = await startApp(config, { services: ["gateway", "auth"] });
+  const base = `http://127.0.0.1:${app.port}`;
+  await waitForRoutes(base);
+  return { app, api: new Http(`${base}/api/partner-gateway/v1`) };
+}
+
+describe("embedded mode (PGlite under DATA_DIR)", () => {
+  it("keeps its data across a restart", async () => {
+    const dir = tmpDir();
+    const created = await admin(["keys:create", "--company", "acme", "--operations", "AUTHENTICATION"], { DATA_DIR: dir });
+    expect(created.code).toBe(0);
+    const key = JSON.parse(created.stdout).apiKey as string;
+    const first = await startEmbedded(dir);
+    expect((await first.api.get("/authentication/me", { headers: { "x-api-key": key } })).status).toBe(200);
+    const made = await first.api.post("/authentication", { operations: ["AUTHENTICATION"] }, { headers: { "x-api-key": key } });
+    expect(made.status).toBe(201);
+    await first.app.stop();
+    const second = await startEmbedded(dir);
+    try {
+      const me = await second.api.get("/authentication/me", { headers: { "x-api-key": made.body.apiKey } });
+      expect(me.status).toBe(200);
+      expect(me.body.id).toBe(made.body.id);
+    } finally {
+      await second.app.stop();
+    }
+  });
+
+  it("admits one service per data directory, and the admin command beside it", async () => {
+    const dir = tmpDir();
+    const running = await startEmbedded(dir);
+    try {
+      await expect(openEmbedded(dir, "service", 1000)).rejects.toThrow(/in use by another running service/);
+      const created = await admin(["keys:create", "--company", "beta", "--user", "ops-1", "--traffic-type", "MARKETING", "--operations", "SMS,AUTHENTICATION"], { DATA_DIR: dir });
+      expect(created.stderr).toBe("");
+      expect(created.code).toBe(0);
+      const body = JSON.parse(created.stdout);
+      expect(body).toMatchObject({ companyId: "beta", userId: "ops-1", username: null, operations: ["SMS", "AUTHENTICATION"], trafficType: "MARKETING" });
+      // The running service sees the key at once: the admin command wrote through the service's own database.
+      const me = await running.api.get("/authentication/me", { headers: { "x-api-key": body.apiKey } });
+      expect(me.status).toBe(200);
+      expect(me.body.id).toBe(body.id);
+    } finally {
+      await running.app.stop();
+    }
+    expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
+  });
+
+  it("takes over a data directory left locked by a process that died", async () => {
+    const dir = tmpDir();
+    fs.writeFileSync(path.join(dir, "embedded-db.json"), JSON.stringify({ pid: 2 ** 22 + 12345, role: "service", port: 1, startedAt: "x" }));
+    const created = await admin(["keys:create", "--company", "gamma", "--operations", "ALL"], { DATA_DIR: dir });
+    expect(created.code).toBe(0);
+    expect(JSON.parse(created.stdout).operations).toHaveLength(11);
+  });
+});
+
+describe("admin command", () => {
+  it.each([
+    [[], "no command"],
+    [["keys:delete"], "unknown command"],
+    [["keys:create", "--operations", "SMS"], "--company is required"],
+    [["keys:create", "--company", "acme"], "--operations is required"],
+    [["keys:create", "--company", "acme", "--operations", "SMS,FAX"], "unknown operation(s) FAX"],
+    [["keys:create", "--company", "acme", "--operations", "SMS", "--traffic-type", "BULK"], "--traffic-type must be"],
+    [["keys:create", "--company", "a b", "--operations", "SMS"], "--company must be"],
+    [["keys:create", "--company", "acme", "--operations", "SMS", "--colour", "red"], "Unknown option"],
+  ])("exits 2 with a message for bad arguments %j", async (args, message) => {
+    const dir = tmpDir();
+    const run = await admin(args as string[], { DATA_DIR: dir });
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe("");
+    expect(run.stderr).toContain(message);
+    expect(fs.readdirSync(dir)).toEqual([]); // nothing was opened or written
+  });
+
+  itWithPostgres("creates a key in the PostgreSQL at DATABASE_URL", async () => {
+    const pg = await createPgDatabase();
+    try {
+      const run = await admin(["keys:create", "--company", "delta", "--operations", "RCS"], { DATABASE_URL: pg.url });
+      expect(run.code).toBe(0);
+      const db = await openDatabase({ databaseUrl: pg.url, dataDir: null, migrate: false });
+      const rows = await db.sequelize.query<{ company_id: string }>("SELECT company_id FROM api_keys", { type: QueryTypes.SELECT });
+      await db.close();
+      expect(rows).toEqual([{ company_id: "delta" }]);
+    } finally {
+      await pg.drop();
+    }
+  });
+});
+
+describe("start", () => {
+  it("refuses cluster mode without DATABASE_URL, in one line", async () => {
+    const run = await runScript("scripts/start.ts", [], { TRANSPORTER: "nats://127.0.0.1:4222" });
+    expect(run.code).toBe(2);
+    const lines = run.stderr.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/TRANSPORTER is set but DATABASE_URL is not/);
+  });
+
+  it("refuses a bad variable naming it", async () => {
+    const run = await runScript("scripts/start.ts", [], { PORT: "eighty", DATA_DIR: tmpDir() });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/PORT/);
+  });
+});
+
+describe("migrations", () => {
+  it("run once when several replicas start at the same time", async () => {
+    if (TEST_DATABASE_URL) {
+      const pg = await createPgDatabase();
+      try {
+        const dbs = await Promise.all([1, 2, 3, 4].map(() => openDatabase({ databaseUrl: pg.url, dataDir: null })));
+        const rows = await dbs[0]!.sequelize.query<{ name: string }>("SELECT name FROM schema_migrations ORDER BY name", { type: QueryTypes.SELECT });
+        expect(rows.map((r) => r.name)).toEqual(migrations.map((m) => m.name));
+        await Promise.all(dbs.map((d) => d.close()));
+      } finally {
+        await pg.drop();
+      }
+    } else {
+      const db = await openDatabase({ databaseUrl: null, dataDir: null, migrate: false });
+      const results = await Promise.all([migrate(db), migrate(db), migrate(db)]);
+      expect(results.flat().sort()).toEqual(migrations.map((m) => m.name));
+      await db.close();
+    }
+  });
+});
