@@ -67,7 +67,7 @@ const validate = ajv.compile({
 });
 
 /** Reads the environment (or the object given, for tests), validates it and freezes the result. */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<Config> = {}): Config {
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<Config> = {}, opts: { runsServices?: boolean } = {}): Config {
   const raw: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(VARIABLES)) {
     const value = env[name];
@@ -97,7 +97,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
 
   const config = { ...(out as unknown as Config), ...overrides };
-  if (config.transporter && !config.databaseUrl) {
+  if (config.transporter && !config.databaseUrl && opts.runsServices !== false) {
     throw new ConfigError(
       "Cluster mode refused: TRANSPORTER is set but DATABASE_URL is not; every node of a cluster must share one PostgreSQL (set DATABASE_URL=postgres://...)",
     );

@@ -69,6 +69,7 @@ describe("POST /authentication", () => {
     ["operations of the wrong type", { operations: "SMS" }],
     ["an unknown field", { operations: ["SMS"], admin: true }],
     ["a null body field", { operations: null }],
+    ["a __proto__ field", JSON.parse('{"operations":["SMS"],"__proto__":{"admin":true}}')],
   ])("answers 400 for %s", async (_name, body) => {
     const a = await t.newAccount(["AUTHENTICATION", "SMS"]);
     const res = await a.api.post("/authentication", body);

@@ -1,0 +1,52 @@
+import path from "node:path";
+import { ConfigError, loadConfig } from "../../lib/config";
+
+describe("loadConfig", () => {
+  it("has a working default for every variable", () => {
+    const c = loadConfig({});
+    expect(c).toMatchObject({
+      port: 3000,
+      internalPort: 3001,
+      internalToken: null,
+      databaseUrl: null,
+      dataDir: path.resolve("./data"),
+      transporter: null,
+      services: ["gateway", "auth"],
+      publicBaseUrl: "http://localhost:3000",
+      notifierRetryDelaySmsMs: 300000,
+      notifierRetryDelayRcsWhatsappMs: 600000,
+      webhookAllowPrivateTargets: false,
+      upstreamMode: "simulator",
+      logLevel: "info",
+      rateLimitRps: 50,
+    });
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  it("reads and types the environment", () => {
+    const c = loadConfig({ PORT: "8080", SERVICES: "auth, gateway,auth", WEBHOOK_ALLOW_PRIVATE_TARGETS: "true", RATE_LIMIT_RPS: "2.5" });
+    expect(c.port).toBe(8080);
+    expect(c.services).toEqual(["auth", "gateway"]);
+    expect(c.webhookAllowPrivateTargets).toBe(true);
+    expect(c.rateLimitRps).toBe(2.5);
+    expect(c.publicBaseUrl).toBe("http://localhost:8080");
+  });
+
+  it.each([
+    [{ PORT: "http" }, /PORT/],
+    [{ PORT: "70000" }, /PORT/],
+    [{ DATABASE_URL: "mysql://x" }, /DATABASE_URL/],
+    [{ TRANSPORTER: "redis://x", DATABASE_URL: "postgres://x" }, /TRANSPORTER/],
+    [{ SERVICES: "gateway,billing" }, /SERVICES.*billing/],
+    [{ LOG_LEVEL: "loud" }, /LOG_LEVEL/],
+    [{ RATE_LIMIT_RPS: "0" }, /RATE_LIMIT_RPS/],
+  ])("refuses %j naming the variable", (env, re) => {
+    expect(() => loadConfig(env)).toThrow(ConfigError);
+    expect(() => loadConfig(env)).toThrow(re);
+  });
+
+  it("refuses cluster mode without DATABASE_URL", () => {
+    expect(() => loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222" })).toThrow(/TRANSPORTER is set but DATABASE_URL is not/);
+    expect(loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db" }).transporter).toBe("nats://127.0.0.1:4222");
+  });
+});

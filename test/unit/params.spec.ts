@@ -1,0 +1,48 @@
+import { coerceValue, mergeParams } from "../../services/gateway/gateway.params";
+
+const schema = {
+  type: "object",
+  properties: {
+    page: { type: "integer" },
+    ratio: { type: "number" },
+    isTest: { type: "boolean" },
+    ids: { type: "array", items: { type: "integer" } },
+    name: { type: "string" },
+  },
+};
+
+describe("query coercion by schema", () => {
+  it("coerces what the schema asks for and leaves the rest for validation to refuse", () => {
+    expect(coerceValue("12", schema.properties.page)).toBe(12);
+    expect(coerceValue("1.5", schema.properties.page)).toBe("1.5");
+    expect(coerceValue("ten", schema.properties.page)).toBe("ten");
+    expect(coerceValue("0.25", schema.properties.ratio)).toBe(0.25);
+    expect(coerceValue("true", schema.properties.isTest)).toBe(true);
+    expect(coerceValue("yes", schema.properties.isTest)).toBe("yes");
+    expect(coerceValue("1,2, 3", schema.properties.ids)).toEqual([1, 2, 3]);
+    expect(coerceValue(["1", "2,3"], schema.properties.ids)).toEqual([1, 2, 3]);
+    expect(coerceValue("", schema.properties.ids)).toEqual([]);
+    expect(coerceValue("007", schema.properties.name)).toBe("007");
+  });
+});
+
+describe("mergeParams", () => {
+  it("merges query, body and path, coercing only query and path", () => {
+    expect(mergeParams({ page: "2" }, { name: "x", ratio: "3" }, { ids: "4" }, schema)).toEqual({ page: 2, name: "x", ratio: "3", ids: [4] });
+  });
+
+  it("refuses a name given twice", () => {
+    expect(() => mergeParams({ name: "a" }, { name: "b" }, {}, schema)).toThrow(/given more than once/);
+    expect(() => mergeParams({}, { id: "b" }, { id: "c" }, schema)).toThrow(/given more than once/);
+  });
+
+  it("refuses a body that is not an object", () => {
+    expect(() => mergeParams({}, [1, 2], {}, schema)).toThrow(/JSON object/);
+  });
+
+  it("keeps __proto__ as a plain (refusable) field", () => {
+    const out = mergeParams({}, JSON.parse('{"__proto__": {"admin": true}}'), {}, schema);
+    expect(Object.keys(out)).toEqual(["__proto__"]);
+    expect(({} as Record<string, unknown>).admin).toBeUndefined();
+  });
+});
