@@ -8,4 +8,5 @@ module.exports = {
   maxWorkers: 2,
   // Each file starts its own brokers and database; a file left running must not hold the run.
   forceExit: true,
+  reporters: ["default", "<rootDir>/test/helpers/summary-reporter.js"],
 };

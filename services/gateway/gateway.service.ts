@@ -271,11 +271,17 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (claim.kind === "replay") {
           res.setHeader("Idempotent-Replayed", "true");
           for (const [k, v] of Object.entries(claim.headers)) res.setHeader(k, v);
-          if (claim.status >= 400) return writeProblem(res, { ...(claim.body as object), requestId: req.$requestId } as never);
-          res.statusCode = claim.status;
-          if (claim.status === 204 || claim.body == null) return res.end();
-          res.setHeader("Content-Type", "application/json; charset=utf-8");
-          return res.end(JSON.stringify(claim.body));
+          if (claim.status >= 400) {
+            writeProblem(res, { ...(claim.body as object), requestId: req.$requestId } as never);
+          } else {
+            res.statusCode = claim.status;
+            if (claim.status === 204 || claim.body == null) res.end();
+            else {
+              res.setHeader("Content-Type", "application/json; charset=utf-8");
+              res.end(JSON.stringify(claim.body));
+            }
+          }
+          return true; // answered: moleculer-web must not go on to a 404
         }
         try {
           const data = await ctx.call(req.$endpoint as string, params, route.callOptions ? { ...route.callOptions } : {});

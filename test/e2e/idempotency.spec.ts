@@ -17,10 +17,11 @@ const counter = {
         properties: { delayMs: { type: "integer", minimum: 0, maximum: 2000 }, label: { type: "string" } },
       },
       responses: { 201: { type: "object" } },
-      async handler(ctx: Context<{ delayMs?: number; label?: string }, { $statusCode?: number }>) {
+      async handler(ctx: Context<{ delayMs?: number; label?: string }, { $statusCode?: number; $location?: string }>) {
         if (ctx.params.delayMs) await new Promise((r) => setTimeout(r, ctx.params.delayMs));
         runs += 1;
         ctx.meta.$statusCode = 201;
+        ctx.meta.$location = `/api/partner-gateway/v1/probe/counters/${runs}`;
         return { run: runs, label: ctx.params.label ?? null };
       },
     },
