@@ -6,6 +6,7 @@
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { Config } from "./lib/config";
 import { loggerOptions, withRequestId } from "./lib/logger";
+import { RequestMetrics } from "./lib/request-metrics";
 import { SchemaValidator } from "./lib/validator";
 
 type Handler = (ctx: { requestID?: string | null }) => unknown;
@@ -33,9 +34,28 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     retryPolicy: { enabled: false },
     circuitBreaker: { enabled: false },
     registry: { strategy: "RoundRobin", preferLocal: true },
-    metrics: { enabled: true, reporter: [] },
+    // Moleculer's registry stays on (process, OS, event loop, transporter metrics), but its per-call
+    // Metrics middleware is replaced by RequestMetrics (see lib/request-metrics.ts for why): the
+    // internal middlewares are listed here in Moleculer's own order with that one swapped.
+    metrics: { enabled: true, reporter: [], collectProcessMetrics: true },
     tracing: { enabled: false },
-    middlewares: [RequestScope],
+    internalMiddlewares: false,
+    middlewares: [
+      RequestScope,
+      "ActionHook",
+      "Validator",
+      "Bulkhead",
+      "Cacher",
+      "ContextTracker",
+      "CircuitBreaker",
+      "Timeout",
+      "Retry",
+      "Fallback",
+      "ErrorHandler",
+      RequestMetrics(),
+      "Debounce",
+      "Throttle",
+    ],
     heartbeatInterval: 5,
     heartbeatTimeout: 15,
     ...overrides,

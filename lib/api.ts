@@ -48,7 +48,9 @@ export interface ApiActionSpec {
 export interface AuthMeta {
   companyId: string;
   userId: string | null;
+  username: string | null;
   keyId: string;
+  keyCreatedAt: string;
   operations: Operation[];
   trafficType: TrafficType;
   $statusCode?: number;

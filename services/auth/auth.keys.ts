@@ -31,7 +31,15 @@ export function toApiKeyOut(row: ApiKey): ApiKeyOut {
 }
 
 export function toPrincipal(row: ApiKey): Principal {
-  return { keyId: row.id, companyId: row.companyId, userId: row.userId, operations: row.operations, trafficType: row.trafficType };
+  return {
+    keyId: row.id,
+    companyId: row.companyId,
+    userId: row.userId,
+    username: row.username,
+    operations: row.operations,
+    trafficType: row.trafficType,
+    keyCreatedAt: row.createdAt.toISOString(),
+  };
 }
 
 export interface NewKey {

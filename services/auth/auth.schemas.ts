@@ -35,8 +35,10 @@ export interface Principal {
   keyId: string;
   companyId: string;
   userId: string | null;
+  username: string | null;
   operations: Operation[];
   trafficType: TrafficType;
+  keyCreatedAt: string;
 }
 
 const operationsSchema = {

@@ -105,10 +105,10 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         operation: "AUTHENTICATION",
         summary: "Describe the calling key",
         responses: { 200: apiKeyOut },
-        async handler(this: AuthThis, ctx: Context<unknown, AuthMeta>): Promise<ApiKeyOut> {
-          const row = await this.models.ApiKey.findOne({ where: { id: ctx.meta.keyId, companyId: ctx.meta.companyId } });
-          if (!row) throw new ApiError("UNAUTHORIZED", "The API key is unknown or was deleted.");
-          return toApiKeyOut(row);
+        // The gateway has just verified the key (and forgets it the moment it is deleted): no query needed.
+        handler(ctx: Context<unknown, AuthMeta>): ApiKeyOut {
+          const m = ctx.meta;
+          return { id: m.keyId, companyId: m.companyId, userId: m.userId, username: m.username, operations: m.operations, trafficType: m.trafficType, createdAt: m.keyCreatedAt };
         },
       }),
 

@@ -36,25 +36,39 @@ export class HttpMetrics {
   });
   private readonly moleculer: InlinePrometheusReporter | null;
 
-  constructor(metrics: MetricRegistry | null | undefined) {
+  constructor(
+    metrics: MetricRegistry | null | undefined,
+    private readonly requests_: Registry | undefined,
+  ) {
     this.moleculer = metrics ? new InlinePrometheusReporter({}) : null;
     if (metrics) this.moleculer!.init(metrics);
   }
 
+  /** Label children are resolved once per (method, route, status): no label hashing per request. */
+  private readonly counters = new Map<string, ReturnType<HttpMetrics["requests"]["labels"]>>();
+  private readonly timers = new Map<string, ReturnType<HttpMetrics["duration"]["labels"]>>();
+
   observe(method: string, route: string, status: number, seconds: number): void {
-    this.requests.inc({ method, route, status: String(status) });
-    this.duration.observe({ method, route }, seconds);
+    const rk = `${method} ${route}`;
+    const ck = `${rk} ${status}`;
+    let counter = this.counters.get(ck);
+    if (!counter) this.counters.set(ck, (counter = this.requests.labels(method, route, String(status))));
+    let timer = this.timers.get(rk);
+    if (!timer) this.timers.set(rk, (timer = this.duration.labels(method, route)));
+    counter.inc();
+    timer.observe(seconds);
   }
 
   async render(): Promise<string> {
     const own = await this.registry.metrics();
+    const calls = this.requests_ ? await this.requests_.metrics() : "";
     let mol = "";
     try {
       mol = this.moleculer ? this.moleculer.generatePrometheusResponse() : "";
     } catch {
       mol = "";
     }
-    return `${own}\n${mol}`;
+    return `${own}\n${calls}\n${mol}`;
   }
 
   readonly contentType = this.registry.contentType;

@@ -15,6 +15,7 @@ import { ApiError } from "../../lib/errors";
 import { withRequestId } from "../../lib/logger";
 import { buildOpenApi, type ExposedAction } from "../../lib/openapi";
 import { toProblem } from "../../lib/problem";
+import { requestMetricsOf } from "../../lib/request-metrics";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
 import type { KeyDeletedEvent } from "../auth/auth.service";
 import type { Principal } from "../auth/auth.schemas";
@@ -186,9 +187,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           const seconds = Number(process.hrtime.bigint() - started) / 1e9;
           const route = req.$alias ? (req.$alias.fullPath ?? req.$alias.path) : "unmatched";
           this.metrics.observe(req.method ?? "GET", route, res.statusCode, seconds);
-          withRequestId(requestId, () =>
-            this.logger.info({ method: req.method, path: req.url?.split("?")[0], route, status: res.statusCode, ms: Math.round(seconds * 10000) / 10 }, "request"),
-          );
+          // The access log line names its request id itself (no log scope needed after the answer).
+          const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
+          this.logger.info({ requestId, method: req.method, path: url.split("?")[0], route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 }, "request");
         });
         return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
       },
@@ -216,10 +217,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         Object.assign(ctx.meta, {
           companyId: principal.companyId,
           userId: principal.userId,
+          username: principal.username,
           keyId: principal.keyId,
+          keyCreatedAt: principal.keyCreatedAt,
           operations: principal.operations,
           trafficType: principal.trafficType,
-        });
+        } satisfies Omit<AuthMeta, "$statusCode" | "$responseHeaders">);
         return principal;
       },
 
@@ -394,7 +397,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.keyHashes = new Map();
       this.buckets = new TokenBuckets(config.rateLimitRps, 2);
       this.idempotency = new IdempotencyStore(db.sequelize);
-      this.metrics = new HttpMetrics(this.broker.metrics);
+      this.metrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker));
       this.openApiCache = null;
       this.aliasesReady = false;
       this.server.on("clientError", answerClientError);

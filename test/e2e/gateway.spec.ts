@@ -199,6 +199,8 @@ describe("health and metrics", () => {
     expect(res.text).toMatch(/http_requests_total\{method="GET",route="\/api\/partner-gateway\/v1\/authentication\/me",status="200"\} [1-9]/);
     expect(res.text).toMatch(/http_requests_total\{method="GET",route="\/api\/partner-gateway\/v1\/authentication\/me",status="401"\} [1-9]/);
     expect(res.text).toMatch(/http_request_duration_seconds_bucket\{le="0\.05",method="GET",route="\/api\/partner-gateway\/v1\/authentication\/me"\}/);
-    expect(res.text).toMatch(/moleculer_request_total\{[^}]*action="auth\.verify"/);
+    expect(res.text).toMatch(/moleculer_request_total\{action="auth\.verify",caller="gateway"\} [1-9]/);
+    expect(res.text).toMatch(/moleculer_request_duration_seconds_bucket\{le="0\.005",action="auth\.me"\}/);
+    expect(res.text).toMatch(/process_memory_heap_size_used\{[^}]*nodeID=/); // Moleculer's own registry
   });
 });

@@ -49,7 +49,13 @@ if (!TEST_NATS_URL) {
       authNode = await startTestApp({ services: ["auth"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
       gwA = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-a` } });
       gwB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-b` } });
-      // Each gateway must see the remote auth and probe actions before routing to them.
+      // The cluster is formed once every node knows every other: the auth node must know both gateways
+      // (its key-deletion broadcast goes to the nodes it knows), each gateway the remote actions.
+      for (let i = 0; i < 200; i++) {
+        const known = (authNode.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter((s) => s.name === "gateway");
+        if (known.length === 2) break;
+        await new Promise((res) => setTimeout(res, 50));
+      }
       for (const gw of [gwA, gwB]) {
         for (let i = 0; i < 200; i++) {
           const r = await gw.api.get("/probe/whoami");
