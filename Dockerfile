@@ -4,7 +4,7 @@ WORKDIR /app
 ENV NODE_ENV=production
 COPY package.json package-lock.json ./
 # The node@22 devDependency is not needed in the image: its Node is already 22.
-RUN npm ci --omit=dev --no-audit --no-fund
+RUN npm install --omit=dev --no-audit --no-fund
 COPY tsconfig.json moleculer.config.ts ./
 COPY lib ./lib
 COPY migrations ./migrations
