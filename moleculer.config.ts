@@ -56,6 +56,9 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
       "Debounce",
       "Throttle",
     ],
+    // Our scripts stop the broker and then close the database; Moleculer's own signal handler would
+    // exit the process in between.
+    skipProcessEventRegistration: true,
     heartbeatInterval: 5,
     heartbeatTimeout: 15,
     ...overrides,

@@ -56,6 +56,9 @@ const VARIABLES = {
 
 export type EnvName = keyof typeof VARIABLES;
 
+/** Never echoed in an error message (they may carry passwords or tokens). */
+const SECRET_VARIABLES = new Set<string>(["INTERNAL_TOKEN", "DATABASE_URL", "TRANSPORTER"]);
+
 export class ConfigError extends Error {
   override name = "ConfigError";
 }
@@ -76,7 +79,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (!validate(raw)) {
     const e = validate.errors![0]!;
     const name = e.instancePath.replace(/^\//, "");
-    throw new ConfigError(`Invalid configuration: ${name}=${JSON.stringify(env[name])} ${e.message}`);
+    const shown = SECRET_VARIABLES.has(name) ? "(value not shown)" : JSON.stringify(env[name]);
+    throw new ConfigError(`Invalid configuration: ${name}=${shown} ${e.message}`);
   }
   const out: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(VARIABLES)) out[spec.field] = raw[name];

@@ -1,19 +1,20 @@
 /**
  * Embedded PostgreSQL: PGlite under DATA_DIR, served to `pg`/Sequelize through pglite-socket on a
  * loopback port. PGlite admits one process per data directory, so the directory is guarded by a
- * lock file that also publishes the running service's port: the admin command connects there when
- * the service runs, and opens the directory itself (holding the lock) when it does not. Never two
- * openers at once.
+ * lock (proper-lockfile), and its holder publishes who it is and, for a running service, its port
+ * (embedded-db.json): the admin command connects there when the service runs, and opens the
+ * directory itself (holding the lock) when it does not. Never two openers at once.
  */
 import { PGlite } from "@electric-sql/pglite";
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket";
 import fs from "node:fs";
+import lockfile from "proper-lockfile";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 export type OpenerRole = "service" | "admin";
 
-interface LockInfo {
+interface OpenerInfo {
   pid: number;
   role: OpenerRole;
   port: number | null;
@@ -28,7 +29,11 @@ export interface EmbeddedServer {
   close(): Promise<void>;
 }
 
+/** Who holds the directory and, for a running service, its socket port. */
 export const lockFileOf = (dataDir: string) => path.join(dataDir, "embedded-db.json");
+/** The lock itself (proper-lockfile: a directory whose mtime the holder keeps fresh). */
+const lockDirOf = (dataDir: string) => path.join(dataDir, "embedded.lock");
+const STALE_MS = 10_000;
 
 function pidAlive(pid: number): boolean {
   try {
@@ -39,53 +44,52 @@ function pidAlive(pid: number): boolean {
   }
 }
 
-function readLock(file: string): LockInfo | null {
+function readInfo(file: string): OpenerInfo | null {
   try {
-    return JSON.parse(fs.readFileSync(file, "utf8")) as LockInfo;
+    return JSON.parse(fs.readFileSync(file, "utf8")) as OpenerInfo;
   } catch {
     return null;
   }
 }
 
-function writeLockAtomically(file: string, info: LockInfo): void {
+function writeInfo(file: string, info: OpenerInfo): void {
   const tmp = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(tmp, JSON.stringify(info));
   fs.renameSync(tmp, file);
 }
 
-/** Data directories this process holds right now. */
-const openHere = new Set<string>();
-
 const urlOf = (port: number) => `postgres://postgres@127.0.0.1:${port}/postgres`;
 
+type Release = () => Promise<void>;
+
 /**
- * Takes the data directory for `role`. A service that finds another live service refuses; an admin
- * that finds a running service connects to it; anyone who finds the directory being opened or held
- * briefly by an admin waits for it (up to `waitMs`).
+ * Takes the data directory for `role`, with an OS-level lock (proper-lockfile: atomic mkdir, kept
+ * fresh by its holder, taken over once stale, so a crashed holder never blocks for long and two
+ * openers never both win). Held by a live service: an admin connects to it, a service refuses.
+ * Held by anyone else (an admin, a service still starting, a holder that just died): wait.
  */
-async function acquire(dataDir: string, role: OpenerRole, waitMs: number): Promise<{ owner: true } | { owner: false; port: number }> {
-  const file = lockFileOf(dataDir);
+async function acquire(dataDir: string, role: OpenerRole, waitMs: number): Promise<{ owner: true; release: Release } | { owner: false; port: number }> {
+  const infoFile = lockFileOf(dataDir);
   const deadline = Date.now() + waitMs;
-  let unreadableSince: number | null = null;
   for (;;) {
     try {
-      const fd = fs.openSync(file, "wx");
-      fs.writeSync(fd, JSON.stringify({ pid: process.pid, role, port: null, startedAt: new Date().toISOString() } satisfies LockInfo));
-      fs.closeSync(fd);
-      return { owner: true };
+      const release = await lockfile.lock(dataDir, {
+        lockfilePath: lockDirOf(dataDir),
+        realpath: false,
+        stale: STALE_MS,
+        update: 2000,
+        onCompromised: (err) => {
+          process.stderr.write(`The lock on DATA_DIR ${dataDir} was lost (${err.message}); stopping so that two processes never share it.\n`);
+          process.exit(1);
+        },
+      });
+      writeInfo(infoFile, { pid: process.pid, role, port: null, startedAt: new Date().toISOString() });
+      return { owner: true, release };
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      if ((e as NodeJS.ErrnoException).code !== "ELOCKED") throw e;
     }
-    const info = readLock(file);
-    if (!info) {
-      // Being written right now, or left half-written by a crash: give it a moment, then clear it.
-      unreadableSince ??= Date.now();
-      if (Date.now() - unreadableSince > 2000) fs.rmSync(file, { force: true });
-    } else if (!pidAlive(info.pid) || (info.pid === process.pid && !openHere.has(path.resolve(dataDir)))) {
-      // Dead, or our own pid left by an earlier incarnation (a container restarted as pid 1): stale.
-      fs.rmSync(file, { force: true });
-      continue;
-    } else if (info.role === "service" && info.port) {
+    const info = readInfo(infoFile);
+    if (info?.role === "service" && info.port && pidAlive(info.pid)) {
       if (role === "admin") return { owner: false, port: info.port };
       throw new Error(
         `DATA_DIR ${dataDir} is in use by another running service (pid ${info.pid}); embedded mode admits one process per data directory (use DATABASE_URL and TRANSPORTER to run several)`,
@@ -102,27 +106,27 @@ async function acquire(dataDir: string, role: OpenerRole, waitMs: number): Promi
  * Opens the embedded database. `dataDir: null` is an in-memory database (tests): no lock, no files.
  */
 export async function openEmbedded(dataDir: string | null, role: OpenerRole, waitMs = 30000): Promise<EmbeddedServer> {
+  let releaseLock: Release | null = null;
   if (dataDir) {
     fs.mkdirSync(dataDir, { recursive: true });
     const got = await acquire(dataDir, role, waitMs);
     if (!got.owner) return { url: urlOf(got.port), owner: false, close: async () => undefined };
-    openHere.add(path.resolve(dataDir));
+    releaseLock = got.release;
   }
-  const lockFile = dataDir ? lockFileOf(dataDir) : null;
+  const infoFile = dataDir ? lockFileOf(dataDir) : null;
   let db: PGlite | null = null;
   let server: PGLiteSocketServer | null = null;
-  const release = () => {
-    if (lockFile && readLock(lockFile)?.pid === process.pid) fs.rmSync(lockFile, { force: true });
-    if (dataDir) openHere.delete(path.resolve(dataDir));
+  const release = async () => {
+    if (infoFile && readInfo(infoFile)?.pid === process.pid) fs.rmSync(infoFile, { force: true });
+    await releaseLock?.().catch(() => undefined);
+    releaseLock = null;
   };
   try {
     db = await PGlite.create(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : {});
     server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 32 });
     await server.start();
     const port = Number(server.getServerConn().split(":").pop());
-    if (lockFile && role === "service") {
-      writeLockAtomically(lockFile, { pid: process.pid, role, port, startedAt: new Date().toISOString() });
-    }
+    if (infoFile && role === "service") writeInfo(infoFile, { pid: process.pid, role, port, startedAt: new Date().toISOString() });
     const [d, s] = [db, server];
     let closed = false;
     return {
@@ -135,14 +139,14 @@ export async function openEmbedded(dataDir: string | null, role: OpenerRole, wai
           await s.stop();
           await d.close();
         } finally {
-          release(); // only once PGlite has let go of the directory
+          await release(); // only once PGlite has let go of the directory
         }
       },
     };
   } catch (e) {
     await server?.stop().catch(() => undefined);
     await db?.close().catch(() => undefined);
-    release();
+    await release();
     throw e;
   }
 }

@@ -100,10 +100,12 @@ export function toProblem(err: unknown, requestId: string): Problem {
   if (rawType === "VALIDATION_ERROR" && problem.detail === "Parameters validation error!") {
     problem.detail = "The request has invalid or missing fields.";
   }
-  const errors = fieldErrors(e.data);
+  // Only our own documented errors pass on their data (field errors, `existingId` on a 409, ...);
+  // Moleculer's transport errors carry internal action and node names there.
+  const ours = rawType in ERROR_TYPES || rawType === "VALIDATION_ERROR";
+  const errors = ours ? fieldErrors(e.data) : undefined;
   if (errors) problem.errors = errors;
-  // Documented extension members (for example `existingId` on a 409) travel in `data`.
-  if (e.data && typeof e.data === "object" && !Array.isArray(e.data)) {
+  if (ours && e.data && typeof e.data === "object" && !Array.isArray(e.data)) {
     for (const [k, v] of Object.entries(e.data as Record<string, unknown>)) {
       if (k !== "errors" && !(k in problem)) problem[k] = v;
     }

@@ -1,6 +1,10 @@
 import type { Sequelize } from "sequelize";
 
-/** Stored answers of creating POSTs, keyed by account and Idempotency-Key, kept 24 h. */
+/**
+ * Stored answers of creating POSTs, keyed by account and Idempotency-Key, kept 24 h. The body is
+ * sealed (AES-256-GCM) with a key derived from the calling API key's value, which is not stored:
+ * a stored answer (a new key's value, say) cannot be read from the database.
+ */
 export async function up(sequelize: Sequelize): Promise<void> {
   await sequelize.query(`
     CREATE TABLE idempotency_keys (
@@ -9,7 +13,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       request_hash     text NOT NULL,
       state            text NOT NULL CHECK (state IN ('RUNNING', 'DONE')),
       response_status  integer,
-      response_body    jsonb,
+      response_body    text,
       response_headers jsonb,
       created_at       timestamptz NOT NULL DEFAULT now(),
       PRIMARY KEY (company_id, key)

@@ -108,7 +108,8 @@ export const keyIdIn = {
   type: "object",
   additionalProperties: false,
   required: ["id"],
-  properties: { id: { type: "string", format: "uuid" } },
+  // A plain pattern: ajv's "uuid" format also takes "urn:uuid:...", which PostgreSQL's uuid does not.
+  properties: { id: { type: "string", pattern: "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"] } },
 };
 
 export const verifyIn = {

@@ -21,12 +21,17 @@ import type { KeyDeletedEvent } from "../auth/auth.service";
 import type { Principal } from "../auth/auth.schemas";
 import { renderDocs } from "./gateway.docs";
 import { answerClientError, parseJson, requestIdOf, requireJson, writeProblem } from "./gateway.http";
-import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash } from "./gateway.idempotency";
+import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash, Sealer } from "./gateway.idempotency";
 import { HttpMetrics } from "./gateway.metrics";
 import { mergeParams } from "./gateway.params";
 import { TokenBuckets } from "./gateway.ratelimit";
 
 const KEY_RE = /^pgw_[A-Za-z0-9_-]{43}$/;
+const sha256hex = (value: string) => createHash("sha256").update(value).digest("hex");
+
+type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
+const runMiddleware = (mw: Middleware, req: IncomingMessage, res: ServerResponse) =>
+  new Promise<void>((resolve, reject) => mw(req, res, (err) => (err ? reject(err) : resolve())));
 const mixin = ApiGateway as unknown as { methods: Record<string, (...args: unknown[]) => unknown> };
 
 /** What moleculer-web hangs on a request, and what we add. */
@@ -52,6 +57,7 @@ type GatewayThis = Service<ApiServiceSettings> & GatewayVars;
 interface GatewayVars {
   keyCache: Map<string, CachedPrincipal>;
   keyHashes: Map<string, string>;
+  deletedKeys: Map<string, number>;
   buckets: TokenBuckets;
   idempotency: IdempotencyStore;
   metrics: HttpMetrics;
@@ -61,6 +67,9 @@ interface GatewayVars {
   purgeTimer?: NodeJS.Timeout;
   server: import("node:http").Server;
   principalOf(ctx: Context, key: string): Promise<Principal | null>;
+  cachedPrincipal(key: string): Principal | null;
+  rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
+  storeAnswer(companyId: string, key: string, status: number, body: unknown, headers: Record<string, string>, sealer: Sealer): Promise<void>;
   evictKey(keyId: string): void;
   sendProblem(req: GwRequest, res: ServerResponse, err: unknown): void;
   sendResponse(req: GwRequest, res: ServerResponse, data: unknown, action: unknown): void;
@@ -126,8 +135,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           path: API_PREFIX,
           autoAliases: true,
           mappingPolicy: "restrict",
-          bodyParsers: false,
-          use: [requireJson, parseJson],
+          bodyParsers: false, // the body is read in callAction, once the key has been checked
           authentication: true,
           mergeParams: true,
           callOptions: { timeout: 30000 },
@@ -197,17 +205,23 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** X-API-Key -> the key's account and operations; the per-key rate limit; the operation check. */
       async authenticate(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse) {
         const action = req.$action;
-        if (!action || action.operation === null || action.operation === undefined) return null;
-        const raw = req.headers["x-api-key"];
-        const principal = typeof raw === "string" && KEY_RE.test(raw) ? await this.principalOf(ctx, raw) : null;
-        const decision = this.buckets.take(principal ? `key:${principal.keyId}` : `ip:${req.socket.remoteAddress}`);
-        res.setHeader("RateLimit-Limit", decision.limit);
-        res.setHeader("RateLimit-Remaining", decision.remaining);
-        res.setHeader("RateLimit-Reset", decision.resetS);
-        if (!decision.allowed) {
-          res.setHeader("Retry-After", decision.retryAfterS);
-          throw new ApiError("RATE_LIMITED", `Rate limit of ${config.rateLimitRps} requests per second exceeded; retry after ${decision.retryAfterS} s.`);
+        if (!action) return null;
+        const ip = `ip:${req.socket.remoteAddress}`;
+        if (action.operation === null) {
+          this.rateLimit(res, ip, true); // public: limited per client address
+          return null;
         }
+        // Fail closed: an exposed action must say which operation it needs (null for public).
+        if (action.operation === undefined) throw new Error(`${action.name} is exposed without declaring its operation`);
+        const raw = req.headers["x-api-key"];
+        const wellFormed = typeof raw === "string" && KEY_RE.test(raw);
+        let principal = wellFormed ? this.cachedPrincipal(raw) : null;
+        if (!principal && wellFormed) {
+          // A key not in the cache costs a lookup: charge the client address first.
+          this.rateLimit(res, ip, true);
+          principal = await this.principalOf(ctx, raw);
+        }
+        this.rateLimit(res, principal ? `key:${principal.keyId}` : ip, true);
         if (!principal) {
           throw new ApiError("UNAUTHORIZED", raw === undefined ? "The X-API-Key header is missing." : "The API key is unknown, malformed or deleted.");
         }
@@ -226,11 +240,30 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         return principal;
       },
 
+      /** Takes a token from bucket `id` and announces the state in RateLimit-*; past it, 429 (when `enforce`). */
+      rateLimit(this: GatewayThis, res: ServerResponse, id: string, enforce: boolean) {
+        const decision = this.buckets.take(id);
+        if (!res.headersSent) {
+          res.setHeader("RateLimit-Limit", decision.limit);
+          res.setHeader("RateLimit-Remaining", decision.remaining);
+          res.setHeader("RateLimit-Reset", decision.resetS);
+        }
+        if (!decision.allowed && enforce) {
+          res.setHeader("Retry-After", decision.retryAfterS);
+          throw new ApiError("RATE_LIMITED", `Rate limit of ${config.rateLimitRps} requests per second exceeded; retry after ${decision.retryAfterS} s.`);
+        }
+      },
+
+      cachedPrincipal(this: GatewayThis, key: string): Principal | null {
+        const hit = this.keyCache.get(sha256hex(key));
+        return hit && hit.expires > Date.now() ? hit.principal : null;
+      },
+
       async principalOf(this: GatewayThis, ctx: Context, key: string): Promise<Principal | null> {
-        const hash = createHash("sha256").update(key).digest("hex");
-        const hit = this.keyCache.get(hash);
-        if (hit && hit.expires > Date.now()) return hit.principal;
+        const hash = sha256hex(key);
         const principal = (await ctx.call("auth.verify", { keyHash: hash })) as Principal | null;
+        // Deleted while the lookup was on its way: the answer is already out of date.
+        if (principal && this.deletedKeys.has(principal.keyId)) return null;
         if (principal && config.authCacheTtlMs > 0) {
           if (this.keyCache.size >= 10000) {
             const oldest = this.keyCache.keys().next().value!;
@@ -246,11 +279,22 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         const hash = this.keyHashes.get(keyId);
         if (hash) this.keyCache.delete(hash);
         this.keyHashes.delete(keyId);
+        // Remembered for as long as a lookup started before the deletion could still answer.
+        const now = Date.now();
+        this.deletedKeys.set(keyId, now + 60_000);
+        if (this.deletedKeys.size > 1000) for (const [id, until] of this.deletedKeys) if (until < now) this.deletedKeys.delete(id);
       },
 
-      /** Partner calls: params from query, body and path (coerced by the action's schema), Idempotency-Key. */
+      /**
+       * Partner calls, after authentication: the body (JSON only, 1 MiB), params from query, body and
+       * path (coerced by the action's schema), then Idempotency-Key or the plain call.
+       */
       async callAction(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, actionName: string, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, isStream: boolean) {
         if (route.opts.name !== "partner" || !req.$action) return mixin.methods.callAction!.call(this, route, actionName, req, res, params, isStream);
+        if (req.method !== "GET" && req.method !== "HEAD") {
+          await runMiddleware(requireJson, req, res);
+          await runMiddleware(parseJson, req, res);
+        }
         const pathParams = (req.$alias?.match(req.parsedUrl ?? "") || {}) as Record<string, string>;
         const merged = mergeParams(req.query ?? {}, req.body, pathParams, req.$action.params as Record<string, unknown> | undefined);
         req.$params = merged;
@@ -268,8 +312,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       async callIdempotent(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, key: string) {
         const ctx = req.$ctx;
         const companyId = ctx.meta.companyId;
-        const claim = await this.idempotency.claim(companyId, key, requestHash(req.method!, req.parsedUrl ?? "", params));
-        if (claim.kind === "mismatch") throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used with a different request in the last 24 hours.");
+        const sealer = new Sealer(req.headers["x-api-key"] as string, companyId, key);
+        const claim = await this.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer);
+        if (claim.kind === "mismatch") throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
         if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
         if (claim.kind === "replay") {
           res.setHeader("Idempotent-Replayed", "true");
@@ -286,23 +331,37 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           }
           return true; // answered: moleculer-web must not go on to a 404
         }
+        let data: unknown;
         try {
-          const data = await ctx.call(req.$endpoint as string, params, route.callOptions ? { ...route.callOptions } : {});
-          const status = ctx.meta.$statusCode ?? 200;
-          this.checkResponse(req, status, data);
-          const location = (ctx.meta as { $location?: string }).$location;
-          await this.idempotency.complete(companyId, key, status, data, location ? { Location: location } : {});
-          this.sendResponse(req, res, data, (req.$endpoint as { action: unknown }).action);
-          return true;
+          data = await ctx.call(req.$endpoint as string, params, route.callOptions ? { ...route.callOptions } : {});
         } catch (err) {
           const problem = toProblem(err, req.$requestId);
+          const type = (err as { type?: string }).type ?? "";
           if (problem.status < 500) {
             const { requestId: _drop, ...stored } = problem;
-            await this.idempotency.complete(companyId, key, problem.status, stored, {});
-          } else {
+            await this.storeAnswer(companyId, key, problem.status, stored, {}, sealer);
+          } else if (type !== "REQUEST_TIMEOUT") {
+            // Nothing ran (no service), or the action ended with an error: it is over, retry freely.
             await this.idempotency.release(companyId, key).catch(() => undefined);
           }
+          // A timeout leaves the claim RUNNING: the handler may still be at work, so repeats get 409
+          // until the claim is abandoned (IdempotencyStore.abandonAfterS) rather than acting twice.
           throw err;
+        }
+        const status = ctx.meta.$statusCode ?? 200;
+        this.checkResponse(req, status, data);
+        const location = (ctx.meta as { $location?: string }).$location;
+        await this.storeAnswer(companyId, key, status, data, location ? { Location: location } : {}, sealer);
+        this.sendResponse(req, res, data, (req.$endpoint as { action: unknown }).action);
+        return true;
+      },
+
+      /** Stores an answer; if that fails the caller still gets the answer, and the claim stays until abandoned. */
+      async storeAnswer(this: GatewayThis, companyId: string, key: string, status: number, body: unknown, headers: Record<string, string>, sealer: Sealer) {
+        try {
+          await this.idempotency.complete(companyId, key, status, body, headers, sealer);
+        } catch (err) {
+          this.logger.error({ err: { name: (err as Error).name, message: (err as Error).message } }, "could not store an idempotent answer");
         }
       },
 
@@ -342,6 +401,11 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           withRequestId(requestId, () => this.logger.error({ err, method: req.method, path: req.url }, "request failed"));
         } else if (problem.status > 500) {
           withRequestId(requestId, () => this.logger.warn({ method: req.method, path: req.url, status: problem.status, detail: problem.detail }, "request not served"));
+        }
+        // Every partner answer carries RateLimit-*: those refused before authentication count per address.
+        const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
+        if (url.startsWith(API_PREFIX) && !res.headersSent && !res.hasHeader("RateLimit-Limit")) {
+          this.rateLimit(res, `ip:${req.socket.remoteAddress}`, false);
         }
         writeProblem(res, problem, { "X-Request-Id": requestId });
       },
@@ -395,6 +459,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
     created(this: GatewayThis) {
       this.keyCache = new Map();
       this.keyHashes = new Map();
+      this.deletedKeys = new Map();
       this.buckets = new TokenBuckets(config.rateLimitRps, 2);
       this.idempotency = new IdempotencyStore(db.sequelize);
       this.metrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker));

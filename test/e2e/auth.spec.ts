@@ -187,6 +187,7 @@ describe("DELETE /authentication/{id}", () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
     expectProblem(await a.api.delete("/authentication/12345"), 400);
     expectProblem(await a.api.delete("/authentication/%E0%A4%A"), 400);
+    expectProblem(await a.api.get("/authentication/urn:uuid:00000000-0000-0000-0000-000000000000"), 400);
     expectProblem(await a.api.delete("/authentication/00000000-0000-4000-8000-000000000000"), 404);
   });
 });

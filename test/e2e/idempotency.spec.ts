@@ -123,6 +123,33 @@ describe("Idempotency-Key on creating POSTs", () => {
     expect(runs).toBe(before);
   });
 
+  it("never hands a stored answer to another key of the account, nor keeps it readable", async () => {
+    const a = await t.newAccount(["AUTHENTICATION", "SMS"]);
+    const narrow = (await a.api.post("/authentication", { operations: ["AUTHENTICATION"] })).body.apiKey as string;
+    const first = await a.api.post("/authentication", { operations: ["SMS", "AUTHENTICATION"] }, { headers: { "idempotency-key": "order-1" } });
+    expect(first.status).toBe(201);
+    // The same Idempotency-Key from a key that may not create SMS keys: not the first answer.
+    const other = await t.api.post("/authentication", { operations: ["SMS", "AUTHENTICATION"] }, { headers: { "idempotency-key": "order-1", "x-api-key": narrow } });
+    expect(other.status).toBe(422);
+    expect(other.text).not.toContain(first.body.apiKey);
+    const rows = await t.db.sequelize.query<{ response_body: string }>("SELECT response_body FROM idempotency_keys WHERE company_id = :c", {
+      replacements: { c: a.companyId },
+      type: "SELECT" as never,
+    });
+    expect(rows.length).toBeGreaterThan(0);
+    for (const r of rows) {
+      expect(r.response_body).not.toContain(first.body.apiKey);
+      expect(r.response_body).not.toContain(first.body.apiKey.slice(4, 20));
+    }
+  });
+
+  it("answers 400, not 500, for a body nested absurdly deep", async () => {
+    const a = await t.newAccount(["AUTHENTICATION"]);
+    const deep = '{"label":' + "[".repeat(5000) + "]".repeat(5000) + "}";
+    const res = await a.api.request("POST", "/probe/counters", { raw: deep, headers: { "content-type": "application/json", "idempotency-key": "deep-1" } });
+    expect(res.status).toBe(400);
+  });
+
   it("acts normally without the header", async () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
     const before = runs;

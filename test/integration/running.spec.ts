@@ -100,9 +100,33 @@ describe("embedded mode (PGlite under DATA_DIR)", () => {
   it("takes over a data directory left locked by a process that died", async () => {
     const dir = tmpDir();
     fs.writeFileSync(path.join(dir, "embedded-db.json"), JSON.stringify({ pid: 2 ** 22 + 12345, role: "service", port: 1, startedAt: "x" }));
+    // The lock of a holder that died stops being refreshed; once stale it is taken over.
+    fs.mkdirSync(path.join(dir, "embedded.lock"));
+    const old = new Date(Date.now() - 60_000);
+    fs.utimesSync(path.join(dir, "embedded.lock"), old, old);
     const created = await admin(["keys:create", "--company", "gamma", "--operations", "ALL"], { DATA_DIR: dir });
     expect(created.code).toBe(0);
     expect(JSON.parse(created.stdout).operations).toHaveLength(11);
+  });
+});
+
+describe("stopping", () => {
+  it("closes the embedded database and lets go of the data directory on SIGTERM", async () => {
+    const dir = tmpDir();
+    const port = 4300 + Math.floor(Math.random() * 400);
+    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_)/.test(k)));
+    const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      cwd: ROOT,
+      env: { ...clean, DATA_DIR: dir, PORT: String(port), LOG_LEVEL: "warn" },
+      stdio: "ignore",
+    });
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
+    expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
+    expect(fs.existsSync(path.join(dir, "embedded.lock"))).toBe(false);
   });
 });
 

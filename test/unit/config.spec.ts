@@ -45,6 +45,16 @@ describe("loadConfig", () => {
     expect(() => loadConfig(env)).toThrow(re);
   });
 
+  it("never echoes a secret in its message", () => {
+    expect(() => loadConfig({ DATABASE_URL: "mysql://root:hunter2@db/x" })).toThrow(/DATABASE_URL=\(value not shown\)/);
+    expect(() => loadConfig({ INTERNAL_TOKEN: "short-secret" })).toThrow(/INTERNAL_TOKEN=\(value not shown\)/);
+    try {
+      loadConfig({ INTERNAL_TOKEN: "short-secret" });
+    } catch (e) {
+      expect((e as Error).message).not.toContain("short-secret");
+    }
+  });
+
   it("refuses cluster mode without DATABASE_URL", () => {
     expect(() => loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222" })).toThrow(/TRANSPORTER is set but DATABASE_URL is not/);
     expect(loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db" }).transporter).toBe("nats://127.0.0.1:4222");

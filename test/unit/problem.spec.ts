@@ -35,9 +35,15 @@ describe("toProblem", () => {
     expect(toProblem({ type: "charset.unsupported", status: 415 }, "r").status).toBe(415);
   });
 
-  it("answers 503 when the service behind a route is not available", () => {
-    const p = toProblem(new Errors.ServiceNotFoundError({ action: "contacts.list" }), "r");
-    expect(p.status).toBe(503);
-    expect(p.detail).not.toContain("contacts.list");
+  it("answers 503 when the service behind a route is not available, naming no internals", () => {
+    for (const err of [
+      new Errors.ServiceNotFoundError({ action: "contacts.list", nodeID: "node-7" }),
+      new Errors.ServiceNotAvailableError({ action: "contacts.list", nodeID: "node-7" }),
+      new Errors.RequestTimeoutError({ action: "contacts.list", nodeID: "node-7" }),
+    ]) {
+      const p = toProblem(err, "r");
+      expect(p.status).toBe(503);
+      expect(JSON.stringify(p)).not.toMatch(/contacts\.list|node-7/);
+    }
   });
 });
