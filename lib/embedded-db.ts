@@ -6,6 +6,7 @@
  * directory itself (holding the lock) when it does not. Never two openers at once.
  */
 import { PGlite } from "@electric-sql/pglite";
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket";
 import fs from "node:fs";
 import lockfile from "proper-lockfile";
@@ -122,7 +123,8 @@ export async function openEmbedded(dataDir: string | null, role: OpenerRole, wai
     releaseLock = null;
   };
   try {
-    db = await PGlite.create(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : {});
+    // pg_trgm: the extensions the migrations use must be loaded into PGlite here.
+    db = await PGlite.create({ ...(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : {}), extensions: { pg_trgm } });
     server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 32 });
     await server.start();
     const port = Number(server.getServerConn().split(":").pop());

@@ -29,6 +29,13 @@ function bufferedStdout() {
   if (!stdoutDest) {
     const dest = pino.destination({ dest: 1, sync: false, minLength: 8192 });
     setInterval(() => dest.flush(), 250).unref();
+    process.on("exit", () => {
+      try {
+        dest.flushSync();
+      } catch {
+        /* stdout already gone */
+      }
+    });
     stdoutDest = dest;
   }
   return stdoutDest;

@@ -1,0 +1,69 @@
+/**
+ * What a contact's fields become before they are stored: phone numbers parsed and validated by
+ * libphonenumber-js (full metadata) into E.164, emails trimmed and lower-cased, custom fields checked
+ * against the account's declarations. Every refusal names its field.
+ */
+import { parsePhoneNumberFromString } from "libphonenumber-js/max";
+import type { FieldError } from "../../lib/errors";
+import type { CustomFieldType, CustomValue } from "./contacts.schemas";
+
+/**
+ * E.164, or null when the input is not a valid number in international form (`+` or `00` and the
+ * country code). A number without its country code is refused rather than guessed.
+ */
+export function toE164(input: string): string | null {
+  const trimmed = input.trim();
+  if (!/^(\+|00)/.test(trimmed)) return null;
+  const phone = parsePhoneNumberFromString(trimmed.replace(/^00/, "+"));
+  return phone && phone.isValid() ? phone.number : null;
+}
+
+export const PHONE_ERROR = "must be a valid phone number in international format, e.g. +351912345678";
+
+export const normalizeEmail = (email: string) => email.trim().toLowerCase();
+
+const DATE_RE = /^\d{4}-\d{2}-\d{2}$/;
+
+/** Checks one custom value against its declared type. */
+export function customValueError(type: CustomFieldType, value: unknown): string | null {
+  switch (type) {
+    case "TEXT":
+      return typeof value === "string" && value.length <= 2000 ? null : "must be a text of at most 2000 characters";
+    case "NUMBER":
+      return typeof value === "number" && Number.isFinite(value) ? null : "must be a number";
+    case "BOOLEAN":
+      return typeof value === "boolean" ? null : "must be true or false";
+    case "DATE":
+      return typeof value === "string" && DATE_RE.test(value) && !Number.isNaN(Date.parse(`${value}T00:00:00Z`)) && new Date(`${value}T00:00:00Z`).toISOString().startsWith(value)
+        ? null
+        : "must be a date YYYY-MM-DD";
+  }
+}
+
+/** Custom field values against the declarations: undeclared keys and wrong types are errors. */
+export function checkCustomFields(values: Record<string, CustomValue>, declared: Map<string, CustomFieldType>): FieldError[] {
+  const errors: FieldError[] = [];
+  for (const [key, value] of Object.entries(values)) {
+    const type = declared.get(key);
+    if (!type) errors.push({ path: `customFields.${key}`, message: "is not a custom field of this account" });
+    else {
+      const problem = customValueError(type, value);
+      if (problem) errors.push({ path: `customFields.${key}`, message: problem });
+    }
+  }
+  return errors;
+}
+
+/** A custom-field filter value (a query string) as the JSON value of its declared type. */
+export function parseCustomFilter(type: CustomFieldType, raw: string): CustomValue | undefined {
+  switch (type) {
+    case "TEXT":
+      return raw;
+    case "NUMBER":
+      return /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw) ? Number(raw) : undefined;
+    case "BOOLEAN":
+      return raw === "true" ? true : raw === "false" ? false : undefined;
+    case "DATE":
+      return customValueError("DATE", raw) === null ? raw : undefined;
+  }
+}

@@ -1,0 +1,335 @@
+/**
+ * Contacts, custom fields, contact lists and memberships on the wire (spec parts 2 and 4, contract
+ * section 4).
+ */
+import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
+
+export const CHANNELS = ["SMS", "RCS", "WHATSAPP"] as const;
+export type Channel = (typeof CHANNELS)[number];
+export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
+export type Gender = (typeof GENDERS)[number];
+export const CUSTOM_FIELD_TYPES = ["TEXT", "NUMBER", "DATE", "BOOLEAN"] as const;
+export type CustomFieldType = (typeof CUSTOM_FIELD_TYPES)[number];
+
+const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+export const CUSTOM_KEY = "^[A-Za-z][A-Za-z0-9_]{0,63}$";
+/** Bulk bodies name at most this many contacts. */
+export const MAX_BULK_IDS = 10000;
+
+const uuid = { type: "string", pattern: UUID, examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"] };
+const listId = { type: "integer", minimum: 1, maximum: 9007199254740991, examples: [42] };
+const dateTime = { type: "string", format: "date-time" };
+
+export type CustomValue = string | number | boolean;
+
+export interface ContactOut {
+  id: string;
+  firstName: string | null;
+  lastName: string | null;
+  gender: Gender | null;
+  phoneNumber: string | null;
+  email: string | null;
+  customFields: Record<string, CustomValue>;
+  isTest: boolean;
+  isValid: boolean;
+  communicationSupported: Channel[];
+  lastContactType: Channel | null;
+  lastCampaignType: Channel | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export const contactOut = {
+  $id: "Contact",
+  type: "object",
+  additionalProperties: false,
+  required: ["id", "firstName", "lastName", "gender", "phoneNumber", "email", "customFields", "isTest", "isValid", "communicationSupported", "lastContactType", "lastCampaignType", "createdAt", "updatedAt"],
+  properties: {
+    id: uuid,
+    firstName: { type: "string", nullable: true, examples: ["Ana"] },
+    lastName: { type: "string", nullable: true, examples: ["Silva"] },
+    gender: { type: "string", enum: [...GENDERS, null], nullable: true },
+    phoneNumber: { type: "string", nullable: true, description: "E.164", examples: ["+351912345678"] },
+    email: { type: "string", nullable: true, examples: ["ana@example.com"] },
+    customFields: { type: "object", additionalProperties: { type: ["string", "number", "boolean"] }, examples: [{ tier: "gold" }] },
+    isTest: { type: "boolean" },
+    isValid: { type: "boolean", description: "Reachable on at least one of phone or email." },
+    communicationSupported: { type: "array", items: { type: "string", enum: [...CHANNELS] } },
+    lastContactType: { type: "string", enum: [...CHANNELS, null], nullable: true },
+    lastCampaignType: { type: "string", enum: [...CHANNELS, null], nullable: true },
+    createdAt: dateTime,
+    updatedAt: dateTime,
+  },
+};
+
+export interface ContactIn {
+  firstName?: string | null;
+  lastName?: string | null;
+  gender?: Gender | null;
+  phoneNumber?: string | null;
+  email?: string | null;
+  customFields?: Record<string, CustomValue>;
+  isTest?: boolean;
+}
+
+const contactInProperties = {
+  firstName: { type: "string", maxLength: 200, nullable: true, examples: ["Ana"] },
+  lastName: { type: "string", maxLength: 200, nullable: true, examples: ["Silva"] },
+  gender: { type: "string", enum: [...GENDERS, null], nullable: true },
+  phoneNumber: { type: "string", minLength: 3, maxLength: 32, nullable: true, description: "International format; stored as E.164.", examples: ["+351 912 345 678"] },
+  email: { type: "string", format: "email", maxLength: 254, nullable: true, examples: ["ana@example.com"] },
+  customFields: {
+    type: "object",
+    maxProperties: 100,
+    propertyNames: { pattern: CUSTOM_KEY },
+    additionalProperties: { type: ["string", "number", "boolean"] },
+    description: "Only fields declared on the account, each of its declared type.",
+    examples: [{ tier: "gold" }],
+  },
+  isTest: { type: "boolean" },
+};
+
+export const createContactIn = {
+  $id: "ContactIn",
+  type: "object",
+  additionalProperties: false,
+  description: "At least one of phoneNumber and email.",
+  properties: contactInProperties,
+};
+
+export const updateContactIn = {
+  $id: "ContactUpdateIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["id"],
+  description: "Replaces the contact's fields: a field left out is cleared. At least one of phoneNumber and email.",
+  properties: { id: uuid, ...contactInProperties },
+};
+
+export const contactIdIn = { $id: "ContactIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: uuid } };
+
+export const CONTACT_SORTS = ["fullName", "firstName", "lastName", "email", "phoneNumber", "gender", "isValid", "isTest", "lastContactType", "lastCampaignType", "createdAt", "updatedAt"] as const;
+export type ContactSort = (typeof CONTACT_SORTS)[number];
+
+export interface ContactFilters {
+  fullName?: string;
+  isValid?: boolean;
+  communicationSupported?: Channel;
+  isTest?: boolean;
+  phoneNumber?: string;
+  email?: string;
+  lastContactType?: Channel;
+  lastCampaignType?: Channel;
+  gender?: Gender;
+  search?: string;
+  listIds?: number[];
+  [customField: `customFields.${string}`]: string;
+}
+export type ListContactsIn = ContactFilters & PageIn<ContactSort>;
+
+/** The filters of GET /contacts (also of a list's contacts and, later, of contact exports). */
+export const contactFilterProperties = {
+  fullName: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the full name." },
+  isValid: { type: "boolean" },
+  communicationSupported: { type: "string", enum: [...CHANNELS] },
+  isTest: { type: "boolean" },
+  phoneNumber: { type: "string", minLength: 3, maxLength: 32, description: "Exact number, any international format." },
+  email: { type: "string", format: "email", maxLength: 254 },
+  lastContactType: { type: "string", enum: [...CHANNELS] },
+  lastCampaignType: { type: "string", enum: [...CHANNELS] },
+  gender: { type: "string", enum: [...GENDERS] },
+  search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name, phone number or email." },
+  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, uniqueItems: true, description: "Contacts in any of these lists." },
+} as const;
+
+const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
+
+export const listContactsIn = {
+  $id: "ListContactsIn",
+  type: "object",
+  additionalProperties: false,
+  description: "Filters combine with AND. `customFields.<key>=value` filters by a declared custom field.",
+  properties: { ...contactFilterProperties, ...pagingProperties(CONTACT_SORTS, "fullName") },
+  patternProperties: customFieldFilter,
+};
+
+const { listIds: _fixedByThePath, ...memberFilterProperties } = contactFilterProperties;
+export const listMembersIn = {
+  $id: "ListMembersIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["listId"],
+  properties: { listId, ...memberFilterProperties, ...pagingProperties(CONTACT_SORTS, "fullName") },
+  patternProperties: customFieldFilter,
+};
+
+export const contactPage = pageSchema("ContactPage", contactOut);
+
+// --- custom fields
+
+export interface CustomFieldOut {
+  key: string;
+  type: CustomFieldType;
+  createdAt: string;
+}
+export const customFieldOut = {
+  $id: "CustomField",
+  type: "object",
+  additionalProperties: false,
+  required: ["key", "type", "createdAt"],
+  properties: { key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] }, type: { type: "string", enum: [...CUSTOM_FIELD_TYPES] }, createdAt: dateTime },
+};
+export const customFieldIn = {
+  $id: "CustomFieldIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["key", "type"],
+  properties: { key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] }, type: { type: "string", enum: [...CUSTOM_FIELD_TYPES] } },
+};
+export const customFieldKeyIn = {
+  $id: "CustomFieldKeyIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["key"],
+  properties: { key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] } },
+};
+export const customFieldList = {
+  $id: "CustomFieldList",
+  type: "object",
+  additionalProperties: false,
+  required: ["data"],
+  properties: { data: { type: "array", items: customFieldOut } },
+};
+export const emptyIn = { $id: "EmptyIn", type: "object", additionalProperties: false, properties: {} };
+
+// --- contact lists and memberships
+
+export interface ListOut {
+  id: number;
+  name: string;
+  description: string | null;
+  isTest: boolean;
+  createdAt: string;
+  updatedAt: string;
+  contactCount: number;
+  deleted: boolean;
+  deletedAt: string | null;
+}
+export const listOut = {
+  $id: "ContactList",
+  type: "object",
+  additionalProperties: false,
+  required: ["id", "name", "description", "isTest", "createdAt", "updatedAt", "contactCount", "deleted", "deletedAt"],
+  properties: {
+    id: listId,
+    name: { type: "string", examples: ["VIP customers"] },
+    description: { type: "string", nullable: true, examples: ["Spent over 1000 last year"] },
+    isTest: { type: "boolean" },
+    createdAt: dateTime,
+    updatedAt: dateTime,
+    contactCount: { type: "integer", minimum: 0 },
+    deleted: { type: "boolean" },
+    deletedAt: { ...dateTime, nullable: true },
+  },
+};
+export const listPage = pageSchema("ContactListPage", listOut);
+
+export interface ListIn {
+  name: string;
+  description?: string | null;
+  isTest?: boolean;
+}
+const listInProperties = {
+  name: { type: "string", minLength: 1, maxLength: 200, examples: ["VIP customers"] },
+  description: { type: "string", maxLength: 2000, nullable: true },
+  isTest: { type: "boolean", description: "A list used only for test sends." },
+};
+export const createListIn = { $id: "ContactListIn", type: "object", additionalProperties: false, required: ["name"], properties: listInProperties };
+export const updateListIn = {
+  $id: "ContactListUpdateIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["id", "name"],
+  description: "Replaces name, description and isTest (left out: cleared / false). Membership is not changed.",
+  properties: { id: listId, ...listInProperties },
+};
+export const listIdIn = { $id: "ContactListIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: listId } };
+
+export const LIST_SORTS = ["name", "createdAt", "updatedAt", "id"] as const;
+export type ListSort = (typeof LIST_SORTS)[number];
+export interface FindListsIn extends PageIn<ListSort> {
+  search?: string;
+  id?: number[];
+  contactIds?: string[];
+  isTest?: boolean;
+  includeDeleted: boolean;
+}
+export const findListsIn = {
+  $id: "FindContactListsIn",
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name." },
+    id: { type: "array", items: listId, minItems: 1, maxItems: 1000, description: "Only these list ids (comma-separated)." },
+    contactIds: { type: "array", items: uuid, minItems: 1, maxItems: 1000, description: "Only lists that contain any of these contacts (comma-separated)." },
+    isTest: { type: "boolean", description: "true: only test lists; false: no test lists." },
+    includeDeleted: { type: "boolean", default: false },
+    ...pagingProperties(LIST_SORTS, "name"),
+  },
+};
+export const deleteListsIn = {
+  $id: "DeleteContactListsIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["ids"],
+  properties: { ids: { type: "array", items: listId, minItems: 1, maxItems: 1000, description: "Comma-separated list ids." } },
+};
+export const deleteListsOut = {
+  $id: "DeleteContactListsOut",
+  type: "object",
+  additionalProperties: false,
+  required: ["deleted", "notFound"],
+  properties: { deleted: { type: "array", items: listId }, notFound: { type: "array", items: listId } },
+};
+
+export interface MembershipIn {
+  listIds: number[];
+  contactIds?: string[];
+  allContacts: boolean;
+  excludeIdsAllContacts?: string[];
+}
+const membershipProperties = {
+  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, uniqueItems: true },
+  contactIds: { type: "array", items: uuid, minItems: 1, maxItems: MAX_BULK_IDS, uniqueItems: true },
+  allContacts: { type: "boolean", default: false, description: "All contacts of the account, except excludeIdsAllContacts." },
+  excludeIdsAllContacts: { type: "array", items: uuid, maxItems: MAX_BULK_IDS, uniqueItems: true },
+};
+export const addMembersIn = {
+  $id: "AddMembersIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["listIds"],
+  description: "Either contactIds, or allContacts: true (with optional excludeIdsAllContacts).",
+  properties: membershipProperties,
+};
+export const removeMembersIn = { ...addMembersIn, $id: "RemoveMembersIn", description: "contactIds is required unless allContacts is true." };
+export const addMembersOut = {
+  $id: "AddMembersOut",
+  type: "object",
+  additionalProperties: false,
+  required: ["ids", "created", "existing"],
+  properties: {
+    ids: { type: "array", items: listId, description: "Ids of the associations created (the first 1000 in id order when more)." },
+    idsTruncated: { type: "boolean", description: "Present and true when more associations were created than `ids` lists." },
+    created: { type: "integer", minimum: 0 },
+    existing: { type: "integer", minimum: 0, description: "Contacts that were in the list already (kept, not duplicated)." },
+  },
+};
+export const removeMembersOut = {
+  $id: "RemoveMembersOut",
+  type: "object",
+  additionalProperties: false,
+  required: ["deleted"],
+  properties: { deleted: { type: "integer", minimum: 0 } },
+};
+export const associationIdIn = { $id: "AssociationIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: listId } };
