@@ -82,7 +82,7 @@ async function main() {
          FROM generate_series(1, $1::int) AS i`,
       [ROWS],
     );
-    await db.query("ANALYZE contacts");
+    await db.query("VACUUM ANALYZE contacts"); // what autovacuum does for a live table
     const seedS = (performance.now() - t0) / 1000;
     const api = (qs: string) => async () => {
       const r = await fetch(`http://127.0.0.1:${port}/api/partner-gateway/v1/contacts?${qs}`, { headers: { "x-api-key": key } });
@@ -91,7 +91,7 @@ async function main() {
     };
     const cases: Array<[string, string, string]> = [
       ["search=Carla Silva 12", "search=Silva%20123", `SELECT * FROM contacts c WHERE company_id = 'bench' AND (full_name ILIKE '%Silva 123%' OR (coalesce(phone_number,'') || ' ' || coalesce(email,'')) ILIKE '%Silva 123%') ORDER BY lower(full_name), id LIMIT 10`],
-      ["isValid+communicationSupported=RCS", "isValid=true&communicationSupported=RCS", `SELECT * FROM contacts c WHERE company_id = 'bench' AND is_valid AND communication_supported @> ARRAY['RCS'] ORDER BY lower(full_name), id LIMIT 10`],
+      ["isValid+communicationSupported=RCS", "isValid=true&communicationSupported=RCS", `SELECT * FROM contacts c WHERE company_id = 'bench' AND is_valid AND 'RCS' = ANY (communication_supported) ORDER BY lower(full_name), id LIMIT 10`],
       ["page 500 of limit 1000, sort fullName", "limit=1000&page=500", `SELECT * FROM contacts c WHERE company_id = 'bench' ORDER BY lower(full_name), id LIMIT 1000 OFFSET 500000`],
     ];
     console.log(`bench/contacts: ${ROWS.toLocaleString()} contacts seeded in ${seedS.toFixed(1)} s (one INSERT ... SELECT); ${REQUESTS} sequential requests per case; PostgreSQL`);

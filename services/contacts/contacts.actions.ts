@@ -201,10 +201,16 @@ export const contactMethods = {
     const { page, limit, sortBy, sortOrder } = params;
     const where = contactWhere(companyId, params, await this.customTypes(companyId));
     const [rows, [count]] = await Promise.all([
-      this.sequelize.query<ContactRow>(`SELECT ${CONTACT_COLUMNS} FROM contacts c WHERE ${where.sql} ${contactOrder(sortBy, sortOrder)} LIMIT :limit OFFSET :offset`, {
-        replacements: { ...where.replacements, limit, offset: page * limit },
-        type: QueryTypes.SELECT,
-      }),
+      // Deferred join: the page's ids come from the (index-only) sort order, the rows only for them.
+      this.sequelize.query<ContactRow>(
+        `SELECT ${CONTACT_COLUMNS} FROM contacts c
+           JOIN (SELECT c.id FROM contacts c WHERE ${where.sql} ${contactOrder(sortBy, sortOrder)} LIMIT :limit OFFSET :offset) page USING (id)
+          ${contactOrder(sortBy, sortOrder)}`,
+        {
+          replacements: { ...where.replacements, limit, offset: page * limit },
+          type: QueryTypes.SELECT,
+        },
+      ),
       this.sequelize.query<{ total: string }>(`SELECT count(*) AS total FROM contacts c WHERE ${where.sql}`, { replacements: where.replacements, type: QueryTypes.SELECT }),
     ]);
     return toPage(rows.map(toContactOut), Number(count!.total), page, limit);

@@ -5,7 +5,7 @@
  */
 import { ApiError, type FieldError } from "../../lib/errors";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import type { ContactFilters, ContactSort, CustomFieldType } from "./contacts.schemas";
+import { CHANNELS, type ContactFilters, type ContactSort, type CustomFieldType } from "./contacts.schemas";
 
 export interface Where {
   sql: string;
@@ -36,8 +36,10 @@ export function contactWhere(companyId: string, f: ContactFilters, customTypes: 
     r.isTest = f.isTest;
   }
   if (f.communicationSupported !== undefined) {
-    parts.push("c.communication_supported @> ARRAY[:channel]::text[]");
-    r.channel = f.communicationSupported;
+    // A literal from the validated enum (never the raw input): it matches the per-channel partial indexes.
+    const channel = CHANNELS.find((ch) => ch === f.communicationSupported);
+    if (!channel) errors.push({ path: "communicationSupported", message: `must be one of ${CHANNELS.join(", ")}` });
+    else parts.push(`'${channel}' = ANY (c.communication_supported)`);
   }
   if (f.phoneNumber !== undefined) {
     const e164 = toE164(f.phoneNumber);
