@@ -1,19 +1,13 @@
 import { createHash } from "node:crypto";
 import { QueryTypes } from "sequelize";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
 beforeAll(async () => {
   t = await startTestApp();
 });
 afterAll(() => t?.stop());
-
-const expectProblem = (res: { status: number; headers: Headers; body: any }, status: number) => {
-  expect(res.status).toBe(status);
-  expect(res.headers.get("content-type")).toMatch(/^application\/problem\+json/);
-  expect(res.body).toMatchObject({ status, type: expect.any(String), title: expect.any(String), detail: expect.any(String) });
-  expect(res.body.requestId).toBe(res.headers.get("x-request-id"));
-};
 
 describe("POST /authentication", () => {
   it("creates a key within the caller's operations and shows its value once", async () => {

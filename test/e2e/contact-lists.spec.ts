@@ -1,17 +1,12 @@
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
 beforeAll(async () => {
   t = await startTestApp({ services: ["gateway", "auth", "contacts"] });
 });
 afterAll(() => t?.stop());
-
-const isProblem = (res: { status: number; headers: Headers; body: any }, status: number) => {
-  expect(res.status).toBe(status);
-  expect(res.headers.get("content-type")).toMatch(/^application\/problem\+json/);
-  expect(res.body.requestId).toBe(res.headers.get("x-request-id"));
-};
 
 let seq = 0;
 async function contacts(a: Account, n: number, over: Record<string, unknown> = {}): Promise<string[]> {
@@ -61,7 +56,7 @@ describe("contact lists", () => {
     ["an unknown field", { name: "x", colour: "red" }],
   ])("answers 400 for %s", async (_n, body) => {
     const a = await t.newAccount(["CONTACTS"]);
-    isProblem(await a.api.post("/contacts/list", body), 400);
+    expectProblem(await a.api.post("/contacts/list", body), 400);
     expect((await a.api.get("/contacts/list")).body.total).toBe(0);
   });
 
@@ -86,7 +81,7 @@ describe("contact lists", () => {
     expect(await ids("includeDeleted=true")).toEqual([alpha.id, beta.id, gamma.id]);
     const page = await a.api.get("/contacts/list?limit=1&page=1");
     expect(page.body).toMatchObject({ page: 1, limit: 1, total: 2, totalPages: 2 });
-    for (const qs of ["limit=1001", "page=-1", "sortBy=secret", "sortOrder=up", "includeDeleted=perhaps", "id=x"]) isProblem(await a.api.get(`/contacts/list?${qs}`), 400);
+    for (const qs of ["limit=1001", "page=-1", "sortBy=secret", "sortOrder=up", "includeDeleted=perhaps", "id=x"]) expectProblem(await a.api.get(`/contacts/list?${qs}`), 400);
   });
 
   it("deletes lists softly and for good: associations go, contacts stay, 404 everywhere but get", async () => {
@@ -101,23 +96,23 @@ describe("contact lists", () => {
     expect(res.body).toEqual({ deleted: [mine.id], notFound: [theirs.id, 999999999] });
     const got = await a.api.get(`/contacts/list/${mine.id}`);
     expect(got.body).toMatchObject({ id: mine.id, deleted: true, deletedAt: expect.any(String), contactCount: 0 });
-    isProblem(await a.api.put(`/contacts/list/${mine.id}`, { name: "revive" }), 404);
-    isProblem(await a.api.get(`/contacts/list/${mine.id}/contacts`), 404);
-    isProblem(await a.api.post("/contacts/list/contacts", { listIds: [mine.id], contactIds: cs }), 400);
+    expectProblem(await a.api.put(`/contacts/list/${mine.id}`, { name: "revive" }), 404);
+    expectProblem(await a.api.get(`/contacts/list/${mine.id}/contacts`), 404);
+    expectProblem(await a.api.post("/contacts/list/contacts", { listIds: [mine.id], contactIds: cs }), 400);
     expect((await a.api.delete(`/contacts/list?ids=${mine.id}`)).body).toEqual({ deleted: [], notFound: [mine.id] });
     expect((await a.api.get("/contacts")).body.total).toBe(3);
     expect((await b.api.get(`/contacts/list/${theirs.id}`)).body.deleted).toBe(false);
-    isProblem(await a.api.delete("/contacts/list"), 400);
+    expectProblem(await a.api.delete("/contacts/list"), 400);
   });
 
   it("answers 404 for another account's list on every path", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const b = await t.newAccount(["CONTACTS"]);
     const theirs = await list(b);
-    isProblem(await a.api.get(`/contacts/list/${theirs.id}`), 404);
-    isProblem(await a.api.put(`/contacts/list/${theirs.id}`, { name: "mine now" }), 404);
-    isProblem(await a.api.get(`/contacts/list/${theirs.id}/contacts`), 404);
-    isProblem(await a.api.get("/contacts/list/abc"), 400);
+    expectProblem(await a.api.get(`/contacts/list/${theirs.id}`), 404);
+    expectProblem(await a.api.put(`/contacts/list/${theirs.id}`, { name: "mine now" }), 404);
+    expectProblem(await a.api.get(`/contacts/list/${theirs.id}/contacts`), 404);
+    expectProblem(await a.api.get("/contacts/list/abc"), 400);
   });
 
   it("lists the contacts of a list with the contact filters, sorted by fullName", async () => {
@@ -132,8 +127,8 @@ describe("contact lists", () => {
     expect(res.body).toMatchObject({ total: 3, page: 0, limit: 10 });
     expect((await a.api.get(`/contacts/list/${l.id}/contacts?isTest=true`)).body.data.map((c: { id: string }) => c.id)).toEqual([z]);
     expect((await a.api.get(`/contacts?listIds=${l.id}&isTest=false`)).body.total).toBe(2);
-    isProblem(await a.api.get(`/contacts/list/${l.id}/contacts?listIds=1`), 400);
-    isProblem(await a.api.get(`/contacts/list/${l.id}/contacts?limit=5000`), 400);
+    expectProblem(await a.api.get(`/contacts/list/${l.id}/contacts?listIds=1`), 400);
+    expectProblem(await a.api.get(`/contacts/list/${l.id}/contacts?limit=5000`), 400);
   });
 });
 
@@ -180,7 +175,7 @@ describe("memberships", () => {
     const one = await a.api.delete(`/contacts/list/contacts/${added.body.ids[1]}`);
     expect(one.status).toBe(200);
     expect(one.body).toEqual({ deleted: 1 });
-    isProblem(await a.api.delete(`/contacts/list/contacts/${added.body.ids[1]}`), 404);
+    expectProblem(await a.api.delete(`/contacts/list/contacts/${added.body.ids[1]}`), 404);
     expect((await a.api.get(`/contacts/list/${l.id}`)).body.contactCount).toBe(1);
   });
 
@@ -192,14 +187,14 @@ describe("memberships", () => {
     const [myContact] = await contacts(a, 1);
     const [theirContact] = await contacts(b, 1);
     const foreignList = await a.api.post("/contacts/list/contacts", { listIds: [mine.id, theirs.id], contactIds: [myContact] });
-    isProblem(foreignList, 400);
+    expectProblem(foreignList, 400);
     expect(foreignList.body.errors).toEqual([{ path: "listIds", message: expect.stringContaining(String(theirs.id)) }]);
     const foreignContact = await a.api.post("/contacts/list/contacts", { listIds: [mine.id], contactIds: [myContact, theirContact] });
-    isProblem(foreignContact, 400);
+    expectProblem(foreignContact, 400);
     expect(foreignContact.body.errors).toEqual([{ path: "contactIds", message: expect.stringContaining(theirContact!) }]);
     expect((await a.api.get(`/contacts/list/${mine.id}`)).body.contactCount).toBe(0); // nothing half-written
     const theirAssoc = await b.api.post("/contacts/list/contacts", { listIds: [theirs.id], contactIds: [theirContact] });
-    isProblem(await a.api.delete(`/contacts/list/contacts/${theirAssoc.body.ids[0]}`), 404);
+    expectProblem(await a.api.delete(`/contacts/list/contacts/${theirAssoc.body.ids[0]}`), 404);
     const all = await a.api.post("/contacts/list/contacts", { listIds: [mine.id], allContacts: true });
     expect(all.body.created).toBe(1); // only the account's own contacts
   });
@@ -215,6 +210,6 @@ describe("memberships", () => {
     const a = await t.newAccount(["CONTACTS"]);
     const l = await list(a);
     const fixed = JSON.parse(JSON.stringify(body).replace(/\[1\]/, `[${l.id}]`));
-    isProblem(await a.api.request(method, "/contacts/list/contacts", { body: fixed }), 400);
+    expectProblem(await a.api.request(method, "/contacts/list/contacts", { body: fixed }), 400);
   });
 });

@@ -1,16 +1,11 @@
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
 beforeAll(async () => {
   t = await startTestApp({ services: ["gateway", "auth", "contacts"] });
 });
 afterAll(() => t?.stop());
-
-const isProblem = (res: { status: number; headers: Headers; body: any }, status: number) => {
-  expect(res.status).toBe(status);
-  expect(res.headers.get("content-type")).toMatch(/^application\/problem\+json/);
-  expect(res.body.requestId).toBe(res.headers.get("x-request-id"));
-};
 
 let seq = 0;
 /** A contact body with a phone number of its own; overrides win. */
@@ -58,7 +53,7 @@ describe("POST /contacts", () => {
   ])("answers 400 for %s, naming the field, and writes nothing", async (_n, body, path) => {
     const a = await t.newAccount(["CONTACTS"]);
     const res = await a.api.post("/contacts", body);
-    isProblem(res, 400);
+    expectProblem(res, 400);
     expect(res.body.errors.map((e: { path: string }) => e.path)).toContain(path);
     expect((await a.api.get("/contacts")).body.total).toBe(0);
   });
@@ -67,10 +62,10 @@ describe("POST /contacts", () => {
     const a = await t.newAccount(["CONTACTS"]);
     const first = await a.api.post("/contacts", { phoneNumber: "+351912000111", email: "dup@example.com" });
     const byPhone = await a.api.post("/contacts", { phoneNumber: "00351 912 000 111" });
-    isProblem(byPhone, 409);
+    expectProblem(byPhone, 409);
     expect(byPhone.body.existingId).toBe(first.body.id);
     const byEmail = await a.api.post("/contacts", { email: "DUP@example.com" });
-    isProblem(byEmail, 409);
+    expectProblem(byEmail, 409);
     expect(byEmail.body.existingId).toBe(first.body.id);
     // Another account may have the same number.
     const b = await t.newAccount(["CONTACTS"]);
@@ -86,8 +81,8 @@ describe("POST /contacts", () => {
 
   it("needs the CONTACTS operation", async () => {
     const sms = await t.newAccount(["SMS"]);
-    isProblem(await sms.api.post("/contacts", contactIn()), 401);
-    isProblem(await sms.api.get("/contacts"), 401);
+    expectProblem(await sms.api.post("/contacts", contactIn()), 401);
+    expectProblem(await sms.api.get("/contacts"), 401);
   });
 });
 
@@ -100,25 +95,25 @@ describe("GET, PUT, DELETE /contacts/{id}", () => {
     expect(put.status).toBe(200);
     expect(put.body).toMatchObject({ id: created.id, email: "new@example.com", firstName: "Nova", lastName: null, phoneNumber: null, gender: null, communicationSupported: [] });
     expect((await a.api.delete(`/contacts/${created.id}`)).status).toBe(204);
-    isProblem(await a.api.get(`/contacts/${created.id}`), 404);
-    isProblem(await a.api.delete(`/contacts/${created.id}`), 404);
+    expectProblem(await a.api.get(`/contacts/${created.id}`), 404);
+    expectProblem(await a.api.delete(`/contacts/${created.id}`), 404);
   });
 
   it("answers 404 for another account's contact and leaves it alone", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const b = await t.newAccount(["CONTACTS"]);
     const theirs = (await b.api.post("/contacts", contactIn())).body;
-    isProblem(await a.api.get(`/contacts/${theirs.id}`), 404);
-    isProblem(await a.api.put(`/contacts/${theirs.id}`, { email: "steal@example.com" }), 404);
-    isProblem(await a.api.delete(`/contacts/${theirs.id}`), 404);
+    expectProblem(await a.api.get(`/contacts/${theirs.id}`), 404);
+    expectProblem(await a.api.put(`/contacts/${theirs.id}`, { email: "steal@example.com" }), 404);
+    expectProblem(await a.api.delete(`/contacts/${theirs.id}`), 404);
     expect((await b.api.get(`/contacts/${theirs.id}`)).body).toEqual(theirs);
   });
 
   it("answers 400 for a malformed id and for a replacement without phone or email", async () => {
     const a = await t.newAccount(["CONTACTS"]);
-    isProblem(await a.api.get("/contacts/123"), 400);
+    expectProblem(await a.api.get("/contacts/123"), 400);
     const c = (await a.api.post("/contacts", contactIn())).body;
-    isProblem(await a.api.put(`/contacts/${c.id}`, { firstName: "only" }), 400);
+    expectProblem(await a.api.put(`/contacts/${c.id}`, { firstName: "only" }), 400);
     expect((await a.api.get(`/contacts/${c.id}`)).body).toEqual(c);
   });
 
@@ -127,7 +122,7 @@ describe("GET, PUT, DELETE /contacts/{id}", () => {
     const one = (await a.api.post("/contacts", { email: "one@example.com" })).body;
     const two = (await a.api.post("/contacts", { email: "two@example.com" })).body;
     const res = await a.api.put(`/contacts/${two.id}`, { email: "one@example.com" });
-    isProblem(res, 409);
+    expectProblem(res, 409);
     expect(res.body.existingId).toBe(one.id);
     expect((await a.api.put(`/contacts/${two.id}`, { email: "two@example.com", firstName: "Same" })).status).toBe(200);
   });
@@ -150,9 +145,9 @@ describe("custom fields", () => {
   it("lists the declared fields and refuses a second declaration of a key", async () => {
     const res = await a.api.get("/contacts/custom-fields");
     expect(res.body.data.map((f: { key: string; type: string }) => `${f.key}:${f.type}`)).toEqual(["birthday:DATE", "score:NUMBER", "tier:TEXT", "vip:BOOLEAN"]);
-    isProblem(await a.api.post("/contacts/custom-fields", { key: "tier", type: "NUMBER" }), 409);
-    isProblem(await a.api.post("/contacts/custom-fields", { key: "bad key", type: "TEXT" }), 400);
-    isProblem(await a.api.post("/contacts/custom-fields", { key: "x", type: "JSON" }), 400);
+    expectProblem(await a.api.post("/contacts/custom-fields", { key: "tier", type: "NUMBER" }), 409);
+    expectProblem(await a.api.post("/contacts/custom-fields", { key: "bad key", type: "TEXT" }), 400);
+    expectProblem(await a.api.post("/contacts/custom-fields", { key: "x", type: "JSON" }), 400);
   });
 
   it("checks values on every write: undeclared keys and wrong types are 400", async () => {
@@ -161,10 +156,10 @@ describe("custom fields", () => {
     expect(ok.body.customFields).toEqual({ tier: "gold", score: 7.5, vip: true, birthday: "1990-02-28" });
     for (const customFields of [{ nope: "x" }, { score: "7" }, { vip: "true" }, { birthday: "1990-02-30" }, { tier: 5 }]) {
       const res = await a.api.post("/contacts", contactIn({ customFields }));
-      isProblem(res, 400);
+      expectProblem(res, 400);
       expect(res.body.errors[0].path).toMatch(/^customFields\./);
     }
-    isProblem(await a.api.put(`/contacts/${ok.body.id}`, { phoneNumber: ok.body.phoneNumber, customFields: { score: "high" } }), 400);
+    expectProblem(await a.api.put(`/contacts/${ok.body.id}`, { phoneNumber: ok.body.phoneNumber, customFields: { score: "high" } }), 400);
   });
 
   it("filters contacts by a custom field of any type", async () => {
@@ -173,8 +168,8 @@ describe("custom fields", () => {
     expect(await q("customFields.tier=platinum")).toEqual([gold.id]);
     expect(await q("customFields.score=99")).toEqual([gold.id]);
     expect(await q("customFields.vip=false")).toEqual([gold.id]);
-    isProblem(await a.api.get("/contacts?customFields.colour=red"), 400);
-    isProblem(await a.api.get("/contacts?customFields.score=lots"), 400);
+    expectProblem(await a.api.get("/contacts?customFields.colour=red"), 400);
+    expectProblem(await a.api.get("/contacts?customFields.score=lots"), 400);
   });
 
   it("deletes a declaration and its values", async () => {
@@ -183,8 +178,8 @@ describe("custom fields", () => {
     const c = (await b.api.post("/contacts", contactIn({ customFields: { temp: "x" } }))).body;
     expect((await b.api.delete("/contacts/custom-fields/temp")).status).toBe(204);
     expect((await b.api.get(`/contacts/${c.id}`)).body.customFields).toEqual({});
-    isProblem(await b.api.delete("/contacts/custom-fields/temp"), 404);
-    isProblem(await b.api.post("/contacts", contactIn({ customFields: { temp: "x" } })), 400);
+    expectProblem(await b.api.delete("/contacts/custom-fields/temp"), 404);
+    expectProblem(await b.api.post("/contacts", contactIn({ customFields: { temp: "x" } })), 400);
   });
 });
 
@@ -250,7 +245,7 @@ describe("GET /contacts filters and sorting", () => {
     ["an empty listIds", "listIds="],
     ["non-numeric listIds", "listIds=a,b"],
   ])("answers 400 for %s", async (_n, qs) => {
-    isProblem(await a.api.get(`/contacts?${qs}`), 400);
+    expectProblem(await a.api.get(`/contacts?${qs}`), 400);
   });
 
   it("never shows another account's contacts", async () => {

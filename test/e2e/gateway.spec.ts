@@ -3,6 +3,7 @@ import { PassThrough } from "node:stream";
 import type { Context } from "moleculer";
 import { loggerOptions } from "../../lib/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
 
 /** Every log line the brokers of this file write, as parsed JSON. */
 const logLines: Array<Record<string, unknown>> = [];
@@ -58,14 +59,6 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-const isProblem = (res: { status: number; headers: Headers; body: any }, status: number) => {
-  expect(res.status).toBe(status);
-  expect(res.headers.get("content-type")).toMatch(/^application\/problem\+json/);
-  expect(res.body).toEqual(
-    expect.objectContaining({ type: expect.any(String), title: expect.any(String), status, detail: expect.any(String), requestId: res.headers.get("x-request-id") }),
-  );
-};
-
 describe("X-Request-Id", () => {
   it("keeps a well-formed caller id on every kind of answer", async () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
@@ -106,13 +99,13 @@ describe("X-Request-Id", () => {
 
 describe("problem bodies", () => {
   it("answers an unknown route with a 404 problem", async () => {
-    isProblem(await t.api.get("/does-not-exist"), 404);
-    isProblem(await t.root.get("/"), 404);
+    expectProblem(await t.api.get("/does-not-exist"), 404);
+    expectProblem(await t.root.get("/"), 404);
   });
 
   it("answers a known route with the wrong method with a 405 problem and Allow", async () => {
     const res = await t.api.request("PATCH", "/authentication");
-    isProblem(res, 405);
+    expectProblem(res, 405);
     expect(res.headers.get("allow")).toBe("GET, POST");
   });
 
@@ -124,26 +117,26 @@ describe("problem bodies", () => {
 
   it("answers malformed JSON with 400, an unsupported content type with 415, a body over 1 MiB with 413", async () => {
     const a = await t.newAccount(["AUTHENTICATION", "SMS"]);
-    isProblem(await a.api.request("POST", "/authentication", { raw: '{"operations": [', headers: { "content-type": "application/json" } }), 400);
-    isProblem(await a.api.request("POST", "/authentication", { raw: "operations=SMS", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
-    isProblem(await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "text/plain" } }), 415);
-    isProblem(await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "application/json; charset=latin1" } }), 415);
+    expectProblem(await a.api.request("POST", "/authentication", { raw: '{"operations": [', headers: { "content-type": "application/json" } }), 400);
+    expectProblem(await a.api.request("POST", "/authentication", { raw: "operations=SMS", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
+    expectProblem(await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "text/plain" } }), 415);
+    expectProblem(await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "application/json; charset=latin1" } }), 415);
     const big = JSON.stringify({ operations: ["SMS"], pad: "x".repeat(1024 * 1024) });
-    isProblem(await a.api.request("POST", "/authentication", { raw: big, headers: { "content-type": "application/json" } }), 413);
+    expectProblem(await a.api.request("POST", "/authentication", { raw: big, headers: { "content-type": "application/json" } }), 413);
     expect((await a.api.get("/authentication")).body.total).toBe(1);
   });
 
   it("checks the key before reading the body: 401 comes first", async () => {
     const res = await t.api.request("POST", "/authentication", { raw: '{"operations": [', headers: { "content-type": "application/json" } });
-    isProblem(res, 401);
+    expectProblem(res, 401);
     const big = await t.api.request("POST", "/authentication", { raw: "x".repeat(2 * 1024 * 1024), headers: { "content-type": "text/plain" } });
-    isProblem(big, 401);
+    expectProblem(big, 401);
   });
 
   it("answers an internal failure with a bare 500: no message, stack, SQL or internal name", async () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
     const res = await a.api.get("/probe/boom");
-    isProblem(res, 500);
+    expectProblem(res, 500);
     expect(res.body).toEqual({ type: "about:blank", title: "Internal Server Error", status: 500, detail: "Internal Server Error", requestId: res.headers.get("x-request-id") });
     expect(res.text).not.toMatch(/secret_table|SELECT|probe|\.ts|stack/i);
     await new Promise((r) => setTimeout(r, 50));

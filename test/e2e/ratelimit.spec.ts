@@ -1,4 +1,5 @@
 import { startTestApp, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
 
 /** A gateway with a small limit (5 requests per second, burst 10) so that limits are reached quickly. */
 let t: TestApp;
@@ -6,12 +7,6 @@ beforeAll(async () => {
   t = await startTestApp({ config: { rateLimitRps: 5 } });
 });
 afterAll(() => t?.stop());
-
-const isProblem = (res: { status: number; headers: Headers; body: any }, status: number) => {
-  expect(res.status).toBe(status);
-  expect(res.headers.get("content-type")).toMatch(/^application\/problem\+json/);
-  expect(res.body.requestId).toBe(res.headers.get("x-request-id"));
-};
 
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -28,7 +23,7 @@ describe("rate limiting", () => {
     const results = await Promise.all(Array.from({ length: 14 }, () => a.api.get("/authentication/me")));
     const limited = results.filter((r) => r.status === 429);
     expect(limited.length).toBeGreaterThanOrEqual(3);
-    isProblem(limited[0]!, 429);
+    expectProblem(limited[0]!, 429);
     expect(Number(limited[0]!.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
     expect(limited[0]!.headers.get("ratelimit-remaining")).toBe("0");
     // Another key has its own bucket.
@@ -60,5 +55,5 @@ it("limits requests without a valid key per client address", async () => {
   expect(results.filter((r) => r.status === 401).length).toBeLessThanOrEqual(10);
   const limited = results.filter((r) => r.status === 429);
   expect(limited.length).toBeGreaterThanOrEqual(3);
-  isProblem(limited[0]!, 429);
+  expectProblem(limited[0]!, 429);
 });
