@@ -23,6 +23,7 @@ export const ERROR_TYPES = {
   IDEMPOTENCY_IN_PROGRESS: { status: 409, title: "A request with this Idempotency-Key is still running" },
   CONTACT_EXISTS: { status: 409, title: "A contact with this phone number or email exists" },
   CUSTOM_FIELD_EXISTS: { status: 409, title: "A custom field with this key exists" },
+  CONCURRENT_CHANGE: { status: 409, title: "The data changed while the request ran" },
   PAYLOAD_TOO_LARGE: { status: 413, title: "Payload Too Large" },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, title: "Unsupported Media Type" },
   IDEMPOTENCY_KEY_REUSED: { status: 422, title: "Idempotency-Key reused with a different request" },

@@ -31,7 +31,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
     CREATE UNIQUE INDEX contacts_company_phone ON contacts (company_id, phone_number) WHERE phone_number IS NOT NULL;
     CREATE UNIQUE INDEX contacts_company_email ON contacts (company_id, email) WHERE email IS NOT NULL;
     -- INCLUDE full_name: the sort (and a deep OFFSET) is then an index-only scan.
-    CREATE INDEX contacts_company_full_name ON contacts (company_id, lower(full_name), id) INCLUDE (full_name);
+    CREATE INDEX contacts_company_full_name ON contacts (company_id, lower(nullif(full_name, '')), id) INCLUDE (full_name);
     CREATE INDEX contacts_company_created ON contacts (company_id, created_at, id);
     CREATE INDEX contacts_full_name_trgm ON contacts USING gin (full_name gin_trgm_ops);
     CREATE INDEX contacts_search_trgm ON contacts USING gin ((coalesce(phone_number, '') || ' ' || coalesce(email, '')) gin_trgm_ops);

@@ -90,9 +90,9 @@ async function main() {
       await r.arrayBuffer();
     };
     const cases: Array<[string, string, string]> = [
-      ["search=Carla Silva 12", "search=Silva%20123", `SELECT * FROM contacts c WHERE company_id = 'bench' AND (full_name ILIKE '%Silva 123%' OR (coalesce(phone_number,'') || ' ' || coalesce(email,'')) ILIKE '%Silva 123%') ORDER BY lower(full_name), id LIMIT 10`],
-      ["isValid+communicationSupported=RCS", "isValid=true&communicationSupported=RCS", `SELECT * FROM contacts c WHERE company_id = 'bench' AND is_valid AND 'RCS' = ANY (communication_supported) ORDER BY lower(full_name), id LIMIT 10`],
-      ["page 500 of limit 1000, sort fullName", "limit=1000&page=500", `SELECT * FROM contacts c WHERE company_id = 'bench' ORDER BY lower(full_name), id LIMIT 1000 OFFSET 500000`],
+      ["search=Carla Silva 12", "search=Silva%20123", `SELECT * FROM contacts c WHERE company_id = 'bench' AND (full_name ILIKE '%Silva 123%' OR (coalesce(phone_number,'') || ' ' || coalesce(email,'')) ILIKE '%Silva 123%') ORDER BY lower(nullif(full_name, '')), id LIMIT 10`],
+      ["isValid+communicationSupported=RCS", "isValid=true&communicationSupported=RCS", `SELECT * FROM contacts c WHERE company_id = 'bench' AND is_valid AND 'RCS' = ANY (communication_supported) ORDER BY lower(nullif(full_name, '')), id LIMIT 10`],
+      ["page 500 of limit 1000, sort fullName", "limit=1000&page=500", `SELECT * FROM contacts c WHERE company_id = 'bench' ORDER BY lower(nullif(full_name, '')), id LIMIT 1000 OFFSET 500000`],
     ];
     console.log(`bench/contacts: ${ROWS.toLocaleString()} contacts seeded in ${seedS.toFixed(1)} s (one INSERT ... SELECT); ${REQUESTS} sequential requests per case; PostgreSQL`);
     for (const [label, qs, sql] of cases) {

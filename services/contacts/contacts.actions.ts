@@ -31,7 +31,7 @@ import {
 
 export interface ContactsThis {
   sequelize: Sequelize;
-  customTypes(companyId: string, transaction?: Transaction): Promise<Map<string, CustomFieldType>>;
+  customTypes(companyId: string, transaction?: Transaction, lock?: boolean): Promise<Map<string, CustomFieldType>>;
   findContacts(companyId: string, params: ListContactsIn): Promise<Page<ContactOut>>;
   writeContact(ctx: Context<ContactIn & { id?: string }, AuthMeta>, id: string, mode: "insert" | "update"): Promise<ContactOut>;
 }
@@ -188,8 +188,9 @@ export const contactActions = {
 };
 
 export const contactMethods = {
-  async customTypes(this: ContactsThis, companyId: string, transaction?: Transaction) {
-    const rows = await this.sequelize.query<{ key: string; type: CustomFieldType }>(`SELECT key, type FROM contact_custom_fields WHERE company_id = :companyId`, {
+  /** The account's declarations; `lock` holds them (FOR SHARE) until the transaction ends, so a removal waits for writers. */
+  async customTypes(this: ContactsThis, companyId: string, transaction?: Transaction, lock = false) {
+    const rows = await this.sequelize.query<{ key: string; type: CustomFieldType }>(`SELECT key, type FROM contact_custom_fields WHERE company_id = :companyId${lock ? " FOR SHARE" : ""}`, {
       replacements: { companyId },
       type: QueryTypes.SELECT,
       transaction,
@@ -228,7 +229,15 @@ export const contactMethods = {
     const customFields = p.customFields ?? {};
     try {
       return await this.sequelize.transaction(async (transaction) => {
-      errors.push(...checkCustomFields(customFields, await this.customTypes(companyId, transaction)));
+      if (mode === "update") {
+        const [own] = await this.sequelize.query(`SELECT id FROM contacts WHERE company_id = :companyId AND id = :id FOR UPDATE`, {
+          replacements: { companyId, id },
+          type: QueryTypes.SELECT,
+          transaction,
+        });
+        if (!own) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
+      }
+      errors.push(...checkCustomFields(customFields, await this.customTypes(companyId, transaction, true)));
       if (errors.length) throw new ApiError("VALIDATION_ERROR", "The contact has invalid or missing fields.", { errors });
       const [holder] = await this.sequelize.query<{ id: string; phone_number: string | null }>(
         `SELECT id, phone_number FROM contacts WHERE company_id = :companyId AND id <> :id

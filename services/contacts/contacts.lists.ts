@@ -4,7 +4,7 @@
  * (unique index, ON CONFLICT DO NOTHING).
  */
 import type { Context } from "moleculer";
-import { QueryTypes, type Sequelize } from "sequelize";
+import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
@@ -74,17 +74,26 @@ async function getList(sequelize: Sequelize, companyId: string, id: number, incl
   return toListOut(row);
 }
 
-/** Bulk bodies: lists (own, not deleted) and contacts (own) that do not exist are a 400 naming them. */
-async function checkBulk(sequelize: Sequelize, companyId: string, p: MembershipIn, removal: boolean): Promise<void> {
+/** Repeated ids in a bulk body count once (UUIDs whatever their case). */
+function dedupe(p: MembershipIn): MembershipIn {
+  const uniq = (ids?: string[]) => (ids ? [...new Map(ids.map((id) => [id.toLowerCase(), id])).values()] : undefined);
+  return { ...p, listIds: [...new Set(p.listIds)], contactIds: uniq(p.contactIds), excludeIdsAllContacts: uniq(p.excludeIdsAllContacts) };
+}
+
+/**
+ * Bulk bodies: lists (own, not deleted) and contacts (own) that do not exist are a 400 naming them.
+ * Inside `transaction` the lists are held (FOR SHARE) until it ends: a deletion waits for it.
+ */
+async function checkBulk(sequelize: Sequelize, companyId: string, p: MembershipIn, removal: boolean, transaction?: Transaction): Promise<void> {
   if (!p.allContacts && !p.contactIds) {
     throw new ApiError("VALIDATION_ERROR", "contactIds is required unless allContacts is true.", {
       errors: [{ path: "contactIds", message: "is required when allContacts is false" }],
     });
   }
-  const lists = await sequelize.query<{ id: string }>(`SELECT id FROM contact_lists WHERE company_id = :companyId AND id IN (:ids) AND deleted_at IS NULL`, {
-    replacements: { companyId, ids: p.listIds },
-    type: QueryTypes.SELECT,
-  });
+  const lists = await sequelize.query<{ id: string }>(
+    `SELECT id FROM contact_lists WHERE company_id = :companyId AND id IN (:ids) AND deleted_at IS NULL${transaction ? " FOR SHARE" : ""}`,
+    { replacements: { companyId, ids: p.listIds }, type: QueryTypes.SELECT, transaction },
+  );
   const found = new Set(lists.map((l) => Number(l.id)));
   const missingLists = p.listIds.filter((id) => !found.has(id));
   const errors = missingLists.map((id) => ({ path: "listIds", message: `contact list ${id} does not exist in this account` }));
@@ -93,6 +102,7 @@ async function checkBulk(sequelize: Sequelize, companyId: string, p: MembershipI
     const rows = await sequelize.query<{ id: string }>(`SELECT id FROM contacts WHERE company_id = :companyId AND id IN (:ids)`, {
       replacements: { companyId, ids: named },
       type: QueryTypes.SELECT,
+      transaction,
     });
     const have = new Set(rows.map((r) => r.id.toLowerCase()));
     const path = p.allContacts ? "excludeIdsAllContacts" : "contactIds";
@@ -212,14 +222,19 @@ export const listActions = {
     responses: { 200: deleteListsOut },
     async handler(this: ContactsThis, ctx: Ctx<{ ids: number[] }>): Promise<{ deleted: number[]; notFound: number[] }> {
       const ids = [...new Set(ctx.params.ids)];
-      const rows = await this.sequelize.query<{ id: string }>(
-        `WITH del AS (
-           UPDATE contact_lists SET deleted_at = now(), updated_at = now()
-            WHERE company_id = :companyId AND id IN (:ids) AND deleted_at IS NULL RETURNING id),
-         gone AS (DELETE FROM contact_list_members WHERE list_id IN (SELECT id FROM del))
-         SELECT id FROM del ORDER BY id`,
-        { replacements: { companyId: ctx.meta.companyId, ids }, type: QueryTypes.SELECT },
-      );
+      // Two statements in one transaction: the member deletion takes a fresh snapshot after the list
+      // rows are locked, so it also removes members an add committed while we waited for the lock.
+      const rows = await this.sequelize.transaction(async (transaction) => {
+        const del = await this.sequelize.query<{ id: string }>(
+          `UPDATE contact_lists SET deleted_at = now(), updated_at = now()
+            WHERE company_id = :companyId AND id IN (:ids) AND deleted_at IS NULL RETURNING id`,
+          { replacements: { companyId: ctx.meta.companyId, ids }, type: QueryTypes.SELECT, transaction },
+        );
+        if (del.length > 0) {
+          await this.sequelize.query(`DELETE FROM contact_list_members WHERE list_id IN (:ids)`, { replacements: { ids: del.map((r) => r.id) }, transaction });
+        }
+        return del.sort((a, b) => Number(a.id) - Number(b.id));
+      });
       const deleted = rows.map((r) => Number(r.id));
       return { deleted, notFound: ids.filter((id) => !deleted.includes(id)) };
     },
@@ -250,22 +265,37 @@ export const listActions = {
     responses: { 201: addMembersOut },
     async handler(this: ContactsThis, ctx: Ctx<MembershipIn>) {
       const { companyId } = ctx.meta;
-      await checkBulk(this.sequelize, companyId, ctx.params, false);
-      const f = memberFilter(ctx.params);
-      const [row] = await this.sequelize.query<{ total: string; created: string; ids: Array<string | number> | null }>(
-        `WITH cand AS (
-           SELECT l.id AS list_id, c.id AS contact_id
-             FROM contacts c CROSS JOIN contact_lists l
-            WHERE c.company_id = :companyId AND ${f.sql}
-              AND l.company_id = :companyId AND l.id IN (:listIds) AND l.deleted_at IS NULL),
-         ins AS (
-           INSERT INTO contact_list_members (company_id, list_id, contact_id)
-           SELECT :companyId, list_id, contact_id FROM cand
-           ON CONFLICT (list_id, contact_id) DO NOTHING RETURNING id)
-         SELECT (SELECT count(*) FROM cand) AS total, (SELECT count(*) FROM ins) AS created,
-                (SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 1000) first) AS ids`,
-        { replacements: { companyId, listIds: ctx.params.listIds, ...f.replacements }, type: QueryTypes.SELECT },
-      );
+      const p = dedupe(ctx.params);
+      const f = memberFilter(p);
+      const addOnce = () =>
+        this.sequelize.transaction(async (transaction) => {
+          await checkBulk(this.sequelize, companyId, p, false, transaction);
+          const [row] = await this.sequelize.query<{ total: string; created: string; ids: Array<string | number> | null }>(
+            `WITH cand AS (
+               SELECT l.id AS list_id, c.id AS contact_id
+                 FROM contacts c CROSS JOIN contact_lists l
+                WHERE c.company_id = :companyId AND ${f.sql}
+                  AND l.company_id = :companyId AND l.id IN (:listIds) AND l.deleted_at IS NULL),
+             ins AS (
+               INSERT INTO contact_list_members (company_id, list_id, contact_id)
+               SELECT :companyId, list_id, contact_id FROM cand
+               ON CONFLICT (list_id, contact_id) DO NOTHING RETURNING id)
+             SELECT (SELECT count(*) FROM cand) AS total, (SELECT count(*) FROM ins) AS created,
+                    (SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 1000) first) AS ids`,
+            { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT, transaction },
+          );
+          return row;
+        });
+      let row: Awaited<ReturnType<typeof addOnce>> | undefined;
+      for (let attempt = 1; !row; attempt++) {
+        try {
+          row = await addOnce();
+        } catch (err) {
+          // A contact deleted while the statement ran: the next attempt no longer selects it.
+          if ((err as Error).name !== "SequelizeForeignKeyConstraintError") throw err;
+          if (attempt >= 3) throw new ApiError("CONCURRENT_CHANGE", "Contacts were deleted while they were being added; retry the request.");
+        }
+      }
       const created = Number(row!.created);
       ctx.meta.$statusCode = 201;
       ctx.meta.$location = `${API_PREFIX}/contacts/list`;
@@ -284,15 +314,16 @@ export const listActions = {
     responses: { 200: removeMembersOut },
     async handler(this: ContactsThis, ctx: Ctx<MembershipIn>): Promise<{ deleted: number }> {
       const { companyId } = ctx.meta;
-      await checkBulk(this.sequelize, companyId, ctx.params, true);
-      const f = memberFilter(ctx.params);
+      const p = dedupe(ctx.params);
+      await checkBulk(this.sequelize, companyId, p, true);
+      const f = memberFilter(p);
       const [row] = await this.sequelize.query<{ deleted: string }>(
         `WITH d AS (
            DELETE FROM contact_list_members m USING contacts c
             WHERE m.company_id = :companyId AND m.list_id IN (:listIds) AND c.id = m.contact_id AND ${f.sql}
            RETURNING 1)
          SELECT count(*) AS deleted FROM d`,
-        { replacements: { companyId, listIds: ctx.params.listIds, ...f.replacements }, type: QueryTypes.SELECT },
+        { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT },
       );
       return { deleted: Number(row!.deleted) };
     },

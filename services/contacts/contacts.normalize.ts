@@ -59,8 +59,13 @@ export function parseCustomFilter(type: CustomFieldType, raw: string): CustomVal
   switch (type) {
     case "TEXT":
       return raw;
-    case "NUMBER":
-      return /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw) ? Number(raw) : undefined;
+    case "NUMBER": {
+      if (!/^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw)) return undefined;
+      const n = Number(raw);
+      // Out of range (Infinity) or a non-zero literal that underflows to 0: not the number asked for.
+      if (!Number.isFinite(n) || (n === 0 && /[1-9]/.test(raw.split(/[eE]/)[0]!))) return undefined;
+      return n;
+    }
     case "BOOLEAN":
       return raw === "true" ? true : raw === "false" ? false : undefined;
     case "DATE":

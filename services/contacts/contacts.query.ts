@@ -92,7 +92,7 @@ export function contactWhere(companyId: string, f: ContactFilters, customTypes: 
 
 // Names sort case-insensitively, the same on PostgreSQL and PGlite whatever their collations.
 const SORT_COLUMNS: Record<ContactSort, string> = {
-  fullName: "lower(c.full_name)",
+  fullName: "lower(nullif(c.full_name, ''))", // nameless contacts last (NULLS LAST), not first
   firstName: "lower(c.first_name)",
   lastName: "lower(c.last_name)",
   email: "c.email",

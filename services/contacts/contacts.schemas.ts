@@ -139,7 +139,7 @@ export const contactFilterProperties = {
   lastCampaignType: { type: "string", enum: [...CHANNELS] },
   gender: { type: "string", enum: [...GENDERS] },
   search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name, phone number or email." },
-  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, uniqueItems: true, description: "Contacts in any of these lists." },
+  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Contacts in any of these lists." },
 } as const;
 
 const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
@@ -299,10 +299,10 @@ export interface MembershipIn {
   excludeIdsAllContacts?: string[];
 }
 const membershipProperties = {
-  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, uniqueItems: true },
-  contactIds: { type: "array", items: uuid, minItems: 1, maxItems: MAX_BULK_IDS, uniqueItems: true },
+  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Repeats are ignored." },
+  contactIds: { type: "array", items: uuid, minItems: 1, maxItems: MAX_BULK_IDS, description: "Repeats are ignored." },
   allContacts: { type: "boolean", default: false, description: "All contacts of the account, except excludeIdsAllContacts." },
-  excludeIdsAllContacts: { type: "array", items: uuid, maxItems: MAX_BULK_IDS, uniqueItems: true },
+  excludeIdsAllContacts: { type: "array", items: uuid, maxItems: MAX_BULK_IDS },
 };
 export const addMembersIn = {
   $id: "AddMembersIn",

@@ -165,6 +165,15 @@ describe("memberships", () => {
     expect((await a.api.get("/contacts")).body.total).toBe(5); // removing deletes no contact
   });
 
+  it("counts a repeated id once", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const l = await list(a);
+    const [c] = await contacts(a, 1);
+    const res = await a.api.post("/contacts/list/contacts", { listIds: [l.id, l.id], contactIds: [c, c!.toUpperCase()] });
+    expect(res.body).toMatchObject({ created: 1, existing: 0 });
+    expect((await a.api.get(`/contacts?listIds=${l.id},${l.id}`)).body.total).toBe(1);
+  });
+
   it("removes named contacts from lists, and one association by id", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const l = await list(a);

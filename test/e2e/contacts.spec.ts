@@ -50,6 +50,8 @@ describe("POST /contacts", () => {
     ["an unknown gender", { email: "g@example.com", gender: "ROBOT" }, "gender"],
     ["an unknown field", { email: "u@example.com", nickname: "x" }, "nickname"],
     ["a wrong type", { email: "w@example.com", isTest: "yes" }, "isTest"],
+    ["a NUL character", { email: "n@example.com", firstName: "a\u0000b" }, "firstName"],
+    ["an unpaired surrogate", { email: "s@example.com", lastName: "x\ud800" }, "lastName"],
   ])("answers 400 for %s, naming the field, and writes nothing", async (_n, body, path) => {
     const a = await t.newAccount(["CONTACTS"]);
     const res = await a.api.post("/contacts", body);
@@ -115,6 +117,12 @@ describe("GET, PUT, DELETE /contacts/{id}", () => {
     const c = (await a.api.post("/contacts", contactIn())).body;
     expectProblem(await a.api.put(`/contacts/${c.id}`, { firstName: "only" }), 400);
     expect((await a.api.get(`/contacts/${c.id}`)).body).toEqual(c);
+  });
+
+  it("answers 404, not 409, when the contact to replace does not exist", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    await a.api.post("/contacts", { phoneNumber: "+351912555666" });
+    expectProblem(await a.api.put("/contacts/00000000-0000-4000-8000-000000000000", { phoneNumber: "+351912555666" }), 404);
   });
 
   it("answers 409 when a replacement takes another contact's email", async () => {
@@ -206,7 +214,7 @@ describe("GET /contacts filters and sorting", () => {
   };
 
   it("sorts by fullName by default, stably, in the page envelope", async () => {
-    expect(await names("")).toEqual(["nameless", "amy", "bob", "zoe"]);
+    expect(await names("")).toEqual(["amy", "bob", "zoe", "nameless"]); // nameless contacts last
     expect(await names("sortBy=fullName&sortOrder=desc")).toEqual(["zoe", "bob", "amy", "nameless"]);
     expect(await names("sortBy=createdAt")).toEqual(["zoe", "bob", "amy", "nameless"]);
     const page = await a.api.get("/contacts?limit=2&page=1");
