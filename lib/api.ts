@@ -40,6 +40,8 @@ export interface ApiActionSpec {
   responses?: Record<number, JsonSchema | null>;
   /** Documented error statuses besides the ones every keyed operation has (401, 429, 500). */
   errors?: number[];
+  /** Milliseconds the gateway waits for this action (Moleculer's own action `timeout`); default REQUEST_TIMEOUT_MS. */
+  timeout?: number;
   /** POST that creates something: honours Idempotency-Key (default: true for POST). */
   idempotent?: boolean;
 }

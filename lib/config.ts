@@ -26,6 +26,8 @@ export interface Config {
   readonly logPretty: boolean;
   readonly rateLimitRps: number;
   readonly authCacheTtlMs: number;
+  /** How long the gateway waits for an action that declares no `timeout` of its own. */
+  readonly requestTimeoutMs: number;
   readonly nodeId: string | null;
   /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
   readonly validateResponses: boolean;
@@ -49,6 +51,7 @@ const VARIABLES = {
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
   LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },
   RATE_LIMIT_RPS: { field: "rateLimitRps", schema: { type: "number", exclusiveMinimum: 0 }, default: 50 },
+  REQUEST_TIMEOUT_MS: { field: "requestTimeoutMs", schema: { type: "integer", minimum: 100 }, default: 30000 },
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },

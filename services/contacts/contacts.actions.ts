@@ -159,6 +159,7 @@ export const contactActions = {
 
   /** Removes a custom field declaration and its values from every contact of the account. */
   removeCustomField: apiAction({
+    timeout: 300_000, // removes the values from every contact of the account
     rest: "DELETE /contacts/custom-fields/:key",
     operation: "CONTACTS",
     summary: "Remove a custom field",

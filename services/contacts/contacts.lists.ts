@@ -65,6 +65,9 @@ const LIST_SORT_COLUMNS: Record<ListSort, string> = { name: "lower(l.name)", cre
 
 type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 
+/** Set-based changes over a whole account may take long on millions of contacts. */
+export const BULK_TIMEOUT_MS = 300_000;
+
 async function getList(sequelize: Sequelize, companyId: string, id: number, includeDeleted: boolean): Promise<ListOut> {
   const [row] = await sequelize.query<ListRow>(`${LIST_SELECT} WHERE l.company_id = :companyId AND l.id = :id${includeDeleted ? "" : " AND l.deleted_at IS NULL"}`, {
     replacements: { companyId, id },
@@ -214,6 +217,7 @@ export const listActions = {
 
   /** Soft-deletes lists (irreversible): their memberships go, their contacts stay. */
   deleteLists: apiAction({
+    timeout: BULK_TIMEOUT_MS,
     rest: "DELETE /contacts/list",
     operation: "CONTACTS",
     summary: "Delete contact lists",
@@ -257,6 +261,7 @@ export const listActions = {
 
   /** Adds contacts (or all contacts but some) to lists, in one statement; existing members are kept. */
   addMembers: apiAction({
+    timeout: BULK_TIMEOUT_MS,
     rest: "POST /contacts/list/contacts",
     operation: "CONTACTS",
     summary: "Add contacts to lists",
@@ -306,6 +311,7 @@ export const listActions = {
 
   /** Removes contacts (or all but some) from lists; contacts and lists stay. */
   removeMembers: apiAction({
+    timeout: BULK_TIMEOUT_MS,
     rest: "DELETE /contacts/list/contacts",
     operation: "CONTACTS",
     summary: "Remove contacts from lists",

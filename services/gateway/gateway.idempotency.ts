@@ -77,7 +77,9 @@ export class IdempotencyStore {
     private readonly abandonAfterS = 90,
   ) {}
 
-  async claim(companyId: string, key: string, hash: string, sealer: Sealer): Promise<Claim> {
+  /** `runForS`: how long the action may run; a claim is taken over only well after that. */
+  async claim(companyId: string, key: string, hash: string, sealer: Sealer, runForS = 30): Promise<Claim> {
+    const abandon = Math.max(this.abandonAfterS, Math.ceil(runForS) + 60);
     const claimed = await this.sequelize.query(
       `INSERT INTO idempotency_keys (company_id, key, request_hash, state, created_at)
        VALUES (:companyId, :key, :hash, 'RUNNING', now())
@@ -87,7 +89,7 @@ export class IdempotencyStore {
          WHERE idempotency_keys.created_at < now() - make_interval(secs => :ttl)
             OR (idempotency_keys.state = 'RUNNING' AND idempotency_keys.created_at < now() - make_interval(secs => :abandon))
        RETURNING key`,
-      { replacements: { companyId, key, hash, ttl: this.ttlS, abandon: this.abandonAfterS }, type: QueryTypes.SELECT },
+      { replacements: { companyId, key, hash, ttl: this.ttlS, abandon }, type: QueryTypes.SELECT },
     );
     if (claimed.length > 0) return { kind: "claimed" };
     const [row] = await this.sequelize.query<Row>(
@@ -95,7 +97,7 @@ export class IdempotencyStore {
          FROM idempotency_keys WHERE company_id = :companyId AND key = :key`,
       { replacements: { companyId, key }, type: QueryTypes.SELECT },
     );
-    if (!row) return this.claim(companyId, key, hash, sealer); // expired and removed in between
+    if (!row) return this.claim(companyId, key, hash, sealer, runForS); // expired and removed in between
     if (row.request_hash !== hash) return { kind: "mismatch" };
     if (row.state === "RUNNING") return { kind: "running" };
     const body = row.response_body == null ? null : sealer.open(row.response_body);

@@ -138,7 +138,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           bodyParsers: false, // the body is read in callAction, once the key has been checked
           authentication: true,
           mergeParams: true,
-          callOptions: { timeout: 30000 },
+          callOptions: { timeout: config.requestTimeoutMs },
           onAfterCall(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, _res: ServerResponse, data: unknown) {
             this.checkResponse(req, ctx.meta.$statusCode ?? 200, data);
             return data;
@@ -306,14 +306,17 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           }
           return this.callIdempotent(route, req, res, merged, key);
         }
-        return mixin.methods.callAction!.call(this, route, actionName, req, res, merged, isStream);
+        // An action may declare a longer (or shorter) timeout than the route's default.
+        const timed = req.$action.timeout ? { ...route, callOptions: { ...route.callOptions, timeout: req.$action.timeout } } : route;
+        return mixin.methods.callAction!.call(this, timed, actionName, req, res, merged, isStream);
       },
 
       async callIdempotent(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, key: string) {
         const ctx = req.$ctx;
         const companyId = ctx.meta.companyId;
         const sealer = new Sealer(req.headers["x-api-key"] as string, companyId, key);
-        const claim = await this.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer);
+        const timeout = req.$action?.timeout ?? config.requestTimeoutMs;
+        const claim = await this.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer, timeout / 1000);
         if (claim.kind === "mismatch") throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
         if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
         if (claim.kind === "replay") {
@@ -333,7 +336,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         }
         let data: unknown;
         try {
-          data = await ctx.call(req.$endpoint as string, params, route.callOptions ? { ...route.callOptions } : {});
+          data = await ctx.call(req.$endpoint as string, params, { ...route.callOptions, timeout });
         } catch (err) {
           const problem = toProblem(err, req.$requestId);
           const type = (err as { type?: string }).type ?? "";

@@ -1,0 +1,34 @@
+import { startTestApp, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Two equally slow actions: one keeps the default timeout, one declares a longer one. */
+const sleepy = {
+  name: "sleepy",
+  settings: { rest: "/" },
+  actions: {
+    usual: { rest: "GET /probe/usual", operation: "AUTHENTICATION", responses: { 200: { type: "object" } }, handler: () => sleep(600).then(() => ({ done: true })) },
+    patient: { rest: "GET /probe/patient", operation: "AUTHENTICATION", timeout: 5000, responses: { 200: { type: "object" } }, handler: () => sleep(600).then(() => ({ done: true })) },
+  },
+};
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp({ config: { requestTimeoutMs: 200 }, extraServices: [sleepy as never] });
+});
+afterAll(() => t?.stop());
+
+it("gives up on an action after REQUEST_TIMEOUT_MS with a 503 problem", async () => {
+  const a = await t.newAccount(["AUTHENTICATION"]);
+  const res = await a.api.get("/probe/usual");
+  expectProblem(res, 503);
+  expect(res.text).not.toMatch(/sleepy|usual/);
+});
+
+it("waits as long as an action declares", async () => {
+  const a = await t.newAccount(["AUTHENTICATION"]);
+  const res = await a.api.get("/probe/patient");
+  expect(res.status).toBe(200);
+  expect(res.body).toEqual({ done: true });
+});
