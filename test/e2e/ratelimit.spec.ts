@@ -20,7 +20,7 @@ describe("rate limiting", () => {
     expect(first.headers.get("ratelimit-limit")).toBe("10"); // 5/s, burst 2x
     expect(Number(first.headers.get("ratelimit-remaining"))).toBeLessThan(10);
     expect(first.headers.get("ratelimit-reset")).toMatch(/^\d+$/);
-    const results = await Promise.all(Array.from({ length: 14 }, () => a.api.get("/authentication/me")));
+    const results = await Promise.all(Array.from({ length: 30 }, () => a.api.get("/authentication/me")));
     const limited = results.filter((r) => r.status === 429);
     expect(limited.length).toBeGreaterThanOrEqual(3);
     expectProblem(limited[0]!, 429);
@@ -51,8 +51,8 @@ describe("RateLimit headers", () => {
 
 it("limits requests without a valid key per client address", async () => {
   await pause(2100);
-  const results = await Promise.all(Array.from({ length: 14 }, () => t.api.get("/authentication/me", { headers: { "x-api-key": "pgw_" + "B".repeat(43) } })));
-  expect(results.filter((r) => r.status === 401).length).toBeLessThanOrEqual(10);
+  const results = await Promise.all(Array.from({ length: 30 }, () => t.api.get("/authentication/me", { headers: { "x-api-key": "pgw_" + "B".repeat(43) } })));
+  expect(results.every((r) => r.status === 401 || r.status === 429)).toBe(true);
   const limited = results.filter((r) => r.status === 429);
   expect(limited.length).toBeGreaterThanOrEqual(3);
   expectProblem(limited[0]!, 429);
