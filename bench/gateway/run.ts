@@ -7,7 +7,7 @@
  *   npm run bench:gateway [-- --duration 10 --connections 50]
  */
 import autocannon from "autocannon";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -27,6 +27,8 @@ const DURATION = Number(values.duration);
 const CONNECTIONS = Number(values.connections);
 const ROUNDS = Number(values.rounds);
 
+const PIN = os.cpus().length >= 2 && spawnSync("taskset", ["-cp", "1", String(process.pid)], { stdio: "ignore" }).status === 0;
+
 /** Every process this bench started: all are stopped when it ends, however it ends. */
 const children: ChildProcess[] = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
@@ -38,7 +40,10 @@ function startProcess(command: string, env: Record<string, string>, ready: RegEx
     // Logs go to a file, as a collector would take them: a pipe into this (busy) load generator
     // would throttle the server by its own back-pressure.
     const stdout = logFile ? fs.openSync(logFile, "w") : "pipe";
-    const child = spawn("sh", ["-c", `exec ${command}`], { cwd: ROOT, env: { ...process.env, PATH, ...env }, stdio: ["ignore", stdout, "pipe"] });
+    // Servers on core 0, this load generator on core 1 (when taskset exists): each side gets a core
+    // of its own, so the two servers are measured alike and runs repeat.
+    const pin = PIN ? "taskset -c 0 " : "";
+    const child = spawn("sh", ["-c", `exec ${pin}${command}`], { cwd: ROOT, env: { ...process.env, PATH, ...env }, stdio: ["ignore", stdout, "pipe"] });
     children.push(child);
     let out = "";
     const onData = (d: Buffer) => {
@@ -120,7 +125,9 @@ async function main() {
     const line = (name: string, r: autocannon.Result, all: autocannon.Result[]) =>
       `${name.padEnd(34)} ${r.requests.average.toFixed(0).padStart(8)} req/s   p99 ${String(r.latency.p99).padStart(4)} ms   non-2xx ${r.non2xx}   errors ${r.errors}   (rounds: ${all.map((x) => x.requests.average.toFixed(0)).join(", ")})`;
     const ratio = ours.requests.average / base.requests.average;
-    console.log(`bench/gateway: ${ROUNDS} x ${DURATION} s alternating, ${CONNECTIONS} connections, Node ${process.version}, ${os.cpus().length} cores, LOG_LEVEL=${values["log-level"]}; medians:`);
+    console.log(
+      `bench/gateway: ${ROUNDS} x ${DURATION} s alternating, ${CONNECTIONS} connections, Node ${process.version}, ${os.cpus().length} cores${PIN ? " (servers on core 0, load on core 1)" : ""}, LOG_LEVEL=${values["log-level"]}; medians:`,
+    );
     console.log(line("bare moleculer-web (floor)", base, bases));
     console.log(line("GET /authentication/me (npm start)", ours, ourss));
     console.log(`ratio (ours / floor, req/s): ${ratio.toFixed(2)}   p99 ${ours.latency.p99} ms vs ${base.latency.p99} ms   target >= 0.60   ${ratio >= 0.6 ? "MET" : "NOT MET"}`);
