@@ -7,6 +7,7 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import { Op } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
+import { DbMixin, type DbThis } from "../../mixins/db.mixin";
 import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
 import { createKey, toApiKeyOut, toPrincipal } from "./auth.keys";
@@ -42,6 +43,7 @@ interface AuthThis {
 export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings> {
   return {
     name: "auth",
+    mixins: [DbMixin(deps)],
     settings: { rest: "/" },
 
     actions: {
@@ -176,7 +178,8 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
     },
 
     created() {
-      (this as unknown as AuthThis).models = defineAuthModels(deps.db.sequelize);
+      const self = this as unknown as AuthThis & DbThis;
+      self.models = defineAuthModels(self.sequelize);
     },
   };
 }

@@ -6,17 +6,16 @@
 import type { ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
-import { contactActions, contactMethods, type ContactsThis } from "./contacts.actions";
+import { DbMixin } from "../../mixins/db.mixin";
+import { contactActions, contactMethods } from "./contacts.actions";
 import { listActions } from "./contacts.lists";
 
 export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSettings> {
   return {
     name: "contacts",
+    mixins: [DbMixin(deps)],
     settings: { rest: "/" },
     actions: { ...contactActions, ...listActions },
     methods: contactMethods,
-    created() {
-      (this as unknown as ContactsThis).sequelize = deps.db.sequelize;
-    },
   };
 }
