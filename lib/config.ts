@@ -33,8 +33,8 @@ export interface Config {
   readonly validateResponses: boolean;
 }
 
-/** One row per variable: its name, the config field, its JSON schema and its default. */
-const VARIABLES = {
+/** One row per variable: its name, the config field, its JSON schema and its default (README and k8s follow it). */
+export const VARIABLES = {
   PORT: { field: "port", schema: { type: "integer", minimum: 0, maximum: 65535 }, default: 3000 },
   HOST: { field: "host", schema: { type: "string", minLength: 1 }, default: "0.0.0.0" },
   INTERNAL_PORT: { field: "internalPort", schema: { type: "integer", minimum: 0, maximum: 65535 }, default: 3001 },
