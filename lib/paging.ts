@@ -3,6 +3,7 @@
  * schema, the envelope schema for a response, and the envelope itself. A `limit` over 1000, a
  * negative `page`, an unknown `sortBy` or another `sortOrder` fail validation (400), never clamped.
  */
+import { QueryTypes, type Sequelize } from "sequelize";
 import type { JsonSchema } from "./api";
 
 export interface PageIn<S extends string = string> {
@@ -47,4 +48,23 @@ export function pageSchema(id: string, item: JsonSchema): JsonSchema {
 
 export function toPage<T>(data: T[], total: number, page: number, limit: number): Page<T> {
   return { data, page, limit, total, totalPages: Math.ceil(total / limit) };
+}
+
+/**
+ * One page of a SQL query and its total, run side by side: `select` places `LIMIT :limit OFFSET
+ * :offset` itself (filled in here from page and limit), `count` answers one row `{ total }`; both
+ * share `replacements`.
+ */
+export async function queryPage<Row extends object, Out>(
+  sequelize: Sequelize,
+  q: { select: string; count: string; replacements: Record<string, unknown>; page: number; limit: number; map: (row: Row) => Out },
+): Promise<Page<Out>> {
+  const [rows, [count]] = await Promise.all([
+    sequelize.query<Row>(q.select, {
+      replacements: { ...q.replacements, limit: q.limit, offset: q.page * q.limit },
+      type: QueryTypes.SELECT,
+    }),
+    sequelize.query<{ total: string }>(q.count, { replacements: q.replacements, type: QueryTypes.SELECT }),
+  ]);
+  return toPage(rows.map(q.map), Number(count!.total), q.page, q.limit);
 }

@@ -3,19 +3,16 @@
  * A key is `pgw_` + 256 random bits (base64url); only its SHA-256 is stored. A fast hash is right
  * here: the value has 256 bits of entropy, so there is nothing to stretch, and lookups stay O(1).
  */
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
+import { API_KEY_PREFIX, hashApiKey } from "../../lib/api-key";
 import type { Operation, TrafficType } from "../../lib/api";
 import type { AuthModels, ApiKey } from "./auth.models";
 import type { ApiKeyOut, CreatedApiKeyOut, Principal } from "./auth.schemas";
 
-export const KEY_PREFIX = "pgw_";
-export const KEY_RE = /^pgw_[A-Za-z0-9_-]{43}$/;
-
-export const hashKey = (value: string): Buffer => createHash("sha256").update(value).digest();
 
 export function generateKey(): { value: string; hash: Buffer } {
-  const value = KEY_PREFIX + randomBytes(32).toString("base64url");
-  return { value, hash: hashKey(value) };
+  const value = API_KEY_PREFIX + randomBytes(32).toString("base64url");
+  return { value, hash: hashApiKey(value) };
 }
 
 export function toApiKeyOut(row: ApiKey): ApiKeyOut {

@@ -6,7 +6,7 @@ import type { Context } from "moleculer";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { toPage, type Page } from "../../lib/paging";
+import { queryPage, type Page } from "../../lib/paging";
 import { CONTACT_COLUMNS, toContactOut, toCustomFieldOut, type ContactRow, type CustomFieldRow } from "./contacts.models";
 import { checkCustomFields, normalizeEmail, PHONE_ERROR, toE164 } from "./contacts.normalize";
 import { contactOrder, contactWhere } from "./contacts.query";
@@ -202,20 +202,17 @@ export const contactMethods = {
   async findContacts(this: ContactsThis, companyId: string, params: ListContactsIn): Promise<Page<ContactOut>> {
     const { page, limit, sortBy, sortOrder } = params;
     const where = contactWhere(companyId, params, await this.customTypes(companyId));
-    const [rows, [count]] = await Promise.all([
-      // Deferred join: the page's ids come from the (index-only) sort order, the rows only for them.
-      this.sequelize.query<ContactRow>(
-        `SELECT ${CONTACT_COLUMNS} FROM contacts c
-           JOIN (SELECT c.id FROM contacts c WHERE ${where.sql} ${contactOrder(sortBy, sortOrder)} LIMIT :limit OFFSET :offset) page USING (id)
-          ${contactOrder(sortBy, sortOrder)}`,
-        {
-          replacements: { ...where.replacements, limit, offset: page * limit },
-          type: QueryTypes.SELECT,
-        },
-      ),
-      this.sequelize.query<{ total: string }>(`SELECT count(*) AS total FROM contacts c WHERE ${where.sql}`, { replacements: where.replacements, type: QueryTypes.SELECT }),
-    ]);
-    return toPage(rows.map(toContactOut), Number(count!.total), page, limit);
+    const order = contactOrder(sortBy, sortOrder);
+    // Deferred join: the page's ids come from the (index-only) sort order, the rows only for them.
+    return queryPage(this.sequelize, {
+      select: `SELECT ${CONTACT_COLUMNS} FROM contacts c
+                 JOIN (SELECT c.id FROM contacts c WHERE ${where.sql} ${order} LIMIT :limit OFFSET :offset) page USING (id) ${order}`,
+      count: `SELECT count(*) AS total FROM contacts c WHERE ${where.sql}`,
+      replacements: where.replacements,
+      page,
+      limit,
+      map: toContactOut,
+    });
   },
 
   /** Inserts or replaces one contact, checking phone, email and custom fields; 409 names the holder. */

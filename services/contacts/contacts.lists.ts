@@ -7,8 +7,9 @@ import type { Context } from "moleculer";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
-import { toPage, type Page } from "../../lib/paging";
+import { queryPage, type Page } from "../../lib/paging";
 import type { ContactsThis } from "./contacts.actions";
+import { likeEscape } from "./contacts.query";
 import {
   addMembersIn,
   addMembersOut,
@@ -136,7 +137,7 @@ export const listActions = {
       if (!p.includeDeleted) parts.push("l.deleted_at IS NULL");
       if (p.search !== undefined) {
         parts.push("l.name ILIKE :search");
-        r.search = `%${p.search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+        r.search = likeEscape(p.search);
       }
       if (p.id) {
         parts.push("l.id IN (:ids)");
@@ -152,14 +153,14 @@ export const listActions = {
       }
       const where = parts.join(" AND ");
       const dir = p.sortOrder === "desc" ? "DESC" : "ASC";
-      const [rows, [count]] = await Promise.all([
-        this.sequelize.query<ListRow>(`${LIST_SELECT} WHERE ${where} ORDER BY ${LIST_SORT_COLUMNS[p.sortBy]} ${dir}, l.id ${dir} LIMIT :limit OFFSET :offset`, {
-          replacements: { ...r, limit: p.limit, offset: p.page * p.limit },
-          type: QueryTypes.SELECT,
-        }),
-        this.sequelize.query<{ total: string }>(`SELECT count(*) AS total FROM contact_lists l WHERE ${where}`, { replacements: r, type: QueryTypes.SELECT }),
-      ]);
-      return toPage(rows.map(toListOut), Number(count!.total), p.page, p.limit);
+      return queryPage(this.sequelize, {
+        select: `${LIST_SELECT} WHERE ${where} ORDER BY ${LIST_SORT_COLUMNS[p.sortBy]} ${dir}, l.id ${dir} LIMIT :limit OFFSET :offset`,
+        count: `SELECT count(*) AS total FROM contact_lists l WHERE ${where}`,
+        replacements: r,
+        page: p.page,
+        limit: p.limit,
+        map: toListOut,
+      });
     },
   }),
 

@@ -12,7 +12,8 @@ export interface Where {
   replacements: Record<string, unknown>;
 }
 
-const likeEscape = (s: string) => `%${s.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+/** `%text%` for ILIKE, with LIKE's own characters (% _ \\) taken literally. */
+export const likeEscape = (s: string) => `%${s.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
 /** Builds the WHERE clause for alias `c` (contacts) of one account. */
 export function contactWhere(companyId: string, f: ContactFilters, customTypes: Map<string, CustomFieldType>): Where {

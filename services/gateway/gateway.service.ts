@@ -5,10 +5,10 @@
  * (cached, cleared by `auth.keyDeleted`), per-key rate limits, Idempotency-Key, query coercion,
  * metrics and the OpenAPI document.
  */
-import { createHash } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
+import { API_KEY_RE, hashApiKey } from "../../lib/api-key";
 import { API_PREFIX, apiAction, type ApiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
@@ -26,8 +26,6 @@ import { HttpMetrics } from "./gateway.metrics";
 import { mergeParams } from "./gateway.params";
 import { TokenBuckets } from "./gateway.ratelimit";
 
-const KEY_RE = /^pgw_[A-Za-z0-9_-]{43}$/;
-const sha256hex = (value: string) => createHash("sha256").update(value).digest("hex");
 
 type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
 const runMiddleware = (mw: Middleware, req: IncomingMessage, res: ServerResponse) =>
@@ -66,8 +64,8 @@ interface GatewayVars {
   aliasesReady: boolean;
   purgeTimer?: NodeJS.Timeout;
   server: import("node:http").Server;
-  principalOf(ctx: Context, key: string): Promise<Principal | null>;
-  cachedPrincipal(key: string): Principal | null;
+  principalOf(ctx: Context, hash: string): Promise<Principal | null>;
+  cachedPrincipal(hash: string): Principal | null;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
   storeAnswer(companyId: string, key: string, status: number, body: unknown, headers: Record<string, string>, sealer: Sealer): Promise<void>;
   evictKey(keyId: string): void;
@@ -214,12 +212,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         // Fail closed: an exposed action must say which operation it needs (null for public).
         if (action.operation === undefined) throw new Error(`${action.name} is exposed without declaring its operation`);
         const raw = req.headers["x-api-key"];
-        const wellFormed = typeof raw === "string" && KEY_RE.test(raw);
-        let principal = wellFormed ? this.cachedPrincipal(raw) : null;
-        if (!principal && wellFormed) {
+        const hash = typeof raw === "string" && API_KEY_RE.test(raw) ? hashApiKey(raw).toString("hex") : null;
+        let principal = hash ? this.cachedPrincipal(hash) : null;
+        if (!principal && hash) {
           // A key not in the cache costs a lookup: charge the client address first.
           this.rateLimit(res, ip, true);
-          principal = await this.principalOf(ctx, raw);
+          principal = await this.principalOf(ctx, hash);
         }
         this.rateLimit(res, principal ? `key:${principal.keyId}` : ip, true);
         if (!principal) {
@@ -254,13 +252,14 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         }
       },
 
-      cachedPrincipal(this: GatewayThis, key: string): Principal | null {
-        const hit = this.keyCache.get(sha256hex(key));
+      /** The principal of a key (by the hex SHA-256 of its value) while it is cached. */
+      cachedPrincipal(this: GatewayThis, hash: string): Principal | null {
+        const hit = this.keyCache.get(hash);
         return hit && hit.expires > Date.now() ? hit.principal : null;
       },
 
-      async principalOf(this: GatewayThis, ctx: Context, key: string): Promise<Principal | null> {
-        const hash = sha256hex(key);
+      /** Asks `auth` who the key with this hex SHA-256 is, and caches the answer. */
+      async principalOf(this: GatewayThis, ctx: Context, hash: string): Promise<Principal | null> {
         const principal = (await ctx.call("auth.verify", { keyHash: hash })) as Principal | null;
         // Deleted while the lookup was on its way: the answer is already out of date.
         if (principal && this.deletedKeys.has(principal.keyId)) return null;
