@@ -3,6 +3,8 @@
  * operation it requires, its documented answers. The gateway, the OpenAPI document and the tests
  * all read these same declarations.
  */
+import type { UploadSpec } from "./upload";
+
 export const OPERATIONS = [
   "SMS",
   "RCS",
@@ -44,6 +46,12 @@ export interface ApiActionSpec {
   timeout?: number;
   /** POST that creates something: honours Idempotency-Key (default: true for POST). */
   idempotent?: boolean;
+  /**
+   * The action takes a multipart/form-data upload: the gateway receives the file (limits, kind by
+   * content), passes the other fields as params, the file's description as `params[field]` and its
+   * bytes as `ctx.stream`.
+   */
+  upload?: UploadSpec;
 }
 
 /** The caller, as the gateway established it from the key; every service reads the account here. */
@@ -66,7 +74,14 @@ export interface AuthMeta {
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type ApiAction = import("moleculer").ActionSchema<any> & ApiActionSpec;
-export const apiAction = (action: ApiAction): ApiAction => action;
+export const apiAction = (action: ApiAction): ApiAction => ({
+  ...action,
+  // Each action gets its own copy of its schemas, with no object shared between two places:
+  // Moleculer's INFO packet drops any object it meets a second time (its circular-reference guard
+  // treats repeats as cycles), so a shared sub-schema would reach other nodes missing.
+  ...(action.params ? { params: JSON.parse(JSON.stringify(action.params)) } : {}),
+  ...(action.responses ? { responses: JSON.parse(JSON.stringify(action.responses)) } : {}),
+});
 
 /** A service's settings: `rest: "/"` makes its action paths absolute under the API prefix. */
 export interface ApiServiceSettings {

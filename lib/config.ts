@@ -29,6 +29,10 @@ export interface Config {
   /** How long the gateway waits for an action that declares no `timeout` of its own. */
   readonly requestTimeoutMs: number;
   readonly nodeId: string | null;
+  /** Where the contacts service keeps uploaded files until they are imported (default DATA_DIR/imports). */
+  readonly importDir: string;
+  /** Worker threads (piscina) that parse imports on a contacts node. */
+  readonly importWorkers: number;
   /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
   readonly validateResponses: boolean;
 }
@@ -55,6 +59,8 @@ export const VARIABLES = {
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },
+  IMPORT_DIR: { field: "importDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
 } as const;
 
 export type EnvName = keyof typeof VARIABLES;
@@ -100,6 +106,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   }
   out.services = [...new Set(services)];
   out.dataDir = path.resolve(String(out.dataDir));
+  out.importDir = path.resolve(out.importDir == null ? path.join(String(out.dataDir), "imports") : String(out.importDir));
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
   if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
 

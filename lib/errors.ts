@@ -19,6 +19,7 @@ export const ERROR_TYPES = {
   CUSTOM_FIELD_NOT_FOUND: { status: 404, title: "Custom field not found" },
   LIST_NOT_FOUND: { status: 404, title: "Contact list not found" },
   ASSOCIATION_NOT_FOUND: { status: 404, title: "Association not found" },
+  IMPORT_NOT_FOUND: { status: 404, title: "Contact import not found" },
   METHOD_NOT_ALLOWED: { status: 405, title: "Method Not Allowed" },
   IDEMPOTENCY_IN_PROGRESS: { status: 409, title: "A request with this Idempotency-Key is still running" },
   CONTACT_EXISTS: { status: 409, title: "A contact with this phone number or email exists" },

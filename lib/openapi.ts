@@ -4,6 +4,7 @@
  * parameters, its answers, its errors and an example of each.
  */
 import { STATUS_CODES } from "node:http";
+import { KIND_NAMES } from "./upload";
 import { API_PREFIX, type ApiActionSpec, type JsonSchema } from "./api";
 import { ERROR_TYPES } from "./errors";
 import { problemTypeUri } from "./problem";
@@ -215,7 +216,30 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
       responses: {} as Record<string, unknown>,
     };
 
-    if (inBody && params) {
+    if (inBody && params && action.upload) {
+      // Multipart: the file part, and the other params as text fields.
+      const { field, maxBytes, accept, description } = action.upload;
+      const fields = Object.fromEntries(Object.entries(props).filter(([k]) => k !== field && !pathParams.includes(k)).map(([k, v]) => [k, toOas(v, components)]));
+      op.requestBody = {
+        required: true,
+        content: {
+          "multipart/form-data": {
+            schema: {
+              type: "object",
+              required: [field, ...[...required].filter((r) => r !== field && !pathParams.includes(r))],
+              properties: {
+                [field]: {
+                  type: "string",
+                  format: "binary",
+                  description: `${description ?? "The file"}: ${accept.map((k) => KIND_NAMES[k]).join(" or ")} (judged by content), at most ${Math.round(maxBytes / 1048576)} MiB.`,
+                },
+                ...fields,
+              },
+            },
+          },
+        },
+      };
+    } else if (inBody && params) {
       let bodySchema: unknown;
       if (pathParams.some((p) => p in props)) {
         const rest: JsonSchema = { ...params, properties: Object.fromEntries(Object.entries(props).filter(([k]) => !pathParams.includes(k))) };

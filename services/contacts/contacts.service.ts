@@ -1,13 +1,14 @@
 /**
- * contacts: contacts, custom fields, contact lists and memberships of an account (spec parts 2 and
- * 4, contract section 4). Everything is filtered by the caller's account, so another account's ids
- * are simply not found. Imports (CSV, XLSX, vCard) come next.
+ * contacts: contacts, custom fields, contact lists, memberships and imports of an account (spec
+ * parts 2 and 4, contract section 4). Everything is filtered by the caller's account, so another
+ * account's ids are simply not found. Imports are parsed on this node's piscina pool.
  */
 import type { ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { DbMixin } from "../../mixins/db.mixin";
 import { contactActions, contactMethods } from "./contacts.actions";
+import { importActions, Importer, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
 
 export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSettings> {
@@ -15,7 +16,16 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
     name: "contacts",
     mixins: [DbMixin(deps)],
     settings: { rest: "/" },
-    actions: { ...contactActions, ...listActions },
+    actions: { ...contactActions, ...listActions, ...importActions },
     methods: contactMethods,
+    created() {
+      (this as unknown as ImportsThis).importer = new Importer(deps.db.sequelize, deps.config, this.logger);
+    },
+    async started() {
+      await (this as unknown as ImportsThis).importer.start();
+    },
+    async stopped() {
+      await (this as unknown as ImportsThis).importer.stop();
+    },
   };
 }

@@ -30,12 +30,15 @@ export function renderDocs(doc: Doc): string {
     for (const [method, op] of Object.entries(methods)) {
       const params = (op.parameters as Doc[]).filter((p) => !p.$ref);
       const body = op.requestBody?.content?.["application/json"];
+      const form = op.requestBody?.content?.["multipart/form-data"];
+      const fileField = form ? Object.entries(form.schema.properties as Record<string, Doc>).find(([, p]) => p.format === "binary")?.[0] : undefined;
       const responses = Object.entries(op.responses as Record<string, Doc>);
       ops.push(`<section class="op" id="${esc(op.operationId)}">
 <h3><span class="m ${esc(method)}">${esc(method.toUpperCase())}</span> <code>${esc(doc.servers[0].url)}${esc(path)}</code></h3>
 <p><b>${esc(op.summary)}</b></p><p>${esc(op.description).replace(/`([^`]+)`/g, "<code>$1</code>").replace(/\n\n/g, "</p><p>")}</p>
 ${params.length ? `<h4>Parameters</h4><table><tr><th>name</th><th>in</th><th>required</th><th>schema</th></tr>${params.map((p) => `<tr><td><code>${esc(p.name)}</code></td><td>${esc(p.in)}</td><td>${p.required ? "yes" : "no"}</td><td><pre>${schemaText(p.schema, doc)}</pre></td></tr>`).join("")}</table>` : ""}
 ${body ? `<h4>Request body</h4><pre>${schemaText(body.schema, doc)}</pre><h4>Example</h4><pre>${esc(JSON.stringify(body.example, null, 2))}</pre>` : ""}
+${form ? `<h4>Request body (multipart/form-data)</h4><pre>${schemaText(form.schema, doc)}</pre><h4>Example</h4><pre>${esc(`curl -H 'X-API-Key: pgw_...' -F ${fileField}=@file ${doc.servers[0].url}${path}`)}</pre>` : ""}
 <h4>Responses</h4><table><tr><th>status</th><th>meaning</th><th>example</th></tr>${responses
         .map(([status, r]) => {
           const c = r.content ? (Object.values(r.content)[0] as Doc) : null;

@@ -5,7 +5,10 @@
  * (cached, cleared by `auth.keyDeleted`), per-key rate limits, Idempotency-Key, query coercion,
  * metrics and the OpenAPI document.
  */
+import { createReadStream, mkdtempSync, rmSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import os from "node:os";
+import path from "node:path";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { API_KEY_RE, hashApiKey } from "../../lib/api-key";
@@ -23,7 +26,8 @@ import { renderDocs } from "./gateway.docs";
 import { answerClientError, parseJson, requestIdOf, requireJson, writeProblem } from "./gateway.http";
 import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash, Sealer } from "./gateway.idempotency";
 import { HttpMetrics } from "./gateway.metrics";
-import { mergeParams } from "./gateway.params";
+import { coerceStrings, mergeParams } from "./gateway.params";
+import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { TokenBuckets } from "./gateway.ratelimit";
 
 
@@ -63,6 +67,8 @@ interface GatewayVars {
   aliases: Array<{ path: string; fullPath?: string; method: string; match(url: string): Record<string, string> | false }>;
   aliasesReady: boolean;
   purgeTimer?: NodeJS.Timeout;
+  /** Where uploads are spooled until their action has answered. */
+  spoolDir: string;
   server: import("node:http").Server;
   principalOf(ctx: Context, hash: string): Promise<Principal | null>;
   cachedPrincipal(hash: string): Principal | null;
@@ -290,31 +296,55 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
        */
       async callAction(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, actionName: string, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, isStream: boolean) {
         if (route.opts.name !== "partner" || !req.$action) return mixin.methods.callAction!.call(this, route, actionName, req, res, params, isStream);
-        if (req.method !== "GET" && req.method !== "HEAD") {
+        const action = req.$action;
+        const schema = action.params as Record<string, unknown> | undefined;
+        let upload: ReceivedUpload | null = null;
+        let body: unknown = undefined;
+        if (action.upload) {
+          try {
+            upload = await receiveUpload(req, action.upload, this.spoolDir);
+          } catch (err) {
+            // The rest of the body is not read: the connection cannot carry another request.
+            if (!req.complete) res.setHeader("Connection", "close");
+            throw err;
+          }
+          body = coerceStrings(upload.fields, schema);
+        } else if (req.method !== "GET" && req.method !== "HEAD") {
           await runMiddleware(requireJson, req, res);
           await runMiddleware(parseJson, req, res);
+          body = req.body;
         }
-        const pathParams = (req.$alias?.match(req.parsedUrl ?? "") || {}) as Record<string, string>;
-        const merged = mergeParams(req.query ?? {}, req.body, pathParams, req.$action.params as Record<string, unknown> | undefined);
-        req.$params = merged;
-        const key = req.headers["idempotency-key"];
-        const idempotent = req.method === "POST" && req.$action.idempotent !== false && req.$ctx.meta.companyId;
-        if (idempotent && key !== undefined) {
-          if (typeof key !== "string" || !IDEMPOTENCY_KEY_RE.test(key)) {
-            throw new ApiError("INVALID_HEADER", "Idempotency-Key must be 1-255 printable ASCII characters.", { errors: [{ path: "Idempotency-Key", message: "must be 1-255 printable characters" }] });
+        let spooled: ReturnType<typeof createReadStream> | null = null;
+        try {
+          const pathParams = (req.$alias?.match(req.parsedUrl ?? "") || {}) as Record<string, string>;
+          const merged = mergeParams(req.query ?? {}, body, pathParams, schema);
+          if (upload?.file) merged[action.upload!.field] = upload.file;
+          req.$params = merged;
+          // An action may declare a longer (or shorter) timeout than the route's default; an upload's bytes go as the call's stream.
+          const callOptions: Record<string, unknown> = { ...route.callOptions };
+          if (action.timeout) callOptions.timeout = action.timeout;
+          if (upload?.path) callOptions.stream = spooled = createReadStream(upload.path);
+          const call = { ...route, callOptions };
+          const key = req.headers["idempotency-key"];
+          const idempotent = req.method === "POST" && action.idempotent !== false && req.$ctx.meta.companyId;
+          if (idempotent && key !== undefined) {
+            if (typeof key !== "string" || !IDEMPOTENCY_KEY_RE.test(key)) {
+              throw new ApiError("INVALID_HEADER", "Idempotency-Key must be 1-255 printable ASCII characters.", { errors: [{ path: "Idempotency-Key", message: "must be 1-255 printable characters" }] });
+            }
+            return await this.callIdempotent(call, req, res, merged, key);
           }
-          return this.callIdempotent(route, req, res, merged, key);
+          return await mixin.methods.callAction!.call(this, call, actionName, req, res, merged, isStream);
+        } finally {
+          spooled?.destroy();
+          if (upload) await upload.discard();
         }
-        // An action may declare a longer (or shorter) timeout than the route's default.
-        const timed = req.$action.timeout ? { ...route, callOptions: { ...route.callOptions, timeout: req.$action.timeout } } : route;
-        return mixin.methods.callAction!.call(this, timed, actionName, req, res, merged, isStream);
       },
 
       async callIdempotent(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, key: string) {
         const ctx = req.$ctx;
         const companyId = ctx.meta.companyId;
         const sealer = new Sealer(req.headers["x-api-key"] as string, companyId, key);
-        const timeout = req.$action?.timeout ?? config.requestTimeoutMs;
+        const timeout = (route.callOptions?.timeout as number | undefined) ?? config.requestTimeoutMs;
         const claim = await this.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer, timeout / 1000);
         if (claim.kind === "mismatch") throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
         if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
@@ -335,7 +365,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         }
         let data: unknown;
         try {
-          data = await ctx.call(req.$endpoint as string, params, { ...route.callOptions, timeout });
+          data = await ctx.call(req.$endpoint as string, params, { ...route.callOptions });
         } catch (err) {
           const problem = toProblem(err, req.$requestId);
           const type = (err as { type?: string }).type ?? "";
@@ -468,6 +498,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.openApiCache = null;
       this.aliasesReady = false;
       this.server.on("clientError", answerClientError);
+      this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
     },
 
     started(this: GatewayThis) {
@@ -479,6 +510,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
 
     stopped(this: GatewayThis) {
       clearInterval(this.purgeTimer);
+      rmSync(this.spoolDir, { recursive: true, force: true });
     },
   };
 }

@@ -43,7 +43,11 @@ it("gives every operation its required key operation, its errors and an example"
         expect({ where, r401: !!op.responses["401"], r429: !!op.responses["429"] }).toEqual({ where, r401: true, r429: true });
         expect(op.security).toEqual([{ ApiKey: [] }]);
       }
-      if (op.requestBody) expect(op.requestBody.content["application/json"].example).toBeDefined();
+      if (op.requestBody?.content["multipart/form-data"]) {
+        // Uploads: a binary file part, the other params as text fields.
+        const form = op.requestBody.content["multipart/form-data"].schema;
+        expect(Object.values(form.properties)).toContainEqual(expect.objectContaining({ type: "string", format: "binary" }));
+      } else if (op.requestBody) expect(op.requestBody.content["application/json"].example).toBeDefined();
     }
   }
   expect(doc.paths["/authentication"].post["x-required-operation"]).toBe("AUTHENTICATION");

@@ -4,6 +4,9 @@
  * per account.
  */
 import { randomBytes } from "node:crypto";
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import type { BrokerOptions, ServiceSchema } from "moleculer";
 import { API_PREFIX, type Operation, type TrafficType } from "../../lib/api";
 import { startApp, type App } from "../../lib/app";
@@ -49,7 +52,7 @@ export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("he
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return loadConfig(
     { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_PRETTY: "false" },
-    { port: 0, host: "127.0.0.1", validateResponses: true, ...overrides },
+    { port: 0, host: "127.0.0.1", validateResponses: true, importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")), ...overrides },
   );
 }
 

@@ -11,6 +11,8 @@ export interface ReqOptions {
   body?: unknown;
   /** Sent as is (no JSON encoding, no content type added). */
   raw?: string | Buffer;
+  /** Sent as multipart/form-data. */
+  form?: FormData;
 }
 
 export class Http {
@@ -22,7 +24,8 @@ export class Http {
   async request(method: string, path: string, opts: ReqOptions = {}): Promise<Res> {
     const headers: Record<string, string> = { ...this.defaultHeaders, ...opts.headers };
     let body: RequestInit["body"];
-    if (opts.raw !== undefined) body = opts.raw as RequestInit["body"];
+    if (opts.form !== undefined) body = opts.form;
+    else if (opts.raw !== undefined) body = opts.raw as RequestInit["body"];
     else if (opts.body !== undefined) {
       body = JSON.stringify(opts.body);
       headers["content-type"] ??= "application/json";

@@ -1,7 +1,8 @@
 /**
- * The product split over real NATS: two gateway nodes and an auth node, as operators run it
- * (SERVICES=gateway / SERVICES=auth). Proves that key rules, errors, meta and the request id survive
- * the wire, and that deleting a key reaches every gateway replica before the 204.
+ * The product split over real NATS: two gateway nodes and an auth+contacts node, as operators run it
+ * (SERVICES=gateway / SERVICES=auth,contacts). Proves that key rules, errors, meta and the request id
+ * survive the wire, that deleting a key reaches every gateway replica before the 204, and that an
+ * upload received by a gateway streams to the contacts node whole.
  */
 import type { Context } from "moleculer";
 import { API_PREFIX } from "../../lib/api";
@@ -46,7 +47,7 @@ if (!TEST_NATS_URL) {
     beforeAll(async () => {
       tdb = await createTestDatabase();
       const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
-      authNode = await startTestApp({ services: ["auth"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
+      authNode = await startTestApp({ services: ["auth", "contacts"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
       gwA = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-a` } });
       gwB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-b` } });
       // The cluster is formed once every node knows every other: the auth node must know both gateways
@@ -123,5 +124,27 @@ if (!TEST_NATS_URL) {
       const doc = await new Http(`http://127.0.0.1:${gwB.app.port}${API_PREFIX}`).get("/openapi.json");
       expect(Object.keys(doc.body.paths)).toEqual(expect.arrayContaining(["/authentication", "/authentication/me", "/authentication/{id}"]));
     });
+
+    it("streams an upload from the gateway node to the contacts node and imports it there", async () => {
+      const a = await authNode.newAccount(["CONTACTS"]);
+      const api = new Http(gwB.api.baseUrl, { "x-api-key": a.key.apiKey });
+      // Several MiB: many stream chunks over NATS, and more than one import batch.
+      const lines = ["email,firstName,lastName"];
+      for (let i = 0; i < 30000; i++) lines.push(`n${i}@cluster.example,First${i}${"x".repeat(80)},Last${i}${"y".repeat(80)}`);
+      const file = new FormData();
+      file.append("file", new Blob([lines.join("\n") + "\n"]), "cluster.csv");
+      const res = await api.request("POST", "/contacts/upload", { form: file });
+      expect(res.status).toBe(202);
+      let done: { status: string } | null = null;
+      for (let i = 0; i < 600 && !(done && ["COMPLETED", "FAILED"].includes(done.status)); i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        done = (await api.get(`/contacts/imports/${res.body.importId}`)).body;
+      }
+      expect(done).toMatchObject({ status: "COMPLETED", totalRows: 30000, created: 30000, skipped: 0 });
+      expect((await api.get("/contacts?email=n29999@cluster.example")).body.data[0].firstName).toMatch(/^First29999x/);
+      const refused = await api.request("POST", "/contacts/upload", { form: ((f) => (f.append("file", new Blob(["email\nx@y.pt\n"]), "a.csv"), f.append("listId", "999999"), f))(new FormData()) });
+      expect(refused.status).toBe(400);
+      expect(refused.body.errors).toEqual([expect.objectContaining({ path: "listId" })]);
+    }, 60000);
   });
 }

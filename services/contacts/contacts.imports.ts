@@ -1,0 +1,563 @@
+/**
+ * Contact imports: the upload actions (the gateway has received and checked the file; its bytes
+ * arrive as ctx.stream and are kept under IMPORT_DIR), the status action, and the Importer that
+ * runs them: a piscina pool parses each file (contacts.import-worker.ts) and this thread writes
+ * the batches it sends, one transaction each, counters included, so that a row is written whole
+ * or not at all and the counters say exactly what is written.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { mkdir, readdir, rename, rm } from "node:fs/promises";
+import path from "node:path";
+import { Transform, type Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { MessageChannel } from "node:worker_threads";
+import type { Context } from "moleculer";
+import { Piscina } from "piscina";
+import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
+import type { Config } from "../../lib/config";
+import { ApiError, type FieldError } from "../../lib/errors";
+import type { UploadedFile } from "../../lib/upload";
+import { targetOf, type ImportRow, type RowError } from "./contacts.import-rows";
+import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.import-worker";
+import {
+  importAccepted,
+  importIdIn,
+  importOut,
+  importUploadIn,
+  importVcardIn,
+  MAX_UPLOAD_BYTES,
+  type CustomFieldType,
+  type ImportAccepted,
+  type ImportOut,
+  type ImportStatus,
+} from "./contacts.schemas";
+
+/** Rows per batch (one transaction each). */
+export const IMPORT_BATCH_ROWS = 2000;
+const MAX_KEPT_ERRORS = 1000;
+const HEARTBEAT_MS = 15_000;
+/** An import whose node has not been heard of for this long is ended FAILED. */
+const STALE_AFTER_S = 120;
+const WRITE_ATTEMPTS = 3;
+
+interface ImportDbRow {
+  id: string;
+  status: ImportStatus;
+  file_name: string;
+  list_id: string | null;
+  total_rows: number;
+  created: number;
+  updated: number;
+  skipped: number;
+  errors: Array<{ row: number; message: string }>;
+  failure: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+const iso = (d: Date | null) => (d ? new Date(d).toISOString() : null);
+const toImportOut = (r: ImportDbRow): ImportOut => ({
+  importId: r.id,
+  status: r.status,
+  fileName: r.file_name,
+  listId: r.list_id === null ? null : Number(r.list_id),
+  totalRows: r.total_rows,
+  created: r.created,
+  updated: r.updated,
+  skipped: r.skipped,
+  errors: r.errors,
+  failureReason: r.failure,
+  createdAt: iso(r.created_at)!,
+  startedAt: iso(r.started_at),
+  finishedAt: iso(r.finished_at),
+});
+
+/** The import cannot go on (its list or a custom field it writes was deleted, the node stops). */
+class ImportStopped extends Error {}
+/** The batch met a concurrent change (a unique phone or email taken meanwhile): write it again. */
+class RetryBatch extends Error {}
+
+interface Job {
+  id: string;
+  companyId: string;
+  listId: number | null;
+  customKeys: string[];
+  keptErrors: number;
+}
+
+/** One contact's state as the batch leaves it. */
+interface Target {
+  id: string;
+  isNew: boolean;
+  phone: string | null;
+  email: string | null;
+  firstName?: string;
+  lastName?: string;
+  gender?: string;
+  isTest?: boolean;
+  customFields?: Record<string, unknown>;
+}
+
+const isUniqueViolation = (err: unknown) => (err as Error).name === "SequelizeUniqueConstraintError" || (err as { original?: { code?: string } }).original?.code === "23505";
+
+export class Importer {
+  private pool: Piscina | null = null;
+  private readonly active = new Map<string, Job>();
+  private heartbeat?: NodeJS.Timeout;
+  private stopping = false;
+
+  constructor(
+    private readonly sequelize: Sequelize,
+    private readonly config: Config,
+    private readonly log: { warn(o: object, m: string): void; error(o: object, m: string): void },
+  ) {}
+
+  fileOf(id: string) {
+    return path.join(this.config.importDir, `${id}.upload`);
+  }
+
+  async start(): Promise<void> {
+    await mkdir(this.config.importDir, { recursive: true });
+    await this.sweep();
+    // Files of imports no node is running any more (a crash, a restart) are removed.
+    const names = await readdir(this.config.importDir);
+    const ids = names.filter((n) => /^[0-9a-f-]{36}\.upload(\.part)?$/.test(n)).map((n) => n.slice(0, 36));
+    if (ids.length) {
+      const live = await this.sequelize.query<{ id: string }>(`SELECT id FROM contact_imports WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`, {
+        bind: [ids],
+        type: QueryTypes.SELECT,
+      });
+      const keep = new Set(live.map((r) => r.id));
+      await Promise.all(names.filter((n) => ids.includes(n.slice(0, 36)) && !keep.has(n.slice(0, 36))).map((n) => rm(path.join(this.config.importDir, n), { force: true })));
+    }
+    this.heartbeat = setInterval(() => {
+      this.beat().catch((err) => this.log.warn({ err: (err as Error).message }, "import heartbeat failed"));
+    }, HEARTBEAT_MS);
+    this.heartbeat.unref();
+  }
+
+  /** Ends FAILED every import whose node has not been heard of (any contacts node may do it). */
+  async sweep(): Promise<number> {
+    const rows = await this.sequelize.query(
+      `UPDATE contact_imports SET status = 'FAILED', finished_at = now(),
+              failure = 'The node running the import stopped before it ended; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).'
+        WHERE status IN ('QUEUED', 'PROCESSING') AND heartbeat_at < now() - make_interval(secs => $1) RETURNING id`,
+      { bind: [STALE_AFTER_S], type: QueryTypes.SELECT },
+    );
+    return rows.length;
+  }
+
+  private async beat(): Promise<void> {
+    await this.sweep();
+    if (this.active.size === 0) return;
+    await this.sequelize.query(`UPDATE contact_imports SET heartbeat_at = now() WHERE id = ANY($1::uuid[])`, { bind: [[...this.active.keys()]] });
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.heartbeat);
+    const ids = [...this.active.keys()];
+    await this.pool?.destroy().catch(() => undefined);
+    this.pool = null;
+    if (ids.length) {
+      await this.sequelize
+        .query(
+          `UPDATE contact_imports SET status = 'FAILED', finished_at = now(),
+                  failure = 'The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest.'
+            WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`,
+          { bind: [ids] },
+        )
+        .catch(() => undefined);
+    }
+  }
+
+  private workers(): Piscina {
+    if (!this.pool) {
+      const filename = path.resolve(__dirname, `contacts.import-worker${path.extname(__filename)}`);
+      // TypeScript sources (npm start, tests) are loaded through tsx in the worker too.
+      const tsx = filename.endsWith(".ts") && !process.execArgv.some((a) => a.includes("tsx")) ? ["--import", "tsx"] : [];
+      this.pool = new Piscina({
+        filename,
+        minThreads: 0,
+        maxThreads: this.config.importWorkers,
+        idleTimeout: 30_000,
+        execArgv: [...process.execArgv, ...tsx],
+      });
+    }
+    return this.pool;
+  }
+
+  /** Queues a stored file for import; the answer does not wait for it. */
+  enqueue(job: Omit<Job, "keptErrors">, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null, customTypes: Map<string, CustomFieldType>) {
+    const state: Job = { ...job, keptErrors: 0 };
+    this.active.set(job.id, state);
+    this.run(state, kind, mapping, customTypes)
+      .catch((err) => this.log.error({ err, importId: job.id }, "import failed unexpectedly"))
+      .finally(() => {
+        this.active.delete(job.id);
+        return rm(this.fileOf(job.id), { force: true });
+      });
+  }
+
+  private async run(job: Job, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null, customTypes: Map<string, CustomFieldType>): Promise<void> {
+    const { port1, port2 } = new MessageChannel();
+    let writing: Promise<void> = Promise.resolve();
+    port1.on("message", (msg: WorkerMessage) => {
+      writing = writing.then(async () => {
+        let reply: ServiceReply = { type: "ack" };
+        try {
+          if (this.stopping) throw new ImportStopped("The service is stopping.");
+          if (msg.type === "started") {
+            await this.sequelize.query(`UPDATE contact_imports SET status = 'PROCESSING', started_at = now(), heartbeat_at = now() WHERE id = $1 AND status = 'QUEUED'`, { bind: [job.id] });
+            return;
+          }
+          await this.writeBatch(job, msg.rows, msg.errors, msg.totalRows);
+        } catch (err) {
+          reply = { type: "stop", reason: err instanceof ImportStopped ? err.message : "The import could not be written." };
+          if (!(err instanceof ImportStopped)) this.log.error({ err, importId: job.id }, "import batch failed");
+        }
+        if (msg.type === "batch") port1.postMessage(reply);
+      });
+    });
+    const task: ImportTask = { path: this.fileOf(job.id), kind, mapping, customTypes: [...customTypes], batchSize: IMPORT_BATCH_ROWS, port: port2 };
+    let failure: string | null = null;
+    let result: ImportResult | null = null;
+    try {
+      result = (await this.workers().run(task, { transferList: [port2] })) as ImportResult;
+    } catch (err) {
+      failure = this.stopping ? "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest." : (err as Error).message;
+    } finally {
+      await writing;
+      port1.close();
+    }
+    await this.sequelize.query(
+      `UPDATE contact_imports SET status = $2, failure = $3, finished_at = now(), total_rows = greatest(total_rows, $4),
+              started_at = coalesce(started_at, now())
+        WHERE id = $1 AND status IN ('QUEUED', 'PROCESSING')`,
+      { bind: [job.id, failure ? "FAILED" : "COMPLETED", failure, result?.totalRows ?? 0] },
+    );
+  }
+
+  /** One batch, whole or not at all: retried on a concurrent change, then row by row. */
+  private async writeBatch(job: Job, rows: ImportRow[], errors: RowError[], totalRows: number): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.sequelize.transaction((t) => this.writeOnce(job, rows, errors, totalRows, t));
+        return;
+      } catch (err) {
+        if (!(err instanceof RetryBatch) && !isUniqueViolation(err)) throw err;
+        if (attempt < WRITE_ATTEMPTS) continue;
+        if (rows.length <= 1) {
+          const failed = rows.map((r) => ({ row: r.row, message: "the row conflicts with a concurrent change to the same phone number or email; import it again" }));
+          await this.sequelize.transaction((t) => this.writeOnce(job, [], [...errors, ...failed], totalRows, t));
+          return;
+        }
+        // Rows of one batch that collide with each other (two contacts swapping numbers): one at a time.
+        await this.writeBatch(job, [], errors, totalRows);
+        for (const r of rows) await this.writeBatch(job, [r], [], totalRows);
+        return;
+      }
+    }
+  }
+
+  private async writeOnce(job: Job, rows: ImportRow[], workerErrors: RowError[], totalRows: number, transaction: Transaction): Promise<void> {
+    const { companyId } = job;
+    const q = <T extends object>(sql: string, bind: unknown[]) => this.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT, transaction });
+    if (job.listId !== null) {
+      const list = await q(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL FOR SHARE`, [companyId, job.listId]);
+      if (list.length === 0) throw new ImportStopped(`The contact list ${job.listId} was deleted during the import; rows counted as created or updated were written.`);
+    }
+    const usedKeys = [...new Set(rows.flatMap((r) => (r.customFields ? Object.keys(r.customFields) : [])))];
+    if (usedKeys.length) {
+      const declared = await q<{ key: string }>(`SELECT key FROM contact_custom_fields WHERE company_id = $1 AND key = ANY($2::text[]) FOR SHARE`, [companyId, usedKeys]);
+      const gone = usedKeys.filter((k) => !declared.some((d) => d.key === k));
+      if (gone.length) throw new ImportStopped(`The custom field ${gone.join(", ")} was removed during the import; rows counted as created or updated were written.`);
+    }
+
+    // Who holds the batch's phone numbers and emails now (locked until the batch commits).
+    const phones = [...new Set(rows.map((r) => r.phone).filter((p): p is string => !!p))];
+    const emails = [...new Set(rows.map((r) => r.email).filter((e): e is string => !!e))];
+    const holders = rows.length
+      ? await q<{ id: string; phone_number: string | null; email: string | null }>(
+          `SELECT id, phone_number, email FROM contacts
+            WHERE company_id = $1 AND (phone_number = ANY($2::text[]) OR email = ANY($3::text[]))
+            ORDER BY id FOR UPDATE`,
+          [companyId, phones, emails],
+        )
+      : [];
+    const phoneOwner = new Map<string, string>();
+    const emailOwner = new Map<string, string>();
+    const targets = new Map<string, Target>();
+    for (const h of holders) {
+      if (h.phone_number) phoneOwner.set(h.phone_number, h.id);
+      if (h.email) emailOwner.set(h.email, h.id);
+      targets.set(h.id, { id: h.id, isNew: false, phone: h.phone_number, email: h.email });
+    }
+    const errors = [...workerErrors];
+    let created = 0;
+    let updated = 0;
+    const touched = new Set<string>();
+    for (const r of rows) {
+      const byPhone = r.phone ? phoneOwner.get(r.phone) : undefined;
+      const byEmail = r.email ? emailOwner.get(r.email) : undefined;
+      if (byPhone && byEmail && byPhone !== byEmail) {
+        errors.push({ row: r.row, message: `the phone number belongs to contact ${byPhone} and the email to contact ${byEmail}` });
+        continue;
+      }
+      let target = targets.get((byPhone ?? byEmail)!);
+      if (target) updated++;
+      else {
+        target = { id: randomUUID(), isNew: true, phone: null, email: null };
+        targets.set(target.id, target);
+        created++;
+      }
+      const t = target;
+      if (r.phone && t.phone !== r.phone) {
+        if (t.phone && phoneOwner.get(t.phone) === t.id) phoneOwner.delete(t.phone);
+        t.phone = r.phone;
+        phoneOwner.set(r.phone, t.id);
+      }
+      if (r.email && t.email !== r.email) {
+        if (t.email && emailOwner.get(t.email) === t.id) emailOwner.delete(t.email);
+        t.email = r.email;
+        emailOwner.set(r.email, t.id);
+      }
+      if (r.firstName !== undefined) t.firstName = r.firstName;
+      if (r.lastName !== undefined) t.lastName = r.lastName;
+      if (r.gender !== undefined) t.gender = r.gender;
+      if (r.isTest !== undefined) t.isTest = r.isTest;
+      if (r.customFields) t.customFields = { ...t.customFields, ...r.customFields };
+      touched.add(t.id);
+    }
+
+    const changed = [...touched].map((id) => targets.get(id)!);
+    const columns = (list: Target[]) => [
+      list.map((t) => t.id),
+      list.map((t) => t.firstName ?? null),
+      list.map((t) => t.lastName ?? null),
+      list.map((t) => t.gender ?? null),
+      list.map((t) => t.phone),
+      list.map((t) => t.email),
+      list.map((t) => JSON.stringify(t.customFields ?? {})),
+      list.map((t) => t.isTest ?? null),
+    ];
+    const UNNEST = `unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[]) AS u(id, first_name, last_name, gender, phone, email, custom_fields, is_test)`;
+    const fresh = changed.filter((t) => t.isNew);
+    if (fresh.length) {
+      const inserted = await q(
+        `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
+         SELECT u.id, $1, u.first_name, u.last_name, u.gender, u.phone, u.email, u.custom_fields::jsonb, coalesce(u.is_test, false),
+                CASE WHEN u.phone IS NULL THEN '{}'::text[] ELSE ARRAY['SMS'] END
+           FROM ${UNNEST}
+         ON CONFLICT DO NOTHING RETURNING id`,
+        [companyId, ...columns(fresh)],
+      );
+      // A phone number or email taken by another writer since the lookup: read the holders again.
+      if (inserted.length !== fresh.length) throw new RetryBatch();
+    }
+    const existing = changed.filter((t) => !t.isNew);
+    if (existing.length) {
+      await q(
+        `UPDATE contacts c SET
+            first_name = coalesce(u.first_name, c.first_name),
+            last_name = coalesce(u.last_name, c.last_name),
+            gender = coalesce(u.gender, c.gender),
+            communication_supported = CASE
+              WHEN u.phone IS NULL THEN '{}'::text[]
+              WHEN c.phone_number IS DISTINCT FROM u.phone THEN ARRAY['SMS']
+              ELSE c.communication_supported END,
+            phone_number = u.phone,
+            email = u.email,
+            custom_fields = c.custom_fields || u.custom_fields::jsonb,
+            is_test = coalesce(u.is_test, c.is_test),
+            updated_at = now()
+           FROM ${UNNEST}
+          WHERE c.company_id = $1 AND c.id = u.id
+          RETURNING c.id`,
+        [companyId, ...columns(existing)],
+      );
+    }
+    if (job.listId !== null && changed.length) {
+      await q(
+        `INSERT INTO contact_list_members (company_id, list_id, contact_id)
+         SELECT $1, $2, unnest($3::uuid[]) ON CONFLICT (list_id, contact_id) DO NOTHING RETURNING id`,
+        [companyId, job.listId, changed.map((t) => t.id)],
+      );
+    }
+    errors.sort((a, b) => a.row - b.row);
+    const kept = errors.slice(0, Math.max(0, MAX_KEPT_ERRORS - job.keptErrors));
+    await q(
+      `UPDATE contact_imports SET total_rows = greatest(total_rows, $2), created = created + $3, updated = updated + $4, skipped = skipped + $5,
+              errors = errors || $6::jsonb, heartbeat_at = now()
+        WHERE id = $1 RETURNING id`,
+      [job.id, totalRows, created, updated, errors.length, JSON.stringify(kept)],
+    );
+    // Counted only once the transaction commits (a retried batch is counted once).
+    transaction.afterCommit(() => {
+      job.keptErrors += kept.length;
+    });
+  }
+}
+
+export interface ImportsThis {
+  sequelize: Sequelize;
+  importer: Importer;
+  customTypes(companyId: string, transaction?: Transaction, lock?: boolean): Promise<Map<string, CustomFieldType>>;
+}
+
+type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
+
+/** A mapping field: JSON, header -> contact field or custom key (or null); every target must exist. */
+function parseMapping(raw: string | undefined, customKeys: string[]): Record<string, string | null> | null {
+  if (raw === undefined) return null;
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    throw new ApiError("VALIDATION_ERROR", "mapping must be a JSON object.", { errors: [{ path: "mapping", message: "is not valid JSON" }] });
+  }
+  if (!value || typeof value !== "object" || Array.isArray(value)) {
+    throw new ApiError("VALIDATION_ERROR", "mapping must be a JSON object.", { errors: [{ path: "mapping", message: "must be an object from column header to field" }] });
+  }
+  const errors: FieldError[] = [];
+  const out: Record<string, string | null> = Object.create(null);
+  const entries = Object.entries(value as Record<string, unknown>);
+  if (entries.length > 500) errors.push({ path: "mapping", message: "must name at most 500 columns" });
+  for (const [column, target] of entries.slice(0, 500)) {
+    if (!column.trim() || column.length > 200) errors.push({ path: `mapping.${column}`, message: "the column header must be 1-200 characters" });
+    else if (target === null) out[column] = null;
+    else if (typeof target !== "string") errors.push({ path: `mapping.${column}`, message: "must be a field name or null" });
+    else {
+      const resolved = targetOf(target, customKeys, false);
+      if (!resolved) errors.push({ path: `mapping.${column}`, message: `"${target.slice(0, 100)}" is not a contact field or a custom field of this account` });
+      else out[column] = resolved;
+    }
+  }
+  if (errors.length) throw new ApiError("VALIDATION_ERROR", "The mapping names unknown fields.", { errors });
+  return out;
+}
+
+/** The upload's bytes, kept under IMPORT_DIR; checked against what the gateway received. */
+async function keepFile(stream: Readable, file: UploadedFile, target: string): Promise<void> {
+  const part = `${target}.part`;
+  const hash = createHash("sha256");
+  let size = 0;
+  const meter = new Transform({
+    transform(chunk: Buffer, _e, done) {
+      hash.update(chunk);
+      size += chunk.length;
+      done(null, chunk);
+    },
+  });
+  try {
+    await pipeline(stream, meter, createWriteStream(part));
+    if (size !== file.size || hash.digest("hex") !== file.sha256) throw new Error(`the upload arrived incomplete (${size} of ${file.size} bytes)`);
+    await rename(part, target);
+  } catch (err) {
+    await rm(part, { force: true });
+    throw err;
+  }
+}
+
+async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; listId?: number; mapping?: string }>): Promise<ImportAccepted> {
+  const { companyId } = ctx.meta;
+  const { file, listId } = ctx.params;
+  const stream = ctx.stream as Readable | null;
+  try {
+    if (!stream) throw new ApiError("VALIDATION_ERROR", "The upload carries no file.", { errors: [{ path: "file", message: "is required" }] });
+    const types = await this.customTypes(companyId);
+    const mapping = parseMapping(ctx.params.mapping, [...types.keys()]);
+    if (listId !== undefined) {
+      const [list] = await this.sequelize.query(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL`, { bind: [companyId, listId], type: QueryTypes.SELECT });
+      if (!list) throw new ApiError("VALIDATION_ERROR", `Contact list ${listId} does not exist in this account.`, { errors: [{ path: "listId", message: `contact list ${listId} does not exist in this account` }] });
+    }
+    const id = randomUUID();
+    await keepFile(stream, file, this.importer.fileOf(id));
+    try {
+      await this.sequelize.query(
+        `INSERT INTO contact_imports (id, company_id, kind, file_name, file_size, file_sha256, list_id, mapping, node_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)`,
+        { bind: [id, companyId, file.kind, file.name, file.size, file.sha256, listId ?? null, mapping ? JSON.stringify(mapping) : null, ctx.broker.nodeID] },
+      );
+    } catch (err) {
+      await rm(this.importer.fileOf(id), { force: true });
+      throw err;
+    }
+    this.importer.enqueue({ id, companyId, listId: listId ?? null, customKeys: [...types.keys()] }, file.kind, mapping, types);
+    ctx.meta.$statusCode = 202;
+    // moleculer-web sets Location itself only for 201 and 3xx.
+    ctx.meta.$location = `${API_PREFIX}/contacts/imports/${id}`;
+    ctx.meta.$responseHeaders = { ...ctx.meta.$responseHeaders, Location: ctx.meta.$location };
+    return { importId: id, status: "QUEUED" };
+  } finally {
+    // Whatever happened, the stream is read to its end (a remote sender would otherwise stall).
+    if (stream && !stream.readableEnded) stream.resume();
+  }
+}
+
+const UPLOAD_TIMEOUT_MS = 120_000;
+
+export const importActions = {
+  /** CSV or XLSX: 202 with the import's id; the rows are imported in the background. */
+  upload: apiAction({
+    rest: "POST /contacts/upload",
+    operation: "CONTACTS",
+    summary: "Import contacts from a CSV or XLSX file",
+    description:
+      "multipart/form-data: `file` (CSV or XLSX, judged by content; at most 100 MiB), optional `listId` and `mapping`. The first row is the header; " +
+      "without a mapping, headers are contact field names or custom field keys (case-insensitive). A row whose phone number or email matches a contact updates it " +
+      "(empty cells leave fields as they are); other rows create contacts. Bad rows are reported and skipped. Follow the import at the Location answered.",
+    timeout: UPLOAD_TIMEOUT_MS,
+    upload: { field: "file", maxBytes: MAX_UPLOAD_BYTES, accept: ["csv", "xlsx"], description: "The contacts" },
+    params: importUploadIn,
+    responses: { 202: importAccepted },
+    errors: [],
+    handler: acceptUpload,
+  }),
+
+  /** vCard 3.0/4.0: one contact per card. */
+  uploadVcard: apiAction({
+    rest: "POST /contacts/upload/vcard",
+    operation: "CONTACTS",
+    summary: "Import contacts from a vCard file",
+    description:
+      "multipart/form-data: `file` (VCF, vCard 3.0 or 4.0, at most 100 MiB) and optional `listId`. Each card gives firstName and lastName (N, else FN), " +
+      "phoneNumber (the preferred or mobile TEL), email (the preferred EMAIL) and gender (4.0 GENDER). Matching and errors as for CSV; `row` is the card's number.",
+    timeout: UPLOAD_TIMEOUT_MS,
+    upload: { field: "file", maxBytes: MAX_UPLOAD_BYTES, accept: ["vcard"], description: "The vCards" },
+    params: importVcardIn,
+    responses: { 202: importAccepted },
+    errors: [],
+    handler: acceptUpload,
+  }),
+
+  /** An import's state and counters. */
+  getImport: apiAction({
+    rest: "GET /contacts/imports/:importId",
+    operation: "CONTACTS",
+    summary: "Get a contact import",
+    params: importIdIn,
+    responses: { 200: importOut },
+    errors: [404],
+    async handler(this: ImportsThis, ctx: Ctx<{ importId: string }>): Promise<ImportOut> {
+      const [row] = await this.sequelize.query<ImportDbRow>(
+        `SELECT id, status, file_name, list_id, total_rows, created, updated, skipped, errors, failure, created_at, started_at, finished_at
+           FROM contact_imports WHERE company_id = $1 AND id = $2`,
+        { bind: [ctx.meta.companyId, ctx.params.importId.toLowerCase()], type: QueryTypes.SELECT },
+      );
+      if (!row) throw new ApiError("IMPORT_NOT_FOUND", `No contact import ${ctx.params.importId} in this account.`);
+      return toImportOut(row);
+    },
+  }),
+
+  /** Ends FAILED the imports whose node went away (runs on its own every few seconds; for operators in the REPL). */
+  sweepImports: apiAction({
+    visibility: "public",
+    async handler(this: ImportsThis): Promise<{ failed: number }> {
+      return { failed: await this.importer.sweep() };
+    },
+  }),
+};

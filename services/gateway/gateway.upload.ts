@@ -1,0 +1,138 @@
+/**
+ * Multipart uploads (busboy): the file is streamed to a spool file while its SHA-256 and size are
+ * taken, never held in memory; the other fields are collected as text. Limits answer 413 (file too
+ * large) or 400 (too many or unexpected parts) as soon as they are crossed, and the file's kind is
+ * judged by its content (415 when the action does not take it).
+ */
+import busboy from "busboy";
+import { createHash, randomUUID } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { mkdir, rm, stat } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
+import path from "node:path";
+import { Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { ApiError } from "../../lib/errors";
+import { KIND_NAMES, sniffFile, type UploadedFile, type UploadSpec } from "../../lib/upload";
+
+/** Text fields of an upload: few and short (a JSON mapping is the largest). */
+const MAX_FIELDS = 20;
+const MAX_FIELD_BYTES = 64 * 1024;
+/** Multipart framing and text fields around the file. */
+const ENVELOPE_BYTES = MAX_FIELDS * MAX_FIELD_BYTES + 64 * 1024;
+
+export interface ReceivedUpload {
+  fields: Record<string, string>;
+  /** Null when the request carried no file part. */
+  file: UploadedFile | null;
+  path: string | null;
+  /** Removes the spool file (always call it once the action answered). */
+  discard(): Promise<void>;
+}
+
+const MULTIPART_RE = /^multipart\/form-data\s*;/i;
+const mib = (n: number) => `${Math.round((n / 1024 / 1024) * 10) / 10} MiB`;
+
+function tooLarge(spec: UploadSpec): ApiError {
+  return new ApiError("PAYLOAD_TOO_LARGE", `The file is larger than ${mib(spec.maxBytes)}.`);
+}
+
+function fieldError(field: string, message: string): ApiError {
+  return new ApiError("VALIDATION_ERROR", `The upload is not acceptable: ${field} ${message}.`, { errors: [{ path: field, message }] });
+}
+
+/** Receives the multipart body of `req` into `spoolDir`; rejects with the problem to answer. */
+export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoolDir: string): Promise<ReceivedUpload> {
+  const type = req.headers["content-type"] ?? "";
+  if (!MULTIPART_RE.test(type)) {
+    throw new ApiError("UNSUPPORTED_MEDIA_TYPE", `Content-Type ${type ? `"${type.slice(0, 100)}"` : "(none)"} is not supported here; send multipart/form-data with the file in the field "${spec.field}".`);
+  }
+  const declared = Number(req.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > spec.maxBytes + ENVELOPE_BYTES) throw tooLarge(spec);
+
+  await mkdir(spoolDir, { recursive: true });
+  const spoolPath = path.join(spoolDir, randomUUID());
+  const fields: Record<string, string> = Object.create(null);
+  let file: Omit<UploadedFile, "kind"> | null = null;
+  let writing: Promise<void> | null = null;
+
+  const discard = () => rm(spoolPath, { force: true });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let failed = false;
+      let current: NodeJS.ReadableStream & { destroy(): void } | null = null;
+      const fail = (err: unknown) => {
+        if (failed) return;
+        failed = true;
+        req.unpipe(bb);
+        current?.destroy();
+        reject(err);
+      };
+      let bb: busboy.Busboy;
+      try {
+        bb = busboy({
+          headers: req.headers,
+          defParamCharset: "utf8",
+          limits: { files: 1, fileSize: spec.maxBytes, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES, parts: MAX_FIELDS + 1, headerPairs: 20 },
+        });
+      } catch (err) {
+        // A multipart type without a boundary, say.
+        throw new ApiError("BAD_REQUEST", `The multipart body cannot be read: ${(err as Error).message}.`);
+      }
+      bb.on("file", (name, stream, info) => {
+        if (name !== spec.field) {
+          stream.resume();
+          return fail(fieldError(name, `is not a file field of this upload (the file goes in "${spec.field}")`));
+        }
+        current = stream;
+        const hash = createHash("sha256");
+        let size = 0;
+        const meter = new Transform({
+          transform(chunk: Buffer, _enc, done) {
+            hash.update(chunk);
+            size += chunk.length;
+            done(null, chunk);
+          },
+        });
+        stream.on("limit", () => fail(tooLarge(spec)));
+        writing = pipeline(stream, meter, createWriteStream(spoolPath)).then(() => {
+          file = { name: (info.filename ?? "upload").slice(0, 255), size, sha256: hash.digest("hex") };
+        });
+        writing.catch(fail);
+      });
+      bb.on("field", (name, value, info) => {
+        if (name === spec.field) return fail(fieldError(name, "must be a file part (with a filename), not a text field"));
+        if (info.valueTruncated) return fail(fieldError(name, `is longer than ${MAX_FIELD_BYTES / 1024} KiB`));
+        if (Object.prototype.hasOwnProperty.call(fields, name)) return fail(fieldError(name, "is given more than once"));
+        fields[name] = value;
+      });
+      bb.on("filesLimit", () => fail(fieldError(spec.field, "must be the only file of the upload")));
+      bb.on("fieldsLimit", () => fail(fieldError("(fields)", `must be at most ${MAX_FIELDS}`)));
+      bb.on("partsLimit", () => fail(fieldError("(fields)", `must be at most ${MAX_FIELDS + 1} parts`)));
+      bb.on("error", (err) => fail(new ApiError("BAD_REQUEST", `The multipart body is malformed: ${(err as Error).message}.`)));
+      bb.on("close", () => {
+        if (failed) return;
+        Promise.resolve(writing).then(() => resolve(), fail);
+      });
+      req.on("close", () => {
+        if (!req.complete) fail(new Error("the client closed the upload"));
+      });
+      req.on("error", fail);
+      req.pipe(bb);
+    });
+    if (!file) return { fields, file: null, path: null, discard };
+    const received = file as Omit<UploadedFile, "kind">;
+    if (received.size === 0) throw fieldError(spec.field, "is empty");
+    if (received.size > spec.maxBytes || (await stat(spoolPath)).size !== received.size) throw tooLarge(spec);
+    const kind = await sniffFile(spoolPath);
+    if (!kind || !spec.accept.includes(kind)) {
+      const accepted = spec.accept.map((k) => KIND_NAMES[k]).join(" or ");
+      const what = kind ? `a ${KIND_NAMES[kind]} file` : "none of the supported kinds";
+      throw new ApiError("UNSUPPORTED_MEDIA_TYPE", `The file must be ${accepted} (judged by its content); this one is ${what}.`);
+    }
+    return { fields, file: { ...received, kind }, path: spoolPath, discard };
+  } catch (err) {
+    await discard();
+    throw err;
+  }
+}
