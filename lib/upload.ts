@@ -3,6 +3,7 @@
  * about it, and how a file's kind is told from its content (never from its name or declared type).
  */
 import { open } from "node:fs/promises";
+import { ApiError } from "./errors";
 
 export const FILE_KINDS = ["csv", "xlsx", "vcard"] as const;
 export type FileKind = (typeof FILE_KINDS)[number];
@@ -43,6 +44,8 @@ export const uploadedFileSchema = {
 };
 
 const SNIFF_BYTES = 64 * 1024;
+/** Uncompressed size a zip (XLSX) may declare. */
+export const MAX_EXPANDED_BYTES = 1024 * 1024 * 1024;
 
 /** The zip's central directory names `name` (read from the end of the file: the end record, then the directory). */
 async function zipHasEntry(path: string, size: number, wanted: (name: string) => boolean): Promise<boolean> {
@@ -64,14 +67,19 @@ async function zipHasEntry(path: string, size: number, wanted: (name: string) =>
     if (cdOffset + cdSize > size || cdSize > 16 * 1024 * 1024) return false;
     const cd = Buffer.alloc(cdSize);
     await fh.read(cd, 0, cdSize, cdOffset);
+    let found = false;
+    let expanded = 0;
     for (let p = 0; p + 46 <= cd.length && cd.readUInt32LE(p) === 0x02014b50; ) {
       const nameLen = cd.readUInt16LE(p + 28);
       const extraLen = cd.readUInt16LE(p + 30);
       const commentLen = cd.readUInt16LE(p + 32);
-      if (wanted(cd.toString("utf8", p + 46, p + 46 + nameLen))) return true;
+      expanded += cd.readUInt32LE(p + 24);
+      if (wanted(cd.toString("utf8", p + 46, p + 46 + nameLen))) found = true;
       p += 46 + nameLen + extraLen + commentLen;
     }
-    return false;
+    // A zip bomb, or a workbook no import should unpack: readers spill its sheets to disk.
+    if (found && expanded > MAX_EXPANDED_BYTES) throw new ApiError("PAYLOAD_TOO_LARGE", `The workbook expands to more than ${MAX_EXPANDED_BYTES / 1024 / 1024 / 1024} GiB; save it as CSV instead.`);
+    return found;
   } finally {
     await fh.close();
   }

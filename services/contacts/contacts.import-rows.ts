@@ -32,6 +32,8 @@ export interface RowError {
 export type Cell = string | number | boolean | Date | undefined;
 
 const EMAIL_RE = fullFormats.email as RegExp;
+/** Text no database stores faithfully (as the gateway refuses it in JSON bodies). */
+const BAD_TEXT = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const squash = (s: string) => s.trim().toLowerCase();
 const loose = (s: string) => s.toLowerCase().replace(/[\s_.-]+/g, "");
 
@@ -120,6 +122,10 @@ export function buildRow(row: number, cells: Cell[], columns: Array<string | nul
     const target = columns[i];
     const cell = cells[i];
     if (!target || isEmpty(cell)) continue;
+    if (typeof cell === "string" && BAD_TEXT.test(cell)) {
+      problems.push(`${target} must not contain NUL or unpaired surrogate characters`);
+      continue;
+    }
     const text = () => (cell instanceof Date ? isoDate(cell) : String(cell).trim());
     switch (target) {
       case "firstName":

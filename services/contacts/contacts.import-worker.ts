@@ -137,6 +137,8 @@ async function importCsv(task: ImportTask, out: BatchSender, customKeys: string[
   let counter = -1; // the header is record 0; data rows are numbered from 1
   const skipped: RowError[] = [];
   let fatal: Error | null = null;
+  /** The record at which the file became unreadable; records before it (still buffered) are imported. */
+  let fatalAt: number | null = null;
   const parser = parseCsv({
     bom: true,
     delimiter,
@@ -149,7 +151,10 @@ async function importCsv(task: ImportTask, out: BatchSender, customKeys: string[
     on_skip: (err: CsvError | undefined): undefined => {
       counter++;
       // An unterminated quote or a runaway record swallows the rest of the file: nothing after it can be trusted.
-      if (!err || counter === 0 || err.code === "CSV_QUOTE_NOT_CLOSED" || err.code === "CSV_MAX_RECORD_SIZE") fatal ??= err ?? new Error("malformed");
+      if (!err || counter === 0 || err.code === "CSV_QUOTE_NOT_CLOSED" || err.code === "CSV_MAX_RECORD_SIZE") {
+        fatal ??= err ?? new Error("malformed");
+        fatalAt ??= counter;
+      }
       else skipped.push({ row: counter, message: `the line cannot be read as CSV: ${err.message.replace(/\s+/g, " ").slice(0, 300)}` });
       return undefined;
     },
@@ -161,7 +166,7 @@ async function importCsv(task: ImportTask, out: BatchSender, customKeys: string[
   try {
     for await (const { row, cells } of parser as AsyncIterable<{ row: number; cells: string[] }>) {
       while (skipped.length) await out.add(skipped.shift()!);
-      if (fatal) break;
+      if (fatalAt !== null && row > fatalAt) break;
       if (row === 0) {
         columns = resolveColumns(cells, task.mapping, customKeys);
         continue;
@@ -176,6 +181,9 @@ async function importCsv(task: ImportTask, out: BatchSender, customKeys: string[
   } catch (err) {
     if ((err as CsvError).code?.startsWith("CSV_")) throw unreadable(err as CsvError);
     throw err;
+  } finally {
+    source.destroy();
+    parser.destroy();
   }
   while (skipped.length) await out.add(skipped.shift()!);
   if (fatal) throw unreadable(fatal);
@@ -273,37 +281,43 @@ async function vcardCells(text: string): Promise<Cell[]> {
 }
 
 async function importVcard(task: ImportTask, out: BatchSender, types: Map<string, CustomFieldType>): Promise<void> {
-  const lines = createInterface({ input: createReadStream(task.path, { encoding: "utf8" }), crlfDelay: Infinity });
+  const input = createReadStream(task.path, { encoding: "utf8" });
+  const lines = createInterface({ input, crlfDelay: Infinity });
   let card: string[] | null = null;
   let bytes = 0;
   let row = 0;
-  for await (const raw of lines as AsyncIterable<string>) {
-    const line: string = row === 0 && card === null ? raw.replace(/^\uFEFF/, "") : raw;
-    if (card === null) {
-      if (/^BEGIN:VCARD\s*$/i.test(line)) {
-        card = [line];
-        bytes = line.length;
-        row++;
+  try {
+    for await (const raw of lines as AsyncIterable<string>) {
+      const line: string = row === 0 && card === null ? raw.replace(/^\uFEFF/, "") : raw;
+      if (card === null) {
+        if (/^BEGIN:VCARD\s*$/i.test(line)) {
+          card = [line];
+          bytes = line.length;
+          row++;
+        }
+        continue;
       }
-      continue;
+      if (bytes <= MAX_RECORD_BYTES) card.push(line);
+      bytes += line.length;
+      if (!/^END:VCARD\s*$/i.test(line)) continue;
+      const text = card.join("\r\n") + "\r\n";
+      card = null;
+      if (bytes > MAX_RECORD_BYTES) {
+        await out.add({ row, message: "the vCard is larger than 1 MiB" });
+        continue;
+      }
+      let cells: Cell[];
+      try {
+        cells = await vcardCells(text);
+      } catch (err) {
+        await out.add({ row, message: `the vCard cannot be read: ${(err as Error).message.slice(0, 300)}` });
+        continue;
+      }
+      await out.add(buildRow(row, cells, VCARD_COLUMNS, types));
     }
-    if (bytes <= MAX_RECORD_BYTES) card.push(line);
-    bytes += line.length;
-    if (!/^END:VCARD\s*$/i.test(line)) continue;
-    const text = card.join("\r\n") + "\r\n";
-    card = null;
-    if (bytes > MAX_RECORD_BYTES) {
-      await out.add({ row, message: "the vCard is larger than 1 MiB" });
-      continue;
-    }
-    let cells: Cell[];
-    try {
-      cells = await vcardCells(text);
-    } catch (err) {
-      await out.add({ row, message: `the vCard cannot be read: ${(err as Error).message.slice(0, 300)}` });
-      continue;
-    }
-    await out.add(buildRow(row, cells, VCARD_COLUMNS, types));
+  } finally {
+    lines.close();
+    input.destroy();
   }
   if (card !== null) await out.add({ row, message: "the vCard has no END:VCARD line" });
   if (row === 0) throw new Error("The file holds no vCard (no BEGIN:VCARD line).");

@@ -41,6 +41,7 @@ const HEARTBEAT_MS = 15_000;
 /** An import whose node has not been heard of for this long is ended FAILED. */
 const STALE_AFTER_S = 120;
 const WRITE_ATTEMPTS = 3;
+const STOPPED = "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).";
 
 interface ImportDbRow {
   id: string;
@@ -84,9 +85,15 @@ interface Job {
   id: string;
   companyId: string;
   listId: number | null;
-  customKeys: string[];
+  /** The declarations the worker checks cells against (as they were at upload). */
+  customTypes: Map<string, CustomFieldType>;
+  /** Bytes of the file this node keeps for the import. */
+  size: number;
   keptErrors: number;
 }
+
+/** Files waiting or being imported on one node, at most (beyond: 503, retry later). */
+export const MAX_QUEUED_BYTES = 1024 * 1024 * 1024;
 
 /** One contact's state as the batch leaves it. */
 interface Target {
@@ -101,7 +108,9 @@ interface Target {
   customFields?: Record<string, unknown>;
 }
 
-const isUniqueViolation = (err: unknown) => (err as Error).name === "SequelizeUniqueConstraintError" || (err as { original?: { code?: string } }).original?.code === "23505";
+/** Errors a batch meets only because of concurrent writers: a unique phone or email taken, a deadlock, a serialization failure. */
+const isConcurrencyError = (err: unknown) =>
+  (err as Error).name === "SequelizeUniqueConstraintError" || ["23505", "40P01", "40001"].includes((err as { original?: { code?: string } }).original?.code ?? "");
 
 export class Importer {
   private pool: Piscina | null = null;
@@ -122,16 +131,15 @@ export class Importer {
   async start(): Promise<void> {
     await mkdir(this.config.importDir, { recursive: true });
     await this.sweep();
-    // Files of imports no node is running any more (a crash, a restart) are removed.
-    const names = await readdir(this.config.importDir);
-    const ids = names.filter((n) => /^[0-9a-f-]{36}\.upload(\.part)?$/.test(n)).map((n) => n.slice(0, 36));
-    if (ids.length) {
-      const live = await this.sequelize.query<{ id: string }>(`SELECT id FROM contact_imports WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`, {
-        bind: [ids],
-        type: QueryTypes.SELECT,
-      });
-      const keep = new Set(live.map((r) => r.id));
-      await Promise.all(names.filter((n) => ids.includes(n.slice(0, 36)) && !keep.has(n.slice(0, 36))).map((n) => rm(path.join(this.config.importDir, n), { force: true })));
+    // Files left here belong to imports this directory's previous process ran (a crash, a restart):
+    // nothing runs them any more, so they end FAILED now rather than at the next sweep.
+    const names = (await readdir(this.config.importDir)).filter((n) => /^[0-9a-f-]{36}\.upload(\.part)?$/.test(n));
+    if (names.length) {
+      await this.sequelize.query(
+        `UPDATE contact_imports SET status = 'FAILED', finished_at = now(), failure = $2 WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`,
+        { bind: [[...new Set(names.map((n) => n.slice(0, 36)))], STOPPED] },
+      );
+      await Promise.all(names.map((n) => rm(path.join(this.config.importDir, n), { force: true })));
     }
     this.heartbeat = setInterval(() => {
       this.beat().catch((err) => this.log.warn({ err: (err as Error).message }, "import heartbeat failed"));
@@ -164,12 +172,7 @@ export class Importer {
     this.pool = null;
     if (ids.length) {
       await this.sequelize
-        .query(
-          `UPDATE contact_imports SET status = 'FAILED', finished_at = now(),
-                  failure = 'The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest.'
-            WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`,
-          { bind: [ids] },
-        )
+        .query(`UPDATE contact_imports SET status = 'FAILED', finished_at = now(), failure = $2 WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`, { bind: [ids, STOPPED] })
         .catch(() => undefined);
     }
   }
@@ -185,16 +188,27 @@ export class Importer {
         maxThreads: this.config.importWorkers,
         idleTimeout: 30_000,
         execArgv: [...process.execArgv, ...tsx],
+        // A parser needs little heap; a small cap keeps V8 from growing it lazily (flat memory).
+        resourceLimits: { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 8 },
+        // Spreadsheet readers spill to TMPDIR: keep that on the import volume, not the container's /tmp.
+        env: { ...process.env, TMPDIR: this.config.importDir },
       });
     }
     return this.pool;
   }
 
   /** Queues a stored file for import; the answer does not wait for it. */
-  enqueue(job: Omit<Job, "keptErrors">, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null, customTypes: Map<string, CustomFieldType>) {
+  /** Bytes of the files this node holds for imports not yet ended. */
+  queuedBytes(): number {
+    let total = 0;
+    for (const job of this.active.values()) total += job.size;
+    return total;
+  }
+
+  enqueue(job: Omit<Job, "keptErrors">, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null) {
     const state: Job = { ...job, keptErrors: 0 };
     this.active.set(job.id, state);
-    this.run(state, kind, mapping, customTypes)
+    this.run(state, kind, mapping)
       .catch((err) => this.log.error({ err, importId: job.id }, "import failed unexpectedly"))
       .finally(() => {
         this.active.delete(job.id);
@@ -202,7 +216,7 @@ export class Importer {
       });
   }
 
-  private async run(job: Job, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null, customTypes: Map<string, CustomFieldType>): Promise<void> {
+  private async run(job: Job, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null): Promise<void> {
     const { port1, port2 } = new MessageChannel();
     let writing: Promise<void> = Promise.resolve();
     port1.on("message", (msg: WorkerMessage) => {
@@ -222,13 +236,20 @@ export class Importer {
         if (msg.type === "batch") port1.postMessage(reply);
       });
     });
-    const task: ImportTask = { path: this.fileOf(job.id), kind, mapping, customTypes: [...customTypes], batchSize: IMPORT_BATCH_ROWS, port: port2 };
+    const task: ImportTask = { path: this.fileOf(job.id), kind, mapping, customTypes: [...job.customTypes], batchSize: IMPORT_BATCH_ROWS, port: port2 };
     let failure: string | null = null;
     let result: ImportResult | null = null;
     try {
       result = (await this.workers().run(task, { transferList: [port2] })) as ImportResult;
     } catch (err) {
-      failure = this.stopping ? "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest." : (err as Error).message;
+      failure = this.stopping
+        ? STOPPED
+        : (err as { code?: string }).code === "ERR_WORKER_OUT_OF_MEMORY"
+          ? "The file needs more memory than an import may use (a workbook with very many distinct texts, say); save it as CSV or split it."
+          : /^The /.test((err as Error).message)
+            ? (err as Error).message
+            : "The file could not be read.";
+      if (!this.stopping && !/^The /.test((err as Error).message)) this.log.error({ err, importId: job.id }, "import worker failed");
     } finally {
       await writing;
       port1.close();
@@ -248,7 +269,7 @@ export class Importer {
         await this.sequelize.transaction((t) => this.writeOnce(job, rows, errors, totalRows, t));
         return;
       } catch (err) {
-        if (!(err instanceof RetryBatch) && !isUniqueViolation(err)) throw err;
+        if (!(err instanceof RetryBatch) && !isConcurrencyError(err)) throw err;
         if (attempt < WRITE_ATTEMPTS) continue;
         if (rows.length <= 1) {
           const failed = rows.map((r) => ({ row: r.row, message: "the row conflicts with a concurrent change to the same phone number or email; import it again" }));
@@ -266,14 +287,18 @@ export class Importer {
   private async writeOnce(job: Job, rows: ImportRow[], workerErrors: RowError[], totalRows: number, transaction: Transaction): Promise<void> {
     const { companyId } = job;
     const q = <T extends object>(sql: string, bind: unknown[]) => this.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT, transaction });
+    // An import ended meanwhile (swept as stale after a long pause, say) writes nothing more.
+    const [own] = await q<{ status: string }>(`SELECT status FROM contact_imports WHERE id = $1 FOR UPDATE`, [job.id]);
+    if (own?.status !== "PROCESSING") throw new ImportStopped("The import was ended while it ran; rows counted as created or updated were written.");
     if (job.listId !== null) {
       const list = await q(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL FOR SHARE`, [companyId, job.listId]);
       if (list.length === 0) throw new ImportStopped(`The contact list ${job.listId} was deleted during the import; rows counted as created or updated were written.`);
     }
     const usedKeys = [...new Set(rows.flatMap((r) => (r.customFields ? Object.keys(r.customFields) : [])))];
     if (usedKeys.length) {
-      const declared = await q<{ key: string }>(`SELECT key FROM contact_custom_fields WHERE company_id = $1 AND key = ANY($2::text[]) FOR SHARE`, [companyId, usedKeys]);
-      const gone = usedKeys.filter((k) => !declared.some((d) => d.key === k));
+      const declared = await q<{ key: string; type: string }>(`SELECT key, type FROM contact_custom_fields WHERE company_id = $1 AND key = ANY($2::text[]) FOR SHARE`, [companyId, usedKeys]);
+      // Removed, or removed and declared again with another type: the cells were checked against the old one.
+      const gone = usedKeys.filter((k) => !declared.some((d) => d.key === k && d.type === job.customTypes.get(k)));
       if (gone.length) throw new ImportStopped(`The custom field ${gone.join(", ")} was removed during the import; rows counted as created or updated were written.`);
     }
 
@@ -283,9 +308,10 @@ export class Importer {
     const holders = rows.length
       ? await q<{ id: string; phone_number: string | null; email: string | null }>(
           `SELECT id, phone_number, email FROM contacts
-            WHERE company_id = $1 AND (phone_number = ANY($2::text[]) OR email = ANY($3::text[]))
+            WHERE company_id = $1
+              AND (phone_number = ANY (ARRAY(SELECT jsonb_array_elements_text($2::jsonb))) OR email = ANY (ARRAY(SELECT jsonb_array_elements_text($3::jsonb))))
             ORDER BY id FOR UPDATE`,
-          [companyId, phones, emails],
+          [companyId, JSON.stringify(phones), JSON.stringify(emails)],
         )
       : [];
     const phoneOwner = new Map<string, string>();
@@ -334,33 +360,32 @@ export class Importer {
     }
 
     const changed = [...touched].map((id) => targets.get(id)!);
-    const columns = (list: Target[]) => [
-      list.map((t) => t.id),
-      list.map((t) => t.firstName ?? null),
-      list.map((t) => t.lastName ?? null),
-      list.map((t) => t.gender ?? null),
-      list.map((t) => t.phone),
-      list.map((t) => t.email),
-      list.map((t) => JSON.stringify(t.customFields ?? {})),
-      list.map((t) => t.isTest ?? null),
-    ];
-    const UNNEST = `unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[]) AS u(id, first_name, last_name, gender, phone, email, custom_fields, is_test)`;
+    // Each batch crosses to PostgreSQL as one JSON text (serialised natively, parsed by the server):
+    // far less garbage on this thread than binding one array per column.
+    const rowsOf = (list: Target[]) =>
+      JSON.stringify(list.map((t) => ({ id: t.id, first_name: t.firstName, last_name: t.lastName, gender: t.gender, phone: t.phone, email: t.email, custom_fields: t.customFields ?? {}, is_test: t.isTest })));
+    const RECORDS = `jsonb_to_recordset($2::jsonb) AS u(id uuid, first_name text, last_name text, gender text, phone text, email text, custom_fields jsonb, is_test boolean)`;
+    const exec = async (sql: string, bind: unknown[]) => {
+      const [, meta] = await this.sequelize.query(sql, { bind, transaction });
+      // Sequelize answers INSERT/UPDATE with the row count itself, other statements with pg's result.
+      return typeof meta === "number" ? meta : ((meta as { rowCount?: number } | undefined)?.rowCount ?? 0);
+    };
     const fresh = changed.filter((t) => t.isNew);
     if (fresh.length) {
-      const inserted = await q(
+      const inserted = await exec(
         `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
-         SELECT u.id, $1, u.first_name, u.last_name, u.gender, u.phone, u.email, u.custom_fields::jsonb, coalesce(u.is_test, false),
+         SELECT u.id, $1, u.first_name, u.last_name, u.gender, u.phone, u.email, u.custom_fields, coalesce(u.is_test, false),
                 CASE WHEN u.phone IS NULL THEN '{}'::text[] ELSE ARRAY['SMS'] END
-           FROM ${UNNEST}
-         ON CONFLICT DO NOTHING RETURNING id`,
-        [companyId, ...columns(fresh)],
+           FROM ${RECORDS}
+         ON CONFLICT DO NOTHING`,
+        [companyId, rowsOf(fresh)],
       );
       // A phone number or email taken by another writer since the lookup: read the holders again.
-      if (inserted.length !== fresh.length) throw new RetryBatch();
+      if (inserted !== fresh.length) throw new RetryBatch();
     }
     const existing = changed.filter((t) => !t.isNew);
     if (existing.length) {
-      await q(
+      await exec(
         `UPDATE contacts c SET
             first_name = coalesce(u.first_name, c.first_name),
             last_name = coalesce(u.last_name, c.last_name),
@@ -371,28 +396,27 @@ export class Importer {
               ELSE c.communication_supported END,
             phone_number = u.phone,
             email = u.email,
-            custom_fields = c.custom_fields || u.custom_fields::jsonb,
+            custom_fields = c.custom_fields || u.custom_fields,
             is_test = coalesce(u.is_test, c.is_test),
             updated_at = now()
-           FROM ${UNNEST}
-          WHERE c.company_id = $1 AND c.id = u.id
-          RETURNING c.id`,
-        [companyId, ...columns(existing)],
+           FROM ${RECORDS}
+          WHERE c.company_id = $1 AND c.id = u.id`,
+        [companyId, rowsOf(existing)],
       );
     }
     if (job.listId !== null && changed.length) {
-      await q(
+      await exec(
         `INSERT INTO contact_list_members (company_id, list_id, contact_id)
-         SELECT $1, $2, unnest($3::uuid[]) ON CONFLICT (list_id, contact_id) DO NOTHING RETURNING id`,
-        [companyId, job.listId, changed.map((t) => t.id)],
+         SELECT $1, $2, (jsonb_array_elements_text($3::jsonb))::uuid ON CONFLICT (list_id, contact_id) DO NOTHING`,
+        [companyId, job.listId, JSON.stringify(changed.map((t) => t.id))],
       );
     }
     errors.sort((a, b) => a.row - b.row);
     const kept = errors.slice(0, Math.max(0, MAX_KEPT_ERRORS - job.keptErrors));
-    await q(
+    await exec(
       `UPDATE contact_imports SET total_rows = greatest(total_rows, $2), created = created + $3, updated = updated + $4, skipped = skipped + $5,
               errors = errors || $6::jsonb, heartbeat_at = now()
-        WHERE id = $1 RETURNING id`,
+        WHERE id = $1`,
       [job.id, totalRows, created, updated, errors.length, JSON.stringify(kept)],
     );
     // Counted only once the transaction commits (a retried batch is counted once).
@@ -474,8 +498,16 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
       const [list] = await this.sequelize.query(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL`, { bind: [companyId, listId], type: QueryTypes.SELECT });
       if (!list) throw new ApiError("VALIDATION_ERROR", `Contact list ${listId} does not exist in this account.`, { errors: [{ path: "listId", message: `contact list ${listId} does not exist in this account` }] });
     }
+    if (this.importer.queuedBytes() + file.size > MAX_QUEUED_BYTES) {
+      throw new ApiError("SERVICE_UNAVAILABLE", "Too many imports are waiting on this service; retry in a few minutes.");
+    }
     const id = randomUUID();
-    await keepFile(stream, file, this.importer.fileOf(id));
+    try {
+      await keepFile(stream, file, this.importer.fileOf(id));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw new ApiError("SERVICE_UNAVAILABLE", "No room for the file on this service now; retry in a few minutes.");
+      throw err;
+    }
     try {
       await this.sequelize.query(
         `INSERT INTO contact_imports (id, company_id, kind, file_name, file_size, file_sha256, list_id, mapping, node_id)
@@ -486,7 +518,7 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
       await rm(this.importer.fileOf(id), { force: true });
       throw err;
     }
-    this.importer.enqueue({ id, companyId, listId: listId ?? null, customKeys: [...types.keys()] }, file.kind, mapping, types);
+    this.importer.enqueue({ id, companyId, listId: listId ?? null, customTypes: types, size: file.size }, file.kind, mapping);
     ctx.meta.$statusCode = 202;
     // moleculer-web sets Location itself only for 201 and 3xx.
     ctx.meta.$location = `${API_PREFIX}/contacts/imports/${id}`;

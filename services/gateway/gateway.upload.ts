@@ -61,11 +61,13 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
     await new Promise<void>((resolve, reject) => {
       let failed = false;
       let current: NodeJS.ReadableStream & { destroy(): void } | null = null;
+      let sink: ReturnType<typeof createWriteStream> | null = null;
       const fail = (err: unknown) => {
         if (failed) return;
         failed = true;
         req.unpipe(bb);
         current?.destroy();
+        sink?.destroy(); // the spool file is closed now, whatever the part's stream does
         reject(err);
       };
       let bb: busboy.Busboy;
@@ -80,6 +82,10 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         throw new ApiError("BAD_REQUEST", `The multipart body cannot be read: ${(err as Error).message}.`);
       }
       bb.on("file", (name, stream, info) => {
+        if (failed) {
+          stream.resume();
+          return;
+        }
         if (name !== spec.field) {
           stream.resume();
           return fail(fieldError(name, `is not a file field of this upload (the file goes in "${spec.field}")`));
@@ -95,8 +101,11 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
           },
         });
         stream.on("limit", () => fail(tooLarge(spec)));
-        writing = pipeline(stream, meter, createWriteStream(spoolPath)).then(() => {
-          file = { name: (info.filename ?? "upload").slice(0, 255), size, sha256: hash.digest("hex") };
+        sink = createWriteStream(spoolPath);
+        writing = pipeline(stream, meter, sink).then(() => {
+          // Control characters (NUL above all) have no place in a file name that is stored and shown.
+          const fileName = (info.filename ?? "").replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "").slice(0, 255);
+          file = { name: fileName || "upload", size, sha256: hash.digest("hex") };
         });
         writing.catch(fail);
       });
@@ -115,7 +124,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         Promise.resolve(writing).then(() => resolve(), fail);
       });
       req.on("close", () => {
-        if (!req.complete) fail(new Error("the client closed the upload"));
+        if (!req.complete) fail(new ApiError("BAD_REQUEST", "The client closed the upload before its end."));
       });
       req.on("error", fail);
       req.pipe(bb);

@@ -211,6 +211,15 @@ describe("contact imports: CSV", () => {
     expect((await a.api.get("/contacts?sortBy=email")).body.data.map((c: { email: string }) => c.email)).toEqual(["q4@x.pt"]);
   });
 
+  it("refuses a cell holding NUL as that row's error and imports the rest", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    // Past the 64 KiB a file's kind is judged by: the NUL is in the data, not a sign of a binary file.
+    const padding = Array.from({ length: 2000 }, (_, i) => `pad${i}@x.pt,${"p".repeat(30)}`).join("\n");
+    const done = await imported(a, `email,firstName\n${padding}\nn1@x.pt,Bad\u0000Name\nn2@x.pt,Good\n`);
+    expect(done).toMatchObject({ status: "COMPLETED", created: 2001, skipped: 1 });
+    expect(done.errors).toEqual([{ row: 2001, message: "firstName must not contain NUL or unpaired surrogate characters" }]);
+  });
+
   it("imports files of several batches, counting exactly, and keeps the first 1000 errors while counting all", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const lines = ["email,firstName"];

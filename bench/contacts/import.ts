@@ -1,0 +1,156 @@
+/**
+ * bench/contacts part b: a CSV import end to end against `psql \copy` of the same rows, in the same
+ * run, on the same fresh PostgreSQL database and table (same indexes).
+ *
+ * For each size: writes a CSV of N contacts (names, phone numbers in international format, emails,
+ * gender); loads the same rows with `psql \copy` (the floor: no parsing of phone numbers, no
+ * matching, no HTTP); empties the table; starts `npm start` on the database (whole process, a
+ * fresh one per size so that its peak RSS is the import's), uploads the file through the gateway
+ * and polls until the import is COMPLETED. Prints rows/s of both, their ratio, and the service
+ * process's resident memory before and at its peak (VmHWM).
+ *
+ *   npm run bench:contacts:import [-- --sizes 100000,1000000]
+ *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
+ *
+ * Targets: import at least 0.25x the \copy rate; peak RSS under 300 MB and no higher for 1,000,000
+ * rows than for 100,000.
+ */
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
+import { createWriteStream, openAsBlob, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { once } from "node:events";
+import { parseArgs } from "node:util";
+import pg from "pg";
+
+const ROOT = path.join(__dirname, "../..");
+const { values } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" } } });
+const SIZES = values.sizes!.split(",").map(Number);
+const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+
+const children: ChildProcess[] = [];
+process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
+
+const FIRST = ["Ana", "Bruno", "Carla", "David", "Eva", "Filipe", "Gabriela", "Hugo", "Ines", "Joao"];
+const LAST = ["Silva", "Santos", "Ferreira", "Pereira", "Oliveira", "Costa", "Rodrigues", "Martins", "Jesus", "Sousa"];
+const GENDER = ["MALE", "FEMALE", "OTHER"];
+
+/** The partner's file, and the same rows as \copy needs them (id and account added, phone already E.164). */
+async function writeFiles(n: number, dir: string) {
+  const upload = createWriteStream(path.join(dir, "contacts.csv"));
+  const copy = createWriteStream(path.join(dir, "copy.csv"));
+  upload.write("firstName,lastName,phoneNumber,email,gender\n");
+  for (let i = 1; i <= n; i++) {
+    const first = FIRST[i % 10]!;
+    const last = `${LAST[Math.floor(i / 10) % 10]} ${i}`;
+    const digits = String(i).padStart(8, "0");
+    const email = `user${i}@example.com`;
+    const gender = GENDER[i % 3]!;
+    const a = upload.write(`${first},${last},+49 30 ${digits},${email},${gender}\n`);
+    const b = copy.write(`${randomUUID()},copy,${first},${last},+4930${digits},${email},${gender}\n`);
+    if (!a) await once(upload, "drain");
+    if (!b) await once(copy, "drain");
+  }
+  upload.end();
+  copy.end();
+  await Promise.all([once(upload, "finish"), once(copy, "finish")]);
+}
+
+function kib(pid: number, field: "VmRSS" | "VmHWM"): number {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) : NaN;
+}
+
+async function startService(dbUrl: string) {
+  const port = 3990 + Math.floor(Math.random() * 9);
+  const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
+  const start = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+  const importDir = path.join(os.tmpdir(), `pgw-bench-imports-${randomBytes(3).toString("hex")}`);
+  const env = { ...process.env, PATH, DATABASE_URL: dbUrl, PORT: String(port), LOG_LEVEL: "warn", IMPORT_DIR: importDir };
+  const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env, stdio: "ignore" });
+  children.push(service);
+  for (let i = 0; ; i++) {
+    const r = await fetch(`http://127.0.0.1:${port}/healthz/ready`).catch(() => null);
+    if (r?.ok) break;
+    if (i > 600) throw new Error("service not ready");
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  const key = JSON.parse(execFileSync("sh", ["-c", "exec node --import tsx scripts/admin.ts keys:create --company bench --operations CONTACTS"], { cwd: ROOT, env, encoding: "utf8" })).apiKey as string;
+  return {
+    port,
+    key,
+    pid: service.pid!,
+    async stop() {
+      service.kill("SIGTERM");
+      await once(service, "exit");
+      rmSync(importDir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function main() {
+  const name = `pgw_bench_${randomBytes(4).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: BASE_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  const url = new URL(BASE_URL);
+  url.pathname = `/${name}`;
+  const dbUrl = url.toString();
+  const dir = path.join(os.tmpdir(), `pgw-bench-${randomBytes(3).toString("hex")}`);
+  execFileSync("mkdir", ["-p", dir]);
+  const db = new pg.Client({ connectionString: dbUrl });
+  try {
+    // Migrate once (a service start does it), so that \copy meets the real table.
+    await (await startService(dbUrl)).stop();
+    await db.connect();
+    console.log(`bench/contacts import: CSV upload through the gateway vs psql \\copy of the same rows into the same table (PostgreSQL, ${os.cpus().length} cores)`);
+    for (const n of SIZES) {
+      await writeFiles(n, dir);
+      await db.query("TRUNCATE contacts CASCADE");
+      const c0 = performance.now();
+      execFileSync("psql", [dbUrl, "-q", "-c", `\\copy contacts (id, company_id, first_name, last_name, phone_number, email, gender) FROM '${path.join(dir, "copy.csv")}' CSV`]);
+      const copyS = (performance.now() - c0) / 1000;
+      await db.query("TRUNCATE contacts CASCADE");
+      await db.query("VACUUM ANALYZE contacts");
+
+      const svc = await startService(dbUrl);
+      const rssBefore = kib(svc.pid, "VmRSS");
+      const t0 = performance.now();
+      const form = new FormData();
+      form.append("file", await openAsBlob(path.join(dir, "contacts.csv")), "contacts.csv");
+      const res = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/contacts/upload`, { method: "POST", headers: { "x-api-key": svc.key }, body: form });
+      const accepted = (await res.json()) as { importId: string };
+      if (res.status !== 202) throw new Error(`upload answered ${res.status}: ${JSON.stringify(accepted)}`);
+      const uploadS = (performance.now() - t0) / 1000;
+      let state: { status: string; created: number; skipped: number; failureReason: string | null };
+      for (;;) {
+        await new Promise((r) => setTimeout(r, 100));
+        const r = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/contacts/imports/${accepted.importId}`, { headers: { "x-api-key": svc.key } });
+        state = (await r.json()) as typeof state;
+        if (state.status === "COMPLETED" || state.status === "FAILED") break;
+      }
+      const importS = (performance.now() - t0) / 1000;
+      const peak = kib(svc.pid, "VmHWM");
+      await svc.stop();
+      if (state.status !== "COMPLETED" || state.created !== n) throw new Error(`import ended ${state.status}: created ${state.created}, skipped ${state.skipped}, ${state.failureReason}`);
+      const copyRate = n / copyS;
+      const importRate = n / importS;
+      console.log(
+        `${n.toLocaleString().padStart(9)} rows: import ${importS.toFixed(1)} s (${Math.round(importRate).toLocaleString()} rows/s; upload answered 202 after ${uploadS.toFixed(2)} s) | ` +
+          `\\copy ${copyS.toFixed(1)} s (${Math.round(copyRate).toLocaleString()} rows/s) | ratio ${(importRate / copyRate).toFixed(2)} (target >= 0.25) | ` +
+          `service RSS ${(rssBefore / 1024).toFixed(0)} MB at start, peak ${(peak / 1024).toFixed(0)} MB (target < 300 MB, flat with size)`,
+      );
+    }
+  } finally {
+    await db.end().catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
+    await admin.end();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
