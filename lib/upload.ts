@@ -2,7 +2,9 @@
  * File uploads, once for every service: what an action declares to take a file, what it receives
  * about it, and how a file's kind is told from its content (never from its name or declared type).
  */
+import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
+import { Transform } from "node:stream";
 import { ApiError } from "./errors";
 
 export const FILE_KINDS = ["csv", "xlsx", "vcard"] as const;
@@ -42,6 +44,24 @@ export const uploadedFileSchema = {
     kind: { type: "string", enum: [...FILE_KINDS] },
   },
 };
+
+/** A pass-through that takes the size and SHA-256 of what flows through it (read them once it has ended). */
+export class Meter extends Transform {
+  private readonly hash = createHash("sha256");
+  size = 0;
+  constructor() {
+    super({
+      transform: (chunk: Buffer, _enc, done) => {
+        this.hash.update(chunk);
+        this.size += chunk.length;
+        done(null, chunk);
+      },
+    });
+  }
+  sha256(): string {
+    return this.hash.digest("hex");
+  }
+}
 
 const SNIFF_BYTES = 64 * 1024;
 /** Uncompressed size a zip (XLSX) may declare. */

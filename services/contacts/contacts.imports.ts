@@ -5,11 +5,11 @@
  * the batches it sends, one transaction each, counters included, so that a row is written whole
  * or not at all and the counters say exactly what is written.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { mkdir, readdir, rename, rm } from "node:fs/promises";
 import path from "node:path";
-import { Transform, type Readable } from "node:stream";
+import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { MessageChannel } from "node:worker_threads";
 import type { Context } from "moleculer";
@@ -18,7 +18,7 @@ import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import type { Config } from "../../lib/config";
 import { ApiError, type FieldError } from "../../lib/errors";
-import type { UploadedFile } from "../../lib/upload";
+import { Meter, type UploadedFile } from "../../lib/upload";
 import { targetOf, type ImportRow, type RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.import-worker";
 import {
@@ -467,18 +467,10 @@ function parseMapping(raw: string | undefined, customKeys: string[]): Record<str
 /** The upload's bytes, kept under IMPORT_DIR; checked against what the gateway received. */
 async function keepFile(stream: Readable, file: UploadedFile, target: string): Promise<void> {
   const part = `${target}.part`;
-  const hash = createHash("sha256");
-  let size = 0;
-  const meter = new Transform({
-    transform(chunk: Buffer, _e, done) {
-      hash.update(chunk);
-      size += chunk.length;
-      done(null, chunk);
-    },
-  });
+  const meter = new Meter();
   try {
     await pipeline(stream, meter, createWriteStream(part));
-    if (size !== file.size || hash.digest("hex") !== file.sha256) throw new Error(`the upload arrived incomplete (${size} of ${file.size} bytes)`);
+    if (meter.size !== file.size || meter.sha256() !== file.sha256) throw new Error(`the upload arrived incomplete (${meter.size} of ${file.size} bytes)`);
     await rename(part, target);
   } catch (err) {
     await rm(part, { force: true });

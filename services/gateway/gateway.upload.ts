@@ -5,15 +5,14 @@
  * judged by its content (415 when the action does not take it).
  */
 import busboy from "busboy";
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { mkdir, rm, stat } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
 import path from "node:path";
-import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { ApiError } from "../../lib/errors";
-import { KIND_NAMES, sniffFile, type UploadedFile, type UploadSpec } from "../../lib/upload";
+import { KIND_NAMES, Meter, sniffFile, type UploadedFile, type UploadSpec } from "../../lib/upload";
 
 /** Text fields of an upload: few and short (a JSON mapping is the largest). */
 const MAX_FIELDS = 20;
@@ -91,21 +90,13 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
           return fail(fieldError(name, `is not a file field of this upload (the file goes in "${spec.field}")`));
         }
         current = stream;
-        const hash = createHash("sha256");
-        let size = 0;
-        const meter = new Transform({
-          transform(chunk: Buffer, _enc, done) {
-            hash.update(chunk);
-            size += chunk.length;
-            done(null, chunk);
-          },
-        });
+        const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
         sink = createWriteStream(spoolPath);
         writing = pipeline(stream, meter, sink).then(() => {
           // Control characters (NUL above all) have no place in a file name that is stored and shown.
           const fileName = (info.filename ?? "").replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "").slice(0, 255);
-          file = { name: fileName || "upload", size, sha256: hash.digest("hex") };
+          file = { name: fileName || "upload", size: meter.size, sha256: meter.sha256() };
         });
         writing.catch(fail);
       });
