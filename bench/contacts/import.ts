@@ -23,11 +23,11 @@ import path from "node:path";
 import { once } from "node:events";
 import { parseArgs } from "node:util";
 import pg from "pg";
+import { createBenchDatabase } from "../database";
 
 const ROOT = path.join(__dirname, "../..");
 const { values } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" } } });
 const SIZES = values.sizes!.split(",").map(Number);
-const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 const children: ChildProcess[] = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
@@ -90,13 +90,8 @@ async function startService(dbUrl: string) {
 }
 
 async function main() {
-  const name = `pgw_bench_${randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(BASE_URL);
-  url.pathname = `/${name}`;
-  const dbUrl = url.toString();
+  const benchDb = await createBenchDatabase();
+  const dbUrl = benchDb.url;
   const dir = path.join(os.tmpdir(), `pgw-bench-${randomBytes(3).toString("hex")}`);
   execFileSync("mkdir", ["-p", dir]);
   const db = new pg.Client({ connectionString: dbUrl });
@@ -145,8 +140,7 @@ async function main() {
   } finally {
     await db.end().catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
-    await admin.end();
+    await benchDb.drop();
   }
 }
 

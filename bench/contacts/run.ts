@@ -10,16 +10,15 @@
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import pg from "pg";
+import { createBenchDatabase } from "../database";
 
 const ROOT = path.join(__dirname, "../..");
 const { values } = parseArgs({ options: { rows: { type: "string", default: "1000000" }, requests: { type: "string", default: "200" } } });
 const ROWS = Number(values.rows);
 const REQUESTS = Number(values.requests);
-const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 const children: ChildProcess[] = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
@@ -40,13 +39,8 @@ async function time(n: number, fn: () => Promise<void>) {
 }
 
 async function main() {
-  const name = `pgw_bench_${randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(BASE_URL);
-  url.pathname = `/${name}`;
-  const dbUrl = url.toString();
+  const benchDb = await createBenchDatabase();
+  const dbUrl = benchDb.url;
   const port = 3950 + Math.floor(Math.random() * 40);
   const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
   const start = JSON.parse(require("node:fs").readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
@@ -108,8 +102,7 @@ async function main() {
     await db.end().catch(() => undefined);
     service.kill("SIGTERM");
     await new Promise((r) => setTimeout(r, 1500));
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
-    await admin.end();
+    await benchDb.drop();
   }
 }
 

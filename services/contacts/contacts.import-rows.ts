@@ -66,7 +66,8 @@ export function resolveColumns(header: Cell[], mapping: Record<string, string | 
   const mapped = new Map<string, string | null>();
   if (mapping) {
     for (const [column, target] of Object.entries(mapping)) {
-      const at = names.findIndex((n) => n === column.trim()) >= 0 ? names.findIndex((n) => n === column.trim()) : names.findIndex((n) => squash(n) === squash(column));
+      const exact = names.indexOf(column.trim());
+      const at = exact >= 0 ? exact : names.findIndex((n) => squash(n) === squash(column));
       if (at < 0) throw new Error(`The mapping names the column "${column}", which the file's header does not have.`);
       mapped.set(String(at), target === null ? null : targetOf(target, customKeys, false));
     }

@@ -130,7 +130,7 @@ function decoder(encoding: string): Transform {
   });
 }
 
-async function importCsv(task: ImportTask, out: BatchSender, customKeys: string[], types: Map<string, CustomFieldType>): Promise<void> {
+async function importCsv(task: ImportTask, out: BatchSender, types: Map<string, CustomFieldType>): Promise<void> {
   const { encoding, delimiter } = await sniffText(task.path);
   let source: Readable = createReadStream(task.path);
   if (encoding !== "utf-8") source = source.pipe(decoder(encoding));
@@ -168,7 +168,7 @@ async function importCsv(task: ImportTask, out: BatchSender, customKeys: string[
       while (skipped.length) await out.add(skipped.shift()!);
       if (fatalAt !== null && row > fatalAt) break;
       if (row === 0) {
-        columns = resolveColumns(cells, task.mapping, customKeys);
+        columns = resolveColumns(cells, task.mapping, [...types.keys()]);
         continue;
       }
       if (cells.length > columns!.length && !isBlank(cells.slice(columns!.length))) {
@@ -201,7 +201,7 @@ function cellValue(v: unknown): Cell {
   return undefined;
 }
 
-async function importXlsx(task: ImportTask, out: BatchSender, customKeys: string[], types: Map<string, CustomFieldType>): Promise<void> {
+async function importXlsx(task: ImportTask, out: BatchSender, types: Map<string, CustomFieldType>): Promise<void> {
   const ExcelJS = (await import("exceljs")).default;
   const reader = new ExcelJS.stream.xlsx.WorkbookReader(task.path, {
     entries: "emit",
@@ -218,7 +218,7 @@ async function importXlsx(task: ImportTask, out: BatchSender, customKeys: string
         const cells = (Array.isArray(r.values) ? r.values.slice(1) : []).map(cellValue);
         if (!columns) {
           if (isBlank(cells)) continue;
-          columns = resolveColumns(cells, task.mapping, customKeys);
+          columns = resolveColumns(cells, task.mapping, [...types.keys()]);
           headerAt = r.number;
           continue;
         }
@@ -328,9 +328,8 @@ export default async function runImport(task: ImportTask): Promise<ImportResult>
   try {
     out.post({ type: "started" });
     const types = new Map(task.customTypes);
-    const keys = [...types.keys()];
-    if (task.kind === "csv") await importCsv(task, out, keys, types);
-    else if (task.kind === "xlsx") await importXlsx(task, out, keys, types);
+    if (task.kind === "csv") await importCsv(task, out, types);
+    else if (task.kind === "xlsx") await importXlsx(task, out, types);
     else await importVcard(task, out, types);
     await out.finish();
     return { totalRows: out.totalRows };
