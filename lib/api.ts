@@ -31,8 +31,12 @@ export type JsonSchema = Record<string, unknown>;
 export interface ApiActionSpec {
   /** "METHOD /path/{with}/:params" relative to the API prefix. */
   rest?: string;
-  /** The key operation required; `null` means no key is needed (public). */
-  operation?: Operation | null;
+  /**
+   * The key operation required; `null` means no key is needed (public). `"CHANNEL"`: one of the
+   * key's channel operations (SMS, RCS, WHATSAPP), and the one named by the `channel` query
+   * parameter when it names one.
+   */
+  operation?: Operation | null | "CHANNEL";
   /** One line for the OpenAPI operation summary. */
   summary?: string;
   description?: string;

@@ -15,6 +15,8 @@ export interface App {
   db: Database;
   /** The port the gateway listens on (when this node runs it). */
   port: number | null;
+  /** The port of the internal ingress (when this node runs tracking). */
+  internalPort: number | null;
   stop(): Promise<void>;
 }
 
@@ -43,12 +45,15 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   }
   const gateway = broker.getLocalService("gateway") as unknown as { server?: import("node:http").Server } | undefined;
   const address = gateway?.server?.address();
+  const tracking = broker.getLocalService("tracking") as unknown as { server?: import("node:http").Server } | undefined;
+  const internal = tracking?.server?.address();
   let stopping: Promise<void> | null = null;
   return {
     broker,
     config,
     db,
     port: address && typeof address === "object" ? address.port : null,
+    internalPort: internal && typeof internal === "object" ? internal.port : null,
     stop() {
       stopping ??= (async () => {
         await broker.stop();

@@ -5,7 +5,7 @@
 import Ajv from "ajv";
 import path from "node:path";
 
-export const ALL_SERVICES = ["gateway", "auth", "contacts"] as const;
+export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
 export interface Config {
@@ -33,6 +33,8 @@ export interface Config {
   readonly importDir: string;
   /** Worker threads (piscina) that parse imports on a contacts node. */
   readonly importWorkers: number;
+  /** Messages (and their receipts) older than this many days are removed by the tracking service. */
+  readonly messageRetentionDays: number;
   /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
   readonly validateResponses: boolean;
 }
@@ -61,6 +63,7 @@ export const VARIABLES = {
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },
   IMPORT_DIR: { field: "importDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
+  MESSAGE_RETENTION_DAYS: { field: "messageRetentionDays", schema: { type: "integer", minimum: 1, maximum: 36500 }, default: 400 },
 } as const;
 
 export type EnvName = keyof typeof VARIABLES;

@@ -208,7 +208,11 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
       summary: action.summary ?? action.name,
       description:
         (action.description ? `${action.description}\n\n` : "") +
-        (keyed ? `Requires an API key with the \`${action.operation}\` operation.` : "Needs no API key."),
+        (!keyed
+          ? "Needs no API key."
+          : action.operation === "CHANNEL"
+            ? "Requires an API key with a channel operation (`SMS`, `RCS` or `WHATSAPP`): the one named by `channel`."
+            : `Requires an API key with the \`${action.operation}\` operation.`),
       // Left out (and so caught by the tests) when an action forgets to declare it.
       "x-required-operation": action.operation,
       parameters,

@@ -5,10 +5,12 @@ import type { Deps } from "../lib/deps";
 import { createAuthService } from "./auth/auth.service";
 import { createContactsService } from "./contacts/contacts.service";
 import { createGatewayService } from "./gateway/gateway.service";
+import { createTrackingService } from "./tracking/tracking.service";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const SERVICE_FACTORIES: Record<ServiceName, (deps: Deps) => ServiceSchema<any, any, any>> = {
   gateway: createGatewayService,
   auth: createAuthService,
   contacts: createContactsService,
+  tracking: createTrackingService,
 };

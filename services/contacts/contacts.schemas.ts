@@ -5,8 +5,9 @@
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { uploadedFileSchema } from "../../lib/upload";
 
-export const CHANNELS = ["SMS", "RCS", "WHATSAPP"] as const;
-export type Channel = (typeof CHANNELS)[number];
+import { CHANNELS, type Channel } from "../../lib/channels";
+
+export { CHANNELS, type Channel };
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
 export const CUSTOM_FIELD_TYPES = ["TEXT", "NUMBER", "DATE", "BOOLEAN"] as const;

@@ -3,13 +3,14 @@
  * parts 2 and 4, contract section 4). Everything is filtered by the caller's account, so another
  * account's ids are simply not found. Imports are parsed on this node's piscina pool.
  */
-import type { ServiceSchema } from "moleculer";
+import type { Context, ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { DbMixin } from "../../mixins/db.mixin";
 import { contactActions, contactMethods } from "./contacts.actions";
 import { importActions, Importer, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
+import { applyChannelSupport, type ChannelSupportEvent } from "./contacts.support";
 
 export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSettings> {
   return {
@@ -17,6 +18,15 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
     mixins: [DbMixin(deps)],
     settings: { rest: "/" },
     actions: { ...contactActions, ...listActions, ...importActions },
+    events: {
+      /**
+       * RCS or WhatsApp receipts showed numbers reachable (DELIVERED) or not (DISABLED, UNSUPPORTED):
+       * the contacts with those numbers gain or lose the channel in communicationSupported.
+       */
+      async "tracking.channelSupportChanged"(ctx: Context<ChannelSupportEvent>) {
+        await applyChannelSupport(deps.db.sequelize, ctx.params.changes);
+      },
+    },
     methods: contactMethods,
     created() {
       (this as unknown as ImportsThis).importer = new Importer(deps.db.sequelize, deps.config, this.logger);

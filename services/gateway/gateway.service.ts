@@ -12,7 +12,8 @@ import path from "node:path";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { API_KEY_RE, hashApiKey } from "../../lib/api-key";
-import { API_PREFIX, apiAction, type ApiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiAction, type ApiServiceSettings, type AuthMeta, type Operation } from "../../lib/api";
+import { CHANNELS } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { withRequestId } from "../../lib/logger";
@@ -23,7 +24,7 @@ import { compileSchema, toFieldErrors } from "../../lib/validator";
 import type { KeyDeletedEvent } from "../auth/auth.service";
 import type { Principal } from "../auth/auth.schemas";
 import { renderDocs } from "./gateway.docs";
-import { answerClientError, parseJson, requestIdOf, requireJson, writeProblem } from "./gateway.http";
+import { answerClientError, parseJson, requestIdOf, requireJson, writeProblem } from "../../lib/http";
 import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash, Sealer } from "./gateway.idempotency";
 import { HttpMetrics } from "./gateway.metrics";
 import { coerceStrings, mergeParams } from "./gateway.params";
@@ -229,7 +230,17 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (!principal) {
           throw new ApiError("UNAUTHORIZED", raw === undefined ? "The X-API-Key header is missing." : "The API key is unknown, malformed or deleted.");
         }
-        if (!principal.operations.includes(action.operation)) {
+        if (action.operation === "CHANNEL") {
+          // The channel operation named by `channel` (when it names one; a bad value is the action's 400),
+          // and at least one channel in any case.
+          const requested = req.query?.channel;
+          if (typeof requested === "string" && (CHANNELS as readonly string[]).includes(requested) && !principal.operations.includes(requested as Operation)) {
+            throw new ApiError("UNAUTHORIZED", `The API key is not authorized for ${requested}.`);
+          }
+          if (!CHANNELS.some((c) => principal.operations.includes(c))) {
+            throw new ApiError("UNAUTHORIZED", "The API key is not authorized for any channel (SMS, RCS, WHATSAPP).");
+          }
+        } else if (!principal.operations.includes(action.operation)) {
           throw new ApiError("UNAUTHORIZED", `The API key is not authorized for ${action.operation}.`);
         }
         Object.assign(ctx.meta, {

@@ -33,6 +33,8 @@ export interface TestApp {
   root: Http;
   /** Client under the API prefix (no key). */
   api: Http;
+  /** Client of the internal ingress under /internal/v1 (when tracking runs). */
+  ingress: Http;
   newAccount(operations: Operation[] | "ALL", opts?: { userId?: string | null; trafficType?: TrafficType; companyId?: string }): Promise<Account>;
   stop(): Promise<void>;
 }
@@ -52,7 +54,7 @@ export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("he
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return loadConfig(
     { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_PRETTY: "false" },
-    { port: 0, host: "127.0.0.1", validateResponses: true, importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")), ...overrides },
+    { port: 0, internalPort: 0, host: "127.0.0.1", validateResponses: true, importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")), ...overrides },
   );
 }
 
@@ -76,6 +78,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     config,
     root: new Http(base),
     api: new Http(base + API_PREFIX),
+    ingress: new Http(`http://127.0.0.1:${app.internalPort ?? 1}/internal/v1`),
     async newAccount(operations, o = {}) {
       const companyId = o.companyId ?? uid();
       const key = await createKey(models, {

@@ -1,13 +1,13 @@
 /**
- * HTTP plumbing of the gateway that is not routing: request ids, the body guard and parser, the
+ * HTTP plumbing shared by both listeners (the partner gateway and the internal ingress) that is not routing: request ids, the body guard and parser, the
  * problem writer, and the answer for requests Node's HTTP parser itself refuses.
  */
 import bodyParser from "body-parser";
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
-import { ApiError } from "../../lib/errors";
-import { toProblem, type Problem } from "../../lib/problem";
+import { ApiError } from "./errors";
+import { toProblem, type Problem } from "./problem";
 
 export const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 export const MAX_JSON_BODY = 1024 * 1024;
@@ -40,8 +40,11 @@ export function requireJson(req: IncomingMessage, _res: ServerResponse, next: Ne
   next();
 }
 
-/** JSON bodies up to 1 MiB; objects and arrays only (anything else is malformed here). */
-export const parseJson = bodyParser.json({ limit: MAX_JSON_BODY, strict: true, type: () => true });
+/** JSON bodies up to `limit` bytes; objects and arrays only (anything else is malformed here). */
+export const jsonParser = (limit: number) => bodyParser.json({ limit, strict: true, type: () => true });
+
+/** The partner API's JSON bodies: up to 1 MiB. */
+export const parseJson = jsonParser(MAX_JSON_BODY);
 
 /** Writes a problem answer; `headers` adds to what the response already carries. */
 export function writeProblem(res: ServerResponse, problem: Problem, headers: Record<string, string> = {}): void {

@@ -1,0 +1,234 @@
+/**
+ * The internal ingress (contract section 6): a second moleculer-web listener, on INTERNAL_PORT, run
+ * by every tracking node, through which upstream services report what they sent and what happened
+ * to it. Partners never reach it (it is not routed by the gateway, and in Kubernetes its port is
+ * only a ClusterIP service). With INTERNAL_TOKEN set, every call must carry it in X-Internal-Token.
+ *
+ * Each path takes one object or an array of up to 1000; everything is validated before anything is
+ * stored, and the answer (202) comes once the rows are committed.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Service, ServiceSchema } from "moleculer";
+import ApiGateway from "moleculer-web";
+import type { Config } from "../../lib/config";
+import { ApiError, type FieldError } from "../../lib/errors";
+import { answerClientError, jsonParser, requestIdOf, requireJson, writeProblem } from "../../lib/http";
+import { withRequestId } from "../../lib/logger";
+import { toProblem } from "../../lib/problem";
+import { compileSchema, toFieldErrors } from "../../lib/validator";
+import {
+  inboundIn,
+  MAX_INGEST_ITEMS,
+  rcsReceiptIn,
+  readIn,
+  registrationIn,
+  smsReceiptIn,
+  whatsappReceiptIn,
+  type ChannelReceiptIn,
+  type InboundIn,
+  type ReadIn,
+  type RegistrationIn,
+  type SmsReceiptIn,
+} from "./tracking.schemas";
+import type { IngestItem } from "./tracking.store";
+
+/** Bodies up to 8 MiB: 1000 registrations with long texts fit. */
+export const MAX_INGEST_BODY = 8 * 1024 * 1024;
+
+const mixin = ApiGateway as unknown as { methods: Record<string, (...args: unknown[]) => unknown> };
+
+interface IngressRequest extends IncomingMessage {
+  $requestId: string;
+}
+
+type Next = (err?: unknown) => void;
+
+/** X-Internal-Token, compared in constant time, when INTERNAL_TOKEN is set. */
+function tokenGuard(token: string | null) {
+  const expected = token ? createHash("sha256").update(token).digest() : null;
+  return (req: IncomingMessage, _res: ServerResponse, next: Next) => {
+    if (!expected) return next();
+    const given = req.headers["x-internal-token"];
+    const ok = typeof given === "string" && timingSafeEqual(createHash("sha256").update(given).digest(), expected);
+    next(ok ? undefined : new ApiError("UNAUTHORIZED", given === undefined ? "The X-Internal-Token header is missing." : "The X-Internal-Token is wrong."));
+  };
+}
+
+/** What each path takes: its schema and how a valid object becomes an ingest item. */
+interface Kind {
+  schema: { $id: string };
+  toItem(v: unknown): IngestItem;
+  check?(v: unknown): FieldError | null;
+}
+
+const iso = (s: string) => new Date(s).toISOString();
+
+const KINDS: Record<string, Kind> = {
+  messages: {
+    schema: registrationIn,
+    toItem: (v) => ({ kind: "message", message: v as RegistrationIn }),
+    check: (v) => dateError((v as RegistrationIn).sentAt, "sentAt"),
+  },
+  "receipts/sms": {
+    schema: smsReceiptIn,
+    toItem: (v) => {
+      const r = v as SmsReceiptIn;
+      return {
+        kind: "receipt",
+        channel: "SMS",
+        companyId: r.companyId,
+        messageId: r.MESSAGE_ID,
+        destination: r.DESTINATION,
+        code: r.DELIVERY_STATUS,
+        date: iso(r.DELIVERY_DATE),
+        price: r.PRICE,
+        totalParts: r.TOTAL_PARTS ?? 1,
+        numPart: r.NUM_PART ?? 1,
+      };
+    },
+    check: (v) => {
+      const r = v as SmsReceiptIn;
+      if (r.NUM_PART !== undefined && r.NUM_PART > (r.TOTAL_PARTS ?? 1)) return { path: "NUM_PART", message: `must not be above TOTAL_PARTS (${r.TOTAL_PARTS ?? 1})` };
+      return dateError(r.DELIVERY_DATE, "DELIVERY_DATE");
+    },
+  },
+  ...channelKinds("RCS"),
+  ...channelKinds("WHATSAPP"),
+};
+
+function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
+  const lower = channel.toLowerCase();
+  return {
+    [`receipts/${lower}`]: {
+      schema: channel === "RCS" ? rcsReceiptIn : whatsappReceiptIn,
+      toItem: (v) => {
+        const r = v as ChannelReceiptIn;
+        return { kind: "receipt", channel, companyId: r.companyId, messageId: r.messageId, destination: r.destination, code: r.statusCode, date: iso(r.eventDate), totalParts: 1, numPart: 1 };
+      },
+      check: (v) => dateError((v as ChannelReceiptIn).eventDate, "eventDate"),
+    },
+    [`reads/${lower}`]: {
+      schema: readIn,
+      toItem: (v) => {
+        const r = v as ReadIn;
+        return { kind: "read", channel, companyId: r.companyId, messageId: r.messageId, destination: r.destination, date: iso(r.eventDate) };
+      },
+      check: (v) => dateError((v as ReadIn).eventDate, "eventDate"),
+    },
+    [`inbound/${lower}`]: {
+      schema: inboundIn,
+      toItem: (v) => ({ kind: "inbound", channel, inbound: v as InboundIn }),
+      check: (v) => dateError((v as InboundIn).receivedDate, "receivedDate"),
+    },
+  };
+}
+
+/** A date-time that matched the format but is no real instant (or one PostgreSQL cannot store). */
+function dateError(value: string | undefined, path: string): FieldError | null {
+  if (value === undefined) return null;
+  const t = Date.parse(value);
+  if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1)) return { path, message: "must be a date-time between 1970 and 9999" };
+  return null;
+}
+
+/**
+ * Validates a posted body (object or array) against the path's schema and returns its items; any
+ * error anywhere rejects the whole body (400, nothing stored), naming each bad field by its path.
+ */
+export function parseIngest(path: string, body: unknown): IngestItem[] {
+  const kind = KINDS[path];
+  if (!kind) throw new ApiError("ROUTE_NOT_FOUND", `No route POST /internal/v1/${path}.`);
+  const validate = compileSchema(kind.schema);
+  const list = Array.isArray(body) ? body : [body];
+  if (Array.isArray(body) && body.length === 0) throw new ApiError("VALIDATION_ERROR", "The array is empty.");
+  if (list.length > MAX_INGEST_ITEMS) throw new ApiError("VALIDATION_ERROR", `An array holds at most ${MAX_INGEST_ITEMS} objects; this one has ${list.length}.`);
+  const errors: FieldError[] = [];
+  const items: IngestItem[] = [];
+  list.forEach((v, i) => {
+    const prefix = Array.isArray(body) ? `[${i}]` : "";
+    const at = (p: string) => (prefix ? (p ? `${prefix}.${p}` : prefix) : p);
+    if (!validate(v)) {
+      for (const e of toFieldErrors(validate.errors)) if (errors.length < 50) errors.push({ path: at(e.path), message: e.message });
+      return;
+    }
+    const bad = kind.check?.(v);
+    if (bad) {
+      if (errors.length < 50) errors.push({ path: at(bad.path), message: bad.message });
+      return;
+    }
+    items.push(kind.toItem(v));
+  });
+  if (errors.length > 0) throw new ApiError("VALIDATION_ERROR", `The body has ${errors.length === 50 ? "50 or more" : errors.length} invalid field(s); nothing was stored.`, { errors });
+  return items;
+}
+
+/** The ingress paths of contract section 6, for the README and tests. */
+export const INGRESS_PATHS = ["messages", ...Object.keys(KINDS).filter((k) => k !== "messages")];
+
+type IngressThis = Service & { server: import("node:http").Server };
+
+/** moleculer-web configured as the internal listener; mixed into the tracking service. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function IngressMixin(config: Config): Partial<ServiceSchema<any, any, { server: import("node:http").Server }>> {
+  return {
+    mixins: [ApiGateway as unknown as ServiceSchema],
+    settings: {
+      port: config.internalPort,
+      ip: config.host,
+      logRequest: null,
+      logResponse: null,
+      logRequestParams: null,
+      logRouteRegistration: "debug",
+      rootCallOptions(options: Record<string, unknown>, req: IngressRequest) {
+        options.requestID = req.$requestId;
+      },
+      routes: [
+        {
+          name: "internal",
+          path: "/internal/v1",
+          mappingPolicy: "restrict",
+          autoAliases: false,
+          bodyParsers: false,
+          mergeParams: false,
+          use: [tokenGuard(config.internalToken), requireJson, jsonParser(MAX_INGEST_BODY)],
+          callOptions: { timeout: 60_000 },
+          aliases: {
+            "POST /messages": "tracking.ingest",
+            "POST /:kind/:channel": "tracking.ingest",
+          },
+        },
+      ],
+      onError(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
+        const problem = toProblem(err, req.$requestId ?? requestIdOf(undefined));
+        if (problem.status >= 500) withRequestId(req.$requestId, () => this.logger.error({ err, path: req.url }, "ingress request failed"));
+        writeProblem(res, problem, { "X-Request-Id": problem.requestId });
+      },
+    },
+    actions: {
+      listAliases: false,
+      addRoute: false,
+      removeRoute: false,
+    },
+    methods: {
+      httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, next?: unknown) {
+        const requestId = requestIdOf(req.headers["x-request-id"]);
+        req.$requestId = requestId;
+        res.setHeader("X-Request-Id", requestId);
+        return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
+      },
+      send404(this: IngressThis, req: IngressRequest, res: ServerResponse) {
+        const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
+        const known = INGRESS_PATHS.some((p) => path === `/internal/v1/${p}`);
+        const err = known
+          ? new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: POST.`)
+          : new ApiError("ROUTE_NOT_FOUND", `No route ${req.method} ${path}.`);
+        if (known) res.setHeader("Allow", "POST");
+        writeProblem(res, toProblem(err, req.$requestId), { "X-Request-Id": req.$requestId });
+      },
+    },
+    created(this: IngressThis) {
+      this.server.on("clientError", answerClientError);
+    },
+  };
+}

@@ -1,0 +1,155 @@
+/**
+ * Reads of the tracking tables: polling (one index lookup per id), the message history (keyset
+ * pagination on an index: no OFFSET, no COUNT) and retention (bounded batches).
+ */
+import { QueryTypes, type Sequelize } from "sequelize";
+import { CHANNELS, statusByCode, statusByName, type Channel } from "../../lib/channels";
+import { badRequest } from "../../lib/errors";
+import type { HistoryIn, HistoryItemOut, HistoryOut, MessageStatusOut } from "./tracking.schemas";
+
+interface StatusRow {
+  customer_message_id: string;
+  channel: Channel;
+  destination: string;
+  sent_at: Date | null;
+  status_code: number;
+  delivery_date: Date | null;
+  read_at: Date | null;
+  simulation: boolean;
+}
+
+interface HistoryRow extends StatusRow {
+  id: string;
+  text: string | null;
+  campaign_id: string | null;
+  total_parts: number;
+  price: string | null;
+  sent_key: string;
+}
+
+const STATUS_COLUMNS = "customer_message_id, channel, destination, sent_at, status_code, delivery_date, read_at, simulation";
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+export function toStatusOut(r: StatusRow): MessageStatusOut {
+  const st = statusByCode(r.status_code);
+  return {
+    customerMessageId: r.customer_message_id,
+    channel: r.channel,
+    deliveryStatus: st.name,
+    statusCode: st.code,
+    description: st.description,
+    destination: r.destination,
+    sentAt: iso(r.sent_at),
+    deliveryDate: iso(r.delivery_date),
+    readAt: iso(r.read_at),
+    simulation: r.simulation,
+  };
+}
+
+/** What an id the account never sent answers: UNKNOWN, code 0. */
+export function unknownStatus(customerMessageId: string, channel: Channel): MessageStatusOut {
+  return { customerMessageId, channel, deliveryStatus: "UNKNOWN", statusCode: 0, description: "unknown", destination: null, sentAt: null, deliveryDate: null, readAt: null, simulation: false };
+}
+
+/** The statuses of `ids` (in the order given, repeats answered again), one indexed lookup for all. */
+export async function statusesOf(sequelize: Sequelize, companyId: string, channel: Channel, ids: string[]): Promise<MessageStatusOut[]> {
+  const distinct = [...new Set(ids)];
+  const rows = await sequelize.query<StatusRow>(
+    `SELECT ${STATUS_COLUMNS} FROM messages WHERE company_id = $1 AND channel = $2 AND customer_message_id = ANY ($3::text[])`,
+    { bind: [companyId, channel, distinct], type: QueryTypes.SELECT },
+  );
+  const byId = new Map(rows.map((r) => [r.customer_message_id, toStatusOut(r)]));
+  return ids.map((id) => byId.get(id) ?? unknownStatus(id, channel));
+}
+
+interface Cursor {
+  s: string;
+  i: string;
+}
+
+const encodeCursor = (c: Cursor) => Buffer.from(JSON.stringify([c.s, c.i])).toString("base64url");
+
+function decodeCursor(raw: string): Cursor {
+  try {
+    const v = JSON.parse(Buffer.from(raw, "base64url").toString("utf8")) as unknown;
+    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string" && /^\d{1,19}$/.test(v[1]) && !Number.isNaN(Date.parse(v[0]))) {
+      return { s: v[0], i: v[1] };
+    }
+  } catch {
+    // fall through
+  }
+  throw badRequest("The cursor is not one this API gave out.", [{ path: "cursor", message: "is not a valid cursor" }]);
+}
+
+/**
+ * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
+ * index that starts with the filter's equality columns (company, then destination or campaign).
+ */
+export async function historyPage(sequelize: Sequelize, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
+  const where = ["m.company_id = $1", "m.sent_at IS NOT NULL"];
+  const bind: unknown[] = [companyId];
+  const add = (sql: (n: string) => string, value: unknown) => {
+    bind.push(value);
+    where.push(sql(`$${bind.length}`));
+  };
+  const allowed = q.channel ? [q.channel] : channels;
+  if (allowed.length < CHANNELS.length) add((n) => `m.channel = ANY (${n}::text[])`, allowed);
+  if (q.status) add((n) => `m.status_code = ${n}`, statusByName(q.status)!.code);
+  if (q.destination) add((n) => `m.destination = ${n}`, q.destination);
+  if (q.campaignId) {
+    add((n) => `m.campaign_id = ${n}`, q.campaignId);
+    where.push("m.campaign_id IS NOT NULL");
+  }
+  if (q.from) add((n) => `m.sent_at >= ${n}::timestamptz`, new Date(q.from).toISOString());
+  if (q.to) add((n) => `m.sent_at < ${n}::timestamptz`, new Date(q.to).toISOString());
+  if (q.cursor) {
+    const c = decodeCursor(q.cursor);
+    bind.push(c.s, c.i);
+    where.push(`(m.sent_at, m.id) < ($${bind.length - 1}::timestamptz, $${bind.length}::bigint)`);
+  }
+  bind.push(q.limit + 1);
+  const rows = await sequelize.query<HistoryRow>(
+    `SELECT m.id, ${STATUS_COLUMNS.split(", ").map((c) => `m.${c}`).join(", ")}, m.text, m.campaign_id, m.total_parts, m.price,
+            to_char(m.sent_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS sent_key
+       FROM messages m
+      WHERE ${where.join(" AND ")}
+      ORDER BY m.sent_at DESC, m.id DESC
+      LIMIT $${bind.length}`,
+    { bind, type: QueryTypes.SELECT },
+  );
+  const more = rows.length > q.limit;
+  const page = more ? rows.slice(0, q.limit) : rows;
+  const last = page[page.length - 1];
+  return {
+    data: page.map(toHistoryItem),
+    limit: q.limit,
+    nextCursor: more && last ? encodeCursor({ s: last.sent_key, i: String(last.id) }) : null,
+  };
+}
+
+function toHistoryItem(r: HistoryRow): HistoryItemOut {
+  return { ...toStatusOut(r), text: r.text, campaignId: r.campaign_id, totalParts: r.total_parts, price: r.price === null ? null : Number(r.price) };
+}
+
+/**
+ * Removes messages (and inbound messages) created before `cutoff`, `batchSize` rows per statement,
+ * each its own short transaction, skipping rows another writer holds; returns how many went.
+ */
+export async function purgeBefore(sequelize: Sequelize, cutoff: Date, batchSize: number, maxBatches = Infinity): Promise<{ messages: number; inbound: number; batches: number }> {
+  const out = { messages: 0, inbound: 0, batches: 0 };
+  for (const [table, field] of [["messages", "messages"], ["inbound_messages", "inbound"]] as const) {
+    for (;;) {
+      if (out.batches >= maxBatches) return out;
+      const [row] = await sequelize.query<{ n: string }>(
+        `WITH gone AS (DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1)
+         SELECT count(*) AS n FROM gone`,
+        { bind: [cutoff.toISOString(), batchSize], type: QueryTypes.SELECT },
+      );
+      const n = Number(row!.n);
+      out.batches++;
+      out[field] += n;
+      if (n < batchSize) break;
+    }
+  }
+  return out;
+}

@@ -1,0 +1,295 @@
+/**
+ * Tracking on the wire: what upstreams post to the internal ingress (contract section 6) and what
+ * partners read back (message status, contract section 4; message history).
+ */
+import { CHANNELS, finalCodesOf, STATUS_NAMES, type Channel, type DeliveryStatusName } from "../../lib/channels";
+import type { JsonSchema } from "../../lib/api";
+
+/** An array posted to the ingress holds at most this many objects (one transaction). */
+export const MAX_INGEST_ITEMS = 1000;
+/** The bulk status form answers at most this many ids. */
+export const MAX_STATUS_IDS = 1000;
+
+const E164 = "^\\+[1-9][0-9]{6,14}$";
+const companyId = { type: "string", minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f]+$" };
+const messageId = { type: "string", minLength: 1, maxLength: 200, pattern: "^[^\\u0000-\\u001f]+$" };
+const phone = { type: "string", pattern: E164, description: "E.164", examples: ["+351912345678"] };
+const dateTime = { type: "string", format: "date-time", maxLength: 40 };
+const parts = { type: "integer", minimum: 1, maximum: 255 };
+
+// ---------------------------------------------------------------------------------------------
+// The internal ingress (upstreams)
+// ---------------------------------------------------------------------------------------------
+
+export interface RegistrationIn {
+  companyId: string;
+  channel: Channel;
+  customerMessageId: string;
+  destination: string;
+  sentAt?: string;
+  totalParts?: number;
+  text?: string;
+  campaignId?: string;
+  simulation?: boolean;
+}
+
+export const registrationIn = {
+  $id: "IngestRegistration",
+  type: "object",
+  additionalProperties: false,
+  required: ["companyId", "channel", "customerMessageId", "destination"],
+  properties: {
+    companyId,
+    channel: { type: "string", enum: [...CHANNELS] },
+    customerMessageId: messageId,
+    destination: phone,
+    sentAt: dateTime,
+    totalParts: parts,
+    text: { type: "string", maxLength: 10000 },
+    campaignId: { type: "string", minLength: 1, maxLength: 100 },
+    simulation: { type: "boolean" },
+  },
+};
+
+export interface SmsReceiptIn {
+  companyId: string;
+  MESSAGE_ID: string;
+  DESTINATION: string;
+  DELIVERY_STATUS: number;
+  DELIVERY_DATE: string;
+  PRICE?: number;
+  TOTAL_PARTS?: number;
+  NUM_PART?: number;
+}
+
+export const smsReceiptIn = {
+  $id: "IngestSmsReceipt",
+  type: "object",
+  additionalProperties: false,
+  required: ["companyId", "MESSAGE_ID", "DESTINATION", "DELIVERY_STATUS", "DELIVERY_DATE"],
+  properties: {
+    companyId,
+    MESSAGE_ID: messageId,
+    DESTINATION: phone,
+    DELIVERY_STATUS: { type: "integer", enum: finalCodesOf("SMS") },
+    DELIVERY_DATE: dateTime,
+    PRICE: { type: "number", minimum: 0, maximum: 1e8 },
+    TOTAL_PARTS: parts,
+    NUM_PART: parts,
+  },
+};
+
+export interface ChannelReceiptIn {
+  companyId: string;
+  messageId: string;
+  destination: string;
+  statusCode: number;
+  eventDate: string;
+}
+
+const channelReceiptIn = (channel: "RCS" | "WHATSAPP") => ({
+  $id: `Ingest${channel === "RCS" ? "Rcs" : "Whatsapp"}Receipt`,
+  type: "object",
+  additionalProperties: false,
+  required: ["companyId", "messageId", "destination", "statusCode", "eventDate"],
+  properties: { companyId, messageId, destination: phone, statusCode: { type: "integer", enum: finalCodesOf(channel) }, eventDate: dateTime },
+});
+export const rcsReceiptIn = channelReceiptIn("RCS");
+export const whatsappReceiptIn = channelReceiptIn("WHATSAPP");
+
+export interface ReadIn {
+  companyId: string;
+  messageId: string;
+  destination: string;
+  eventDate: string;
+}
+
+export const readIn = {
+  $id: "IngestRead",
+  type: "object",
+  additionalProperties: false,
+  required: ["companyId", "messageId", "destination", "eventDate"],
+  properties: { companyId, messageId, destination: phone, eventDate: dateTime },
+};
+
+export interface InboundIn {
+  companyId: string;
+  messageId: string;
+  source: string;
+  destination: string;
+  receivedDate: string;
+  messageType: string;
+  text?: string;
+  mediaKey?: string;
+}
+
+export const inboundIn = {
+  $id: "IngestInbound",
+  type: "object",
+  additionalProperties: false,
+  required: ["companyId", "messageId", "source", "destination", "receivedDate", "messageType"],
+  properties: {
+    companyId,
+    messageId,
+    source: phone,
+    destination: { type: "string", minLength: 1, maxLength: 200, description: "The sender's WhatsApp number, or the RCS agent id." },
+    receivedDate: dateTime,
+    messageType: { type: "string", pattern: "^[A-Z][A-Z_]{0,31}$", examples: ["TEXT"] },
+    text: { type: "string", maxLength: 10000 },
+    mediaKey: { type: "string", minLength: 1, maxLength: 500 },
+  },
+};
+
+/** The ingress answer: how many objects were stored (new or repeated). */
+export interface IngestOut {
+  accepted: number;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partners: polling and history
+// ---------------------------------------------------------------------------------------------
+
+export interface MessageStatusOut {
+  customerMessageId: string;
+  channel: Channel;
+  deliveryStatus: DeliveryStatusName;
+  statusCode: number;
+  description: string;
+  destination: string | null;
+  sentAt: string | null;
+  deliveryDate: string | null;
+  readAt: string | null;
+  simulation: boolean;
+}
+
+const nullableDate = { type: "string", format: "date-time", nullable: true };
+const channelParam = { type: "string", enum: [...CHANNELS], description: "The channel the message was sent on; the key needs this operation." };
+
+const statusProperties = {
+  customerMessageId: { type: "string", examples: ["order-1234-sms"] },
+  channel: { type: "string", enum: [...CHANNELS] },
+  deliveryStatus: { type: "string", enum: [...STATUS_NAMES] },
+  statusCode: { type: "integer", examples: [3] },
+  description: { type: "string", examples: ["delivered"] },
+  destination: { type: "string", nullable: true, examples: ["+351912345678"] },
+  sentAt: nullableDate,
+  deliveryDate: { ...nullableDate, description: "Set once the receipt arrived (for a multi-part SMS: once every part has, the latest part's date)." },
+  readAt: { ...nullableDate, description: "When the recipient read it (RCS, WhatsApp); the status stays DELIVERED." },
+  simulation: { type: "boolean", description: "Registered with simulation: true (validated, never sent, no callback)." },
+};
+const statusRequired = Object.keys(statusProperties);
+
+export const messageStatusOut = {
+  $id: "MessageStatus",
+  type: "object",
+  additionalProperties: false,
+  required: statusRequired,
+  properties: statusProperties,
+};
+
+export const messageStatusesOut = {
+  $id: "MessageStatuses",
+  type: "object",
+  additionalProperties: false,
+  required: ["data"],
+  properties: { data: { type: "array", items: messageStatusOut } },
+};
+
+export interface StatusIn {
+  customerMessageId: string;
+  channel: Channel;
+}
+
+export const statusIn = {
+  $id: "MessageStatusIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["customerMessageId", "channel"],
+  properties: { customerMessageId: messageId, channel: channelParam },
+};
+
+export interface StatusesIn {
+  channel: Channel;
+  ids: string;
+}
+
+export const statusesIn = {
+  $id: "MessageStatusesIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["channel", "ids"],
+  properties: {
+    channel: channelParam,
+    ids: { type: "string", minLength: 1, maxLength: 1000 * 201, description: `Comma-separated customer message ids, at most ${MAX_STATUS_IDS}; answered one entry per id, in order.`, examples: ["order-1,order-2"] },
+  },
+};
+
+export interface HistoryIn {
+  channel?: Channel;
+  status?: DeliveryStatusName;
+  destination?: string;
+  campaignId?: string;
+  from?: string;
+  to?: string;
+  cursor?: string;
+  limit: number;
+}
+
+export const historyFilterProperties = {
+  channel: { type: "string", enum: [...CHANNELS], description: "Only this channel (the key must have it); default: every channel of the key." },
+  status: { type: "string", enum: [...STATUS_NAMES], description: "Only messages whose deliveryStatus is this." },
+  destination: { ...phone, description: "Only messages to this number (E.164)." },
+  campaignId: { type: "string", minLength: 1, maxLength: 100 },
+  from: { ...dateTime, description: "Sent at or after this instant." },
+  to: { ...dateTime, description: "Sent before this instant." },
+} satisfies Record<string, JsonSchema>;
+
+export const historyIn = {
+  $id: "MessageHistoryIn",
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    ...historyFilterProperties,
+    cursor: { type: "string", minLength: 1, maxLength: 200, description: "nextCursor of the previous page." },
+    limit: { type: "integer", minimum: 1, maximum: 1000, default: 10, description: "Page size, at most 1000." },
+  },
+};
+
+export interface HistoryItemOut extends MessageStatusOut {
+  text: string | null;
+  campaignId: string | null;
+  totalParts: number;
+  price: number | null;
+}
+
+export const historyItemOut = {
+  $id: "MessageHistoryItem",
+  type: "object",
+  additionalProperties: false,
+  required: [...statusRequired, "text", "campaignId", "totalParts", "price"],
+  properties: {
+    ...statusProperties,
+    text: { type: "string", nullable: true },
+    campaignId: { type: "string", nullable: true },
+    totalParts: { type: "integer", minimum: 1 },
+    price: { type: "number", nullable: true, description: "SMS: the sum of the parts' prices reported so far." },
+  },
+};
+
+export interface HistoryOut {
+  data: HistoryItemOut[];
+  limit: number;
+  nextCursor: string | null;
+}
+
+export const historyOut = {
+  $id: "MessageHistory",
+  type: "object",
+  additionalProperties: false,
+  required: ["data", "limit", "nextCursor"],
+  properties: {
+    data: { type: "array", items: historyItemOut },
+    limit: { type: "integer" },
+    nextCursor: { type: "string", nullable: true, description: "Pass as `cursor` for the next (older) page; null on the last page." },
+  },
+};

@@ -1,0 +1,170 @@
+/**
+ * tracking: messages and their delivery statuses (spec parts 2, 3 and 6; contract sections 4 and 6).
+ * Upstreams report registrations, receipts, reads and inbound messages on the internal ingress
+ * (tracking.ingress.ts); partners poll statuses and page through their message history through the
+ * gateway. Every event a status change produces is written to the outbox in the same transaction.
+ * Old messages are removed in bounded batches (MESSAGE_RETENTION_DAYS).
+ */
+import type { Context, Service, ServiceSchema } from "moleculer";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { CHANNELS, type Channel } from "../../lib/channels";
+import type { Deps } from "../../lib/deps";
+import { badRequest } from "../../lib/errors";
+import { DbMixin } from "../../mixins/db.mixin";
+import { IngressMixin, parseIngest } from "./tracking.ingress";
+import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
+import {
+  historyIn,
+  historyOut,
+  MAX_STATUS_IDS,
+  messageStatusesOut,
+  messageStatusOut,
+  statusesIn,
+  statusIn,
+  type HistoryIn,
+  type HistoryOut,
+  type IngestOut,
+  type MessageStatusOut,
+  type StatusesIn,
+  type StatusIn,
+} from "./tracking.schemas";
+import { GroupCommitter, writeWithRetry, type ChannelSupport } from "./tracking.store";
+
+/** Emitted after a commit when receipts showed a number reachable (or not) on RCS or WhatsApp. */
+export interface ChannelSupportEvent {
+  changes: ChannelSupport[];
+}
+
+interface TrackingVars {
+  committer: GroupCommitter;
+  retentionTimer?: NodeJS.Timeout;
+  purgeOld(): Promise<void>;
+}
+type TrackingThis = Service<ApiServiceSettings> & TrackingVars;
+
+const PURGE_BATCH = 5000;
+const PURGE_EVERY_MS = 3600_000;
+
+export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, TrackingVars> {
+  const { config, db } = deps;
+  const sequelize = db.sequelize;
+  const keyChannels = (meta: AuthMeta): Channel[] => CHANNELS.filter((c) => meta.operations.includes(c));
+
+  return {
+    name: "tracking",
+    mixins: [DbMixin(deps), IngressMixin(config)],
+    settings: { rest: "/" },
+
+    actions: {
+      /** Ingress: stores what an upstream posted (one object or an array of up to 1000), 202 once committed. */
+      // Published (moleculer-web routes only to published actions), but with no `rest`: the partner gateway never routes it.
+      ingest: {
+        async handler(this: TrackingThis, ctx: Context<{ body?: unknown; params?: { kind?: string; channel?: string } }, { $statusCode?: number }>): Promise<IngestOut> {
+          const { kind, channel } = ctx.params.params ?? {};
+          const items = parseIngest(kind ? `${kind}/${channel}` : "messages", ctx.params.body);
+          await this.committer.submit(items);
+          ctx.meta.$statusCode = 202;
+          return { accepted: items.length };
+        },
+      },
+
+      /** The delivery status of one message. */
+      status: apiAction({
+        rest: "GET /messages/status/:customerMessageId",
+        operation: "CHANNEL",
+        summary: "Delivery status of one message",
+        description: "An id this account never sent (on this channel) answers `UNKNOWN`, code 0. In flight: `ACCEPTED` on SMS, `UNKNOWN` on RCS and WhatsApp.",
+        tag: "messages",
+        params: statusIn,
+        responses: { 200: messageStatusOut },
+        errors: [400],
+        async handler(ctx: Context<StatusIn, AuthMeta>): Promise<MessageStatusOut> {
+          const [status] = await statusesOf(sequelize, ctx.meta.companyId, ctx.params.channel, [ctx.params.customerMessageId]);
+          return status!;
+        },
+      }),
+
+      /** The delivery statuses of up to 1000 messages of one channel, in the order asked. */
+      statuses: apiAction({
+        rest: "GET /messages/status",
+        operation: "CHANNEL",
+        summary: "Delivery statuses of up to 1000 messages",
+        description: `\`ids\`: comma-separated customer message ids of one channel, at most ${MAX_STATUS_IDS}. The answer has one entry per id as given, in order (a repeated id is answered again); ids never sent answer \`UNKNOWN\`, code 0.`,
+        tag: "messages",
+        params: statusesIn,
+        responses: { 200: messageStatusesOut },
+        errors: [400],
+        async handler(ctx: Context<StatusesIn, AuthMeta>): Promise<{ data: MessageStatusOut[] }> {
+          const ids = ctx.params.ids.split(",").map((s) => s.trim());
+          if (ids.length > MAX_STATUS_IDS) throw badRequest(`At most ${MAX_STATUS_IDS} ids per call; this one has ${ids.length}.`, [{ path: "ids", message: `must name at most ${MAX_STATUS_IDS} ids` }]);
+          const bad = ids.findIndex((id) => id.length === 0 || id.length > 200);
+          if (bad >= 0) throw badRequest("Every id must be 1-200 characters.", [{ path: `ids[${bad}]`, message: "must be 1-200 characters" }]);
+          return { data: await statusesOf(sequelize, ctx.meta.companyId, ctx.params.channel, ids) };
+        },
+      }),
+
+      /** The account's sent messages, newest first, on the key's channels. */
+      history: apiAction({
+        rest: "GET /messages/history",
+        operation: "CHANNEL",
+        summary: "Message history",
+        description:
+          "Sent messages with their status, text and campaign, newest first (by `sentAt`), in pages linked by `nextCursor`. Only the key's channels are listed; a `channel` filter outside them is a 401.",
+        tag: "messages",
+        params: historyIn,
+        responses: { 200: historyOut },
+        errors: [400],
+        async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
+          const q = ctx.params;
+          if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to)) throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
+          return historyPage(sequelize, ctx.meta.companyId, keyChannels(ctx.meta), q);
+        },
+      }),
+
+      /** Retention: removes messages older than MESSAGE_RETENTION_DAYS (or `olderThanDays`) in bounded batches. */
+      purge: {
+        visibility: "public",
+        params: {
+          olderThanDays: { type: "number", integer: true, positive: true, optional: true },
+          batchSize: { type: "number", integer: true, positive: true, max: 100000, optional: true },
+        },
+        async handler(ctx: Context<{ olderThanDays?: number; batchSize?: number }>) {
+          const days = ctx.params.olderThanDays ?? config.messageRetentionDays;
+          return purgeBefore(sequelize, new Date(Date.now() - days * 86400_000), ctx.params.batchSize ?? PURGE_BATCH);
+        },
+      },
+    },
+
+    methods: {
+      async purgeOld(this: TrackingThis) {
+        try {
+          const out = await this.actions.purge({});
+          if (out.messages + out.inbound > 0) this.logger.info(out, "old messages removed");
+        } catch (err) {
+          this.logger.warn({ err }, "message retention failed");
+        }
+      },
+    },
+
+    created(this: TrackingThis) {
+      this.committer = new GroupCommitter(async (items) => {
+        const effects = await writeWithRetry(sequelize, items);
+        if (effects.support.length > 0) {
+          this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent);
+        }
+      });
+    },
+
+    started(this: TrackingThis) {
+      // First a minute after start, then hourly; each run deletes in short batches of its own.
+      this.retentionTimer = setTimeout(() => {
+        void this.purgeOld();
+        this.retentionTimer = setInterval(() => void this.purgeOld(), PURGE_EVERY_MS).unref();
+      }, 60_000).unref();
+    },
+
+    stopped(this: TrackingThis) {
+      clearInterval(this.retentionTimer);
+    },
+  };
+}

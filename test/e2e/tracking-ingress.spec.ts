@@ -1,0 +1,350 @@
+/**
+ * The internal ingress and the status model (contract section 6, spec parts 2, 3 and 6): what
+ * upstreams post becomes statuses partners poll, and exactly the outbox events the spec names.
+ */
+import { QueryTypes } from "sequelize";
+import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking"] });
+});
+afterAll(() => t?.stop());
+
+let seq = 0;
+const phone = () => `+3519${String(10000000 + ++seq).slice(-8)}`;
+const mid = () => `m-${uid("x")}`;
+
+interface EventRow {
+  event_type: string;
+  channel: string;
+  message_id: string;
+  num_part: number | null;
+  payload: Record<string, unknown>;
+}
+const eventsOf = (companyId: string, messageId?: string) =>
+  t.db.sequelize.query<EventRow>(
+    `SELECT event_type, channel, message_id, num_part, payload FROM outbox_events WHERE company_id = $1 ${messageId ? "AND message_id = $2" : ""} ORDER BY id`,
+    { bind: messageId ? [companyId, messageId] : [companyId], type: QueryTypes.SELECT },
+  );
+
+const status = async (a: Account, channel: string, id: string) => {
+  const res = await a.api.get(`/messages/status/${encodeURIComponent(id)}?channel=${channel}`);
+  expect(res.status).toBe(200);
+  return res.body;
+};
+
+const register = async (companyId: string, over: Record<string, unknown> = {}) => {
+  const body = { companyId, channel: "SMS", customerMessageId: mid(), destination: phone(), sentAt: "2026-11-20T10:00:00Z", ...over };
+  const res = await t.ingress.post("/messages", body);
+  expect(res.status).toBe(202);
+  return body as typeof body & { customerMessageId: string; destination: string };
+};
+
+const smsReceipt = (companyId: string, m: { customerMessageId: string; destination: string }, over: Record<string, unknown> = {}) => ({
+  companyId,
+  MESSAGE_ID: m.customerMessageId,
+  DESTINATION: m.destination,
+  DELIVERY_STATUS: 3,
+  DELIVERY_DATE: "2026-11-20T10:00:05Z",
+  ...over,
+});
+
+describe("registration", () => {
+  it("registers an SMS as ACCEPTED and an RCS or WhatsApp message as UNKNOWN, answering 202 once stored", async () => {
+    const a = await t.newAccount(["SMS", "RCS", "WHATSAPP"]);
+    const sms = await register(a.companyId, { text: "Hello", campaignId: "c-1", totalParts: 1 });
+    const rcs = await register(a.companyId, { channel: "RCS" });
+    const wa = await register(a.companyId, { channel: "WHATSAPP" });
+    expect(await status(a, "SMS", sms.customerMessageId)).toEqual({
+      customerMessageId: sms.customerMessageId,
+      channel: "SMS",
+      deliveryStatus: "ACCEPTED",
+      statusCode: 1,
+      description: "accepted",
+      destination: sms.destination,
+      sentAt: "2026-11-20T10:00:00.000Z",
+      deliveryDate: null,
+      readAt: null,
+      simulation: false,
+    });
+    expect(await status(a, "RCS", rcs.customerMessageId)).toMatchObject({ deliveryStatus: "UNKNOWN", statusCode: 0, description: "unknown", destination: rcs.destination });
+    expect(await status(a, "WHATSAPP", wa.customerMessageId)).toMatchObject({ deliveryStatus: "UNKNOWN", statusCode: 0 });
+    expect(await eventsOf(a.companyId)).toEqual([]); // in flight: no event
+  });
+
+  it("answers 202 with the count and an X-Request-Id, and a repeat changes nothing", async () => {
+    const companyId = uid();
+    const body = [1, 2, 3].map(() => ({ companyId, channel: "SMS", customerMessageId: mid(), destination: phone() }));
+    const res = await t.ingress.post("/messages", body, { headers: { "x-request-id": "upstream-batch-1" } });
+    expect(res.status).toBe(202);
+    expect(res.body).toEqual({ accepted: 3 });
+    expect(res.headers.get("x-request-id")).toBe("upstream-batch-1");
+    const again = await t.ingress.post("/messages", body.map((b) => ({ ...b, text: "changed" })));
+    expect(again.status).toBe(202);
+    const [row] = await t.db.sequelize.query<{ n: string; texts: string }>(`SELECT count(*) AS n, count(text) AS texts FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT });
+    expect(row).toEqual({ n: "3", texts: "0" });
+  });
+
+  it("defaults sentAt to the time of registration", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const before = Date.now();
+    const m = await register(a.companyId, { sentAt: undefined });
+    const s = await status(a, "SMS", m.customerMessageId);
+    expect(Date.parse(s.sentAt)).toBeGreaterThanOrEqual(before - 1000);
+    expect(Date.parse(s.sentAt)).toBeLessThanOrEqual(Date.now() + 1000);
+  });
+});
+
+describe("SMS receipts", () => {
+  it("makes the status final with its deliveryDate and writes one DELIVERY event with price and parts", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = await register(a.companyId);
+    const res = await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { PRICE: 0.045 }));
+    expect(res.status).toBe(202);
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", statusCode: 3, description: "delivered", deliveryDate: "2026-11-20T10:00:05.000Z" });
+    const events = await eventsOf(a.companyId);
+    expect(events).toEqual([
+      {
+        event_type: "DELIVERY",
+        channel: "SMS",
+        message_id: m.customerMessageId,
+        num_part: 1,
+        payload: { eventType: "DELIVERY", channel: "SMS", messageId: m.customerMessageId, destination: m.destination, statusCode: 3, description: "delivered", eventDate: "2026-11-20T10:00:05.000Z", price: 0.045, totalParts: 1, numPart: 1 },
+      },
+    ]);
+  });
+
+  it("never changes a final code and makes no event for a repeat", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = await register(a.companyId);
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 6 })).then((r) => expect(r.status).toBe(202));
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 6 })).then((r) => expect(r.status).toBe(202));
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-21T00:00:00Z" })).then((r) => expect(r.status).toBe(202));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "UNDELIVERABLE", statusCode: 6, deliveryDate: "2026-11-20T10:00:05.000Z" });
+    expect(await eventsOf(a.companyId)).toHaveLength(1);
+  });
+
+  it("keeps a receipt that arrives before its message is registered, applies it, and notifies it", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = { customerMessageId: mid(), destination: phone() };
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 4 })).then((r) => expect(r.status).toBe(202));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "EXPIRED", statusCode: 4, sentAt: null, destination: m.destination });
+    await register(a.companyId, { ...m, sentAt: "2026-11-20T09:59:00Z", text: "late" });
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "EXPIRED", sentAt: "2026-11-20T09:59:00.000Z", deliveryDate: "2026-11-20T10:00:05.000Z" });
+    const events = await eventsOf(a.companyId);
+    expect(events.map((e) => e.payload.statusCode)).toEqual([4]);
+    // The registration, once it came, puts the message in the history.
+    const h = await a.api.get("/messages/history");
+    expect(h.body.data.map((x: { customerMessageId: string; text: string }) => [x.customerMessageId, x.text])).toEqual([[m.customerMessageId, "late"]]);
+  });
+
+  it("makes a multi-part SMS final only when every part has a receipt, with the lowest failing part's code and the latest date", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = await register(a.companyId, { totalParts: 3 });
+    const part = (n: number, code: number, date: string) => smsReceipt(a.companyId, m, { TOTAL_PARTS: 3, NUM_PART: n, DELIVERY_STATUS: code, DELIVERY_DATE: date, PRICE: 0.01 });
+    await t.ingress.post("/receipts/sms", part(3, 6, "2026-11-20T10:00:09Z"));
+    await t.ingress.post("/receipts/sms", part(1, 3, "2026-11-20T10:00:07Z"));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "ACCEPTED", statusCode: 1, deliveryDate: null });
+    await t.ingress.post("/receipts/sms", part(1, 3, "2026-11-20T10:00:07Z")); // a repeat of part 1
+    await t.ingress.post("/receipts/sms", part(2, 5, "2026-11-20T10:00:08Z"));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELETED", statusCode: 5, deliveryDate: "2026-11-20T10:00:09.000Z" });
+    const events = await eventsOf(a.companyId);
+    expect(events.map((e) => [e.num_part, e.payload.numPart, e.payload.totalParts, e.payload.statusCode])).toEqual([
+      [3, 3, 3, 6],
+      [1, 1, 3, 3],
+      [2, 2, 3, 5],
+    ]);
+    const h = await a.api.get("/messages/history");
+    expect(h.body.data[0]).toMatchObject({ totalParts: 3, price: 0.03 });
+  });
+
+  it("reads DELIVERED once every part of a multi-part SMS was delivered, whatever order the parts came in, in one array", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = await register(a.companyId, { totalParts: 2 });
+    const res = await t.ingress.post("/receipts/sms", [
+      smsReceipt(a.companyId, m, { TOTAL_PARTS: 2, NUM_PART: 2, DELIVERY_DATE: "2026-11-20T10:00:03Z" }),
+      smsReceipt(a.companyId, m, { TOTAL_PARTS: 2, NUM_PART: 1, DELIVERY_DATE: "2026-11-20T10:00:02Z" }),
+      smsReceipt(a.companyId, m, { TOTAL_PARTS: 2, NUM_PART: 1, DELIVERY_DATE: "2026-11-20T10:00:02Z" }),
+    ]);
+    expect(res.body).toEqual({ accepted: 3 });
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", deliveryDate: "2026-11-20T10:00:03.000Z" });
+    expect((await eventsOf(a.companyId)).map((e) => e.num_part)).toEqual([2, 1]);
+  });
+
+  it("takes the part count from the carrier when the registration left it out", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = await register(a.companyId);
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { TOTAL_PARTS: 2, NUM_PART: 1 }));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "ACCEPTED" });
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { TOTAL_PARTS: 2, NUM_PART: 2 }));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED" });
+  });
+});
+
+describe("RCS and WhatsApp receipts and reads", () => {
+  it("applies a receipt, then records a read (readAt, READ event without statusCode) while the status stays DELIVERED", async () => {
+    const a = await t.newAccount(["RCS"]);
+    const m = await register(a.companyId, { channel: "RCS" });
+    await t.ingress.post("/receipts/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: 3, eventDate: "2026-11-20T10:01:00+01:00" }).then((r) => expect(r.status).toBe(202));
+    await t.ingress.post("/reads/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:05:00Z" }).then((r) => expect(r.status).toBe(202));
+    await t.ingress.post("/reads/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:06:00Z" });
+    expect(await status(a, "RCS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", statusCode: 3, deliveryDate: "2026-11-20T09:01:00.000Z", readAt: "2026-11-20T10:05:00.000Z" });
+    const events = await eventsOf(a.companyId);
+    expect(events.map((e) => e.payload)).toEqual([
+      { eventType: "DELIVERY", channel: "RCS", messageId: m.customerMessageId, destination: m.destination, statusCode: 3, description: "delivered", eventDate: "2026-11-20T09:01:00.000Z" },
+      { eventType: "READ", channel: "RCS", messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:05:00.000Z" },
+    ]);
+  });
+
+  it("accepts CONVERSATION_CLOSED on WhatsApp only", async () => {
+    const a = await t.newAccount(["WHATSAPP", "RCS"]);
+    const m = await register(a.companyId, { channel: "WHATSAPP" });
+    const body = { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: 12, eventDate: "2026-11-20T10:01:00Z" };
+    expect((await t.ingress.post("/receipts/whatsapp", body)).status).toBe(202);
+    expect(await status(a, "WHATSAPP", m.customerMessageId)).toMatchObject({ deliveryStatus: "CONVERSATION_CLOSED", statusCode: 12, description: "conversation closed" });
+    expectProblem(await t.ingress.post("/receipts/rcs", body), 400);
+  });
+
+  it("gives a contact's number RCS once delivered to, and takes it away after UNSUPPORTED", async () => {
+    const a = await t.newAccount(["RCS", "CONTACTS"]);
+    const number = phone();
+    const c = await a.api.post("/contacts", { phoneNumber: number });
+    expect(c.body.communicationSupported).toEqual(["SMS"]);
+    const receipt = async (code: number) => {
+      const m = await register(a.companyId, { channel: "RCS", destination: number });
+      await t.ingress.post("/receipts/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: number, statusCode: code, eventDate: "2026-11-20T10:01:00Z" });
+    };
+    const supported = async () => (await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported;
+    await receipt(3);
+    await waitFor(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
+    await receipt(11);
+    await waitFor(async () => expect(await supported()).toEqual(["SMS"]));
+  });
+});
+
+describe("simulation", () => {
+  it("tracks a simulated message, marks it, and writes no event", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const m = await register(a.companyId, { simulation: true });
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", simulation: true });
+    expect(await eventsOf(a.companyId)).toEqual([]);
+  });
+
+  it("withdraws the events of an early receipt when the registration then says simulation", async () => {
+    const a = await t.newAccount(["RCS"]);
+    const m = { customerMessageId: mid(), destination: phone() };
+    await t.ingress.post("/receipts/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: 3, eventDate: "2026-11-20T10:01:00Z" });
+    expect(await eventsOf(a.companyId)).toHaveLength(1);
+    await register(a.companyId, { ...m, channel: "RCS", simulation: true });
+    expect(await eventsOf(a.companyId)).toEqual([]);
+    expect(await status(a, "RCS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", simulation: true });
+  });
+});
+
+describe("inbound", () => {
+  it("stores an inbound message once and writes one INBOUND event with the fields given", async () => {
+    const companyId = uid();
+    const body = { companyId, messageId: mid(), source: phone(), destination: "+351210000000", receivedDate: "2026-11-20T11:00:00Z", messageType: "TEXT", text: "Hi!" };
+    expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
+    expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
+    const events = await eventsOf(companyId);
+    expect(events.map((e) => e.payload)).toEqual([{ eventType: "INBOUND", channel: "WHATSAPP", messageId: body.messageId, source: body.source, destination: body.destination, receivedDate: "2026-11-20T11:00:00.000Z", messageType: "TEXT", text: "Hi!" }]);
+  });
+});
+
+describe("grouped writes", () => {
+  it("stores 60 concurrent single-object posts, each answered once committed, with one event per receipt", async () => {
+    const companyId = uid();
+    const ms = Array.from({ length: 60 }, () => ({ customerMessageId: mid(), destination: phone() }));
+    const regs = await Promise.all(ms.map((m) => t.ingress.post("/messages", { companyId, channel: "SMS", ...m })));
+    expect(regs.every((r) => r.status === 202)).toBe(true);
+    const receipts = await Promise.all(ms.map((m) => t.ingress.post("/receipts/sms", smsReceipt(companyId, m))));
+    expect(receipts.every((r) => r.status === 202)).toBe(true);
+    const [row] = await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1 AND status_code = 3`, { bind: [companyId], type: QueryTypes.SELECT });
+    expect(row!.n).toBe("60");
+    expect(await eventsOf(companyId)).toHaveLength(60);
+  });
+});
+
+describe("bad input", () => {
+  const companyId = "bad-input-co";
+  const count = async () => (await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT }))[0]!.n;
+
+  it.each([
+    ["a code from the RCS row on SMS", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 9, DELIVERY_DATE: "2026-11-20T10:00:00Z" }, "DELIVERY_STATUS"],
+    ["ACCEPTED (1) as a receipt", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 1, DELIVERY_DATE: "2026-11-20T10:00:00Z" }, "DELIVERY_STATUS"],
+    ["UNKNOWN (0) as a receipt", "/receipts/rcs", { companyId, messageId: "a", destination: "+351911111111", statusCode: 0, eventDate: "2026-11-20T10:00:00Z" }, "statusCode"],
+    ["an SMS-only code on RCS", "/receipts/rcs", { companyId, messageId: "a", destination: "+351911111111", statusCode: 5, eventDate: "2026-11-20T10:00:00Z" }, "statusCode"],
+    ["NUM_PART above TOTAL_PARTS", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", TOTAL_PARTS: 2, NUM_PART: 3 }, "NUM_PART"],
+    ["a date that does not parse", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "yesterday" }, "DELIVERY_DATE"],
+    ["an impossible date", "/reads/whatsapp", { companyId, messageId: "a", destination: "+351911111111", eventDate: "2026-02-30T10:00:00Z" }, "eventDate"],
+    ["an unknown channel", "/messages", { companyId, channel: "TELEGRAM", customerMessageId: "a", destination: "+351911111111" }, "channel"],
+    ["a missing channel", "/messages", { companyId, customerMessageId: "a", destination: "+351911111111" }, "channel"],
+    ["a missing companyId", "/messages", { channel: "SMS", customerMessageId: "a", destination: "+351911111111" }, "companyId"],
+    ["a destination not in E.164", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "912345678" }, "destination"],
+    ["an unknown field", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", colour: "red" }, "colour"],
+  ])("refuses %s with 400 naming the field", async (_name, path, body, field) => {
+    const res = await t.ingress.post(path, body);
+    expectProblem(res, 400);
+    expect(res.body.errors.map((e: { path: string }) => e.path)).toContain(field);
+    expect(await count()).toBe("0");
+  });
+
+  it("stores nothing of an array with one bad object, and names it by index", async () => {
+    const body = Array.from({ length: 5 }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `batch-${i}`, destination: i === 3 ? "nope" : "+351911111111" }));
+    const res = await t.ingress.post("/messages", body);
+    expectProblem(res, 400);
+    expect(res.body.errors).toEqual([expect.objectContaining({ path: "[3].destination" })]);
+    expect(await count()).toBe("0");
+  });
+
+  it("refuses an array of more than 1000 objects, and an empty one", async () => {
+    const body = Array.from({ length: 1001 }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `big-${i}`, destination: "+351911111111" }));
+    expectProblem(await t.ingress.post("/messages", body), 400);
+    expectProblem(await t.ingress.post("/messages", []), 400);
+    expect(await count()).toBe("0");
+  });
+
+  it("answers unknown paths 404, other methods 405, non-JSON 415 and malformed JSON 400, all as problems", async () => {
+    expectProblem(await t.ingress.post("/receipts/telegram", {}), 404);
+    expectProblem(await t.ingress.post("/reads/sms", {}), 404);
+    expectProblem(await t.ingress.post("/nothing", {}), 404);
+    const get = await t.ingress.get("/messages");
+    expectProblem(get, 405);
+    expect(get.headers.get("allow")).toBe("POST");
+    expectProblem(await t.ingress.post("/messages", undefined, { raw: "a=b", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
+    expectProblem(await t.ingress.post("/messages", undefined, { raw: "{nope", headers: { "content-type": "application/json" } }), 400);
+  });
+});
+
+describe("X-Internal-Token", () => {
+  let guarded: TestApp;
+  beforeAll(async () => {
+    guarded = await startTestApp({ services: ["tracking"], config: { internalToken: "s3cret-token-0123456789" } });
+  });
+  afterAll(() => guarded?.stop());
+
+  it("refuses a missing or wrong token with 401 and stores nothing; the right one is accepted", async () => {
+    const body = { companyId: "tok-co", channel: "SMS", customerMessageId: "t-1", destination: "+351911111111" };
+    expectProblem(await guarded.ingress.post("/messages", body), 401);
+    expectProblem(await guarded.ingress.post("/messages", body, { headers: { "x-internal-token": "s3cret-token-0123456780" } }), 401);
+    const [before] = await guarded.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages`, { type: QueryTypes.SELECT });
+    expect(before!.n).toBe("0");
+    expect((await guarded.ingress.post("/messages", body, { headers: { "x-internal-token": "s3cret-token-0123456789" } })).status).toBe(202);
+  });
+});
+
+async function waitFor(check: () => Promise<void>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
