@@ -108,3 +108,38 @@ async function migrateLocked(db: Database): Promise<string[]> {
     await lock.end().catch(() => undefined);
   }
 }
+
+/** Runs SQL with positional parameters on one connection and answers the rows. */
+export type Exec = <T extends object = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<T[]>;
+
+interface RawConnectionManager {
+  getConnection(opts: { type: "read" | "write" }): Promise<pg.Client>;
+  releaseConnection(client: pg.Client): void;
+  destroyConnection(client: pg.Client): Promise<void>;
+}
+
+/**
+ * A transaction on a connection of Sequelize's own pool, driven with `pg` directly: for hot paths
+ * (the ingress) where Sequelize's per-query work (formatting, logging hooks, result mapping) would
+ * cost more than the statement. A connection whose ROLLBACK failed is destroyed, not reused.
+ */
+export async function rawTransaction<T>(sequelize: Sequelize, fn: (exec: Exec) => Promise<T>): Promise<T> {
+  const cm = (sequelize as unknown as { connectionManager: RawConnectionManager }).connectionManager;
+  const client = await cm.getConnection({ type: "write" });
+  let healthy = true;
+  try {
+    await client.query("BEGIN");
+    const exec: Exec = async <R extends object>(sql: string, params?: unknown[]) => (await client.query<R>(sql, params)).rows;
+    const out = await fn(exec);
+    await client.query("COMMIT");
+    return out;
+  } catch (err) {
+    await client.query("ROLLBACK").catch(() => {
+      healthy = false;
+    });
+    throw err;
+  } finally {
+    if (healthy) cm.releaseConnection(client);
+    else await cm.destroyConnection(client).catch(() => undefined);
+  }
+}

@@ -11,7 +11,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
-import type { Config } from "../../lib/config";
+import type { Deps } from "../../lib/deps";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { answerClientError, jsonParser, requestIdOf, requireJson, writeProblem } from "../../lib/http";
 import { withRequestId } from "../../lib/logger";
@@ -30,6 +30,7 @@ import {
   type ReadIn,
   type RegistrationIn,
   type SmsReceiptIn,
+  type IngestOut,
 } from "./tracking.schemas";
 import type { IngestItem } from "./tracking.store";
 
@@ -166,11 +167,19 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
 /** The ingress paths of contract section 6, for the README and tests. */
 export const INGRESS_PATHS = ["messages", ...Object.keys(KINDS).filter((k) => k !== "messages")];
 
-type IngressThis = Service & { server: import("node:http").Server };
+type IngressThis = Service & { server: import("node:http").Server; ingestBody(path: string, body: unknown): Promise<IngestOut> };
+
+/** Stores the posted body and answers 202 `{ accepted }` once it is committed. */
+async function answer(svc: IngressThis, path: string, req: IngressRequest, res: ServerResponse): Promise<void> {
+  const out = await svc.ingestBody(path, (req as { body?: unknown }).body);
+  const body = JSON.stringify(out);
+  res.writeHead(202, { "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body) });
+  res.end(body);
+}
 
 /** moleculer-web configured as the internal listener; mixed into the tracking service. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function IngressMixin(config: Config): Partial<ServiceSchema<any, any, { server: import("node:http").Server }>> {
+export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, any, Omit<IngressThis, keyof Service>>> {
   return {
     mixins: [ApiGateway as unknown as ServiceSchema],
     settings: {
@@ -192,10 +201,35 @@ export function IngressMixin(config: Config): Partial<ServiceSchema<any, any, { 
           bodyParsers: false,
           mergeParams: false,
           use: [tokenGuard(config.internalToken), requireJson, jsonParser(MAX_INGEST_BODY)],
-          callOptions: { timeout: 60_000 },
+          // Function aliases: the hot path goes straight to the writer, without a second action
+          // call per request (`tracking.ingest` does the same for the REPL and other nodes).
           aliases: {
-            "POST /messages": "tracking.ingest",
-            "POST /:kind/:channel": "tracking.ingest",
+            "POST /messages"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
+              answer(this, "messages", req, res).catch(next);
+            },
+            "POST /:kind/:channel"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
+              const p = (req as { $params?: { params?: Record<string, string> } }).$params?.params ?? {};
+              answer(this, `${p.kind}/${p.channel}`, req, res).catch(next);
+            },
+          },
+        },
+        {
+          // Probes for the nodes that run tracking (in Kubernetes, nothing else of theirs speaks HTTP); no token.
+          name: "health",
+          path: "/healthz",
+          mappingPolicy: "restrict",
+          bodyParsers: false,
+          aliases: {
+            "GET /live"(_req: IngressRequest, res: ServerResponse) {
+              res.writeHead(200, { "Content-Type": "application/json; charset=utf-8" });
+              res.end(JSON.stringify({ status: "live" }));
+            },
+            async "GET /ready"(req: IngressRequest, res: ServerResponse) {
+              const ok = await db.ping(1000).then(() => true, () => false);
+              if (!ok) return writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", "Not ready: database unreachable"), req.$requestId));
+              res.writeHead(200, { "Content-Type": "application/json; charset=utf-8" });
+              res.end(JSON.stringify({ status: "ready", checks: { database: "ok" } }));
+            },
           },
         },
       ],
@@ -219,11 +253,11 @@ export function IngressMixin(config: Config): Partial<ServiceSchema<any, any, { 
       },
       send404(this: IngressThis, req: IngressRequest, res: ServerResponse) {
         const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
-        const known = INGRESS_PATHS.some((p) => path === `/internal/v1/${p}`);
+        const known = INGRESS_PATHS.some((p) => path === `/internal/v1/${p}`) || path === "/healthz/live" || path === "/healthz/ready";
         const err = known
-          ? new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: POST.`)
+          ? new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: ${path.startsWith("/healthz") ? "GET" : "POST"}.`)
           : new ApiError("ROUTE_NOT_FOUND", `No route ${req.method} ${path}.`);
-        if (known) res.setHeader("Allow", "POST");
+        if (known) res.setHeader("Allow", path.startsWith("/healthz") ? "GET" : "POST");
         writeProblem(res, toProblem(err, req.$requestId), { "X-Request-Id": req.$requestId });
       },
     },

@@ -37,6 +37,7 @@ export interface ChannelSupportEvent {
 
 interface TrackingVars {
   committer: GroupCommitter;
+  ingestBody(path: string, body: unknown): Promise<IngestOut>;
   retentionTimer?: NodeJS.Timeout;
   purgeOld(): Promise<void>;
 }
@@ -52,19 +53,17 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
 
   return {
     name: "tracking",
-    mixins: [DbMixin(deps), IngressMixin(config)],
+    mixins: [DbMixin(deps), IngressMixin(deps)],
     settings: { rest: "/" },
 
     actions: {
       /** Ingress: stores what an upstream posted (one object or an array of up to 1000), 202 once committed. */
-      // Published (moleculer-web routes only to published actions), but with no `rest`: the partner gateway never routes it.
+      /** Ingress for the REPL and other nodes: `{ path: "receipts/sms", body }`, as the HTTP ingress takes it. */
       ingest: {
-        async handler(this: TrackingThis, ctx: Context<{ body?: unknown; params?: { kind?: string; channel?: string } }, { $statusCode?: number }>): Promise<IngestOut> {
-          const { kind, channel } = ctx.params.params ?? {};
-          const items = parseIngest(kind ? `${kind}/${channel}` : "messages", ctx.params.body);
-          await this.committer.submit(items);
-          ctx.meta.$statusCode = 202;
-          return { accepted: items.length };
+        visibility: "public",
+        params: { path: { type: "string" }, body: { type: "any" } },
+        handler(this: TrackingThis, ctx: Context<{ path: string; body: unknown }>): Promise<IngestOut> {
+          return this.ingestBody(ctx.params.path, ctx.params.body);
         },
       },
 
@@ -136,6 +135,13 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
     },
 
     methods: {
+      /** Validates a posted body (object or array) for one ingress path and resolves once it is committed. */
+      async ingestBody(this: TrackingThis, path: string, body: unknown): Promise<IngestOut> {
+        const items = parseIngest(path, body);
+        await this.committer.submit(items);
+        return { accepted: items.length };
+      },
+
       async purgeOld(this: TrackingThis) {
         try {
           const out = await this.actions.purge({});

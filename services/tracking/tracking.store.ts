@@ -4,7 +4,8 @@
  * reads are folded into a message's state in arrival order, and every change the spec says produces
  * an event yields that event, exactly once.
  */
-import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import type { Sequelize } from "sequelize";
+import { rawTransaction, type Exec } from "../../lib/db";
 import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/channels";
 import type { InboundIn, RegistrationIn } from "./tracking.schemas";
 
@@ -183,7 +184,7 @@ interface MessageRow {
   last_part_date: Date | null;
 }
 
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
+const iso = (d: Date | string | null) => (d === null ? null : d instanceof Date ? d.toISOString() : new Date(d).toISOString());
 
 function stateOf(r: MessageRow): MessageState {
   return {
@@ -210,6 +211,10 @@ export class RetryWrite extends Error {
   readonly retryable = true;
 }
 
+const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
+  SELECT x.company_id, x.channel, x.event_type, x.message_id, x.num_part, x.payload, x.message_sent_at
+    FROM jsonb_to_recordset($1::jsonb) AS x(company_id text, channel text, event_type text, message_id text, num_part smallint, payload jsonb, message_sent_at timestamptz)`;
+
 const STATE_COLUMNS = `status_code smallint, delivery_date timestamptz, read_at timestamptz, price numeric, part_codes smallint[], last_part_date timestamptz, total_parts smallint`;
 const stateJson = (s: MessageState) => ({
   status_code: s.statusCode,
@@ -221,11 +226,12 @@ const stateJson = (s: MessageState) => ({
   total_parts: s.totalParts,
 });
 
-/** Everything a batch of ingress items changes, in one transaction the caller holds. */
-export async function writeItems(sequelize: Sequelize, t: Transaction, items: IngestItem[]): Promise<WriteEffects> {
-  const q = <T extends object>(sql: string, bind: unknown[]) => sequelize.query<T>(sql, { bind, transaction: t, type: QueryTypes.SELECT });
-  const run = (sql: string, bind: unknown[]) => sequelize.query(sql, { bind, transaction: t });
-  const events: OutboxEvent[] = [];
+/** Everything a batch of ingress items changes, in one transaction the caller holds (`exec` runs in it). */
+export async function writeItems(exec: Exec, items: IngestItem[]): Promise<WriteEffects> {
+  const q = exec;
+  const run = exec;
+  let events: OutboxEvent[] = [];
+  let eventCount = 0;
   const support: ChannelSupport[] = [];
 
   // 1. Registrations. A repeat changes nothing; a placeholder made by an early receipt gets the
@@ -315,13 +321,19 @@ export async function writeItems(sequelize: Sequelize, t: Transaction, items: In
       if (Number(inserted[0]!.n) !== fresh.length) throw new RetryWrite("a message row appeared concurrently");
     }
     if (changed.length > 0) {
+      // The updates, and the outbox rows of what came so far, in one statement (one round trip).
+      const pending = events;
+      eventCount += pending.length;
+      events = [];
       await run(
-        `UPDATE messages AS m
-            SET status_code = x.status_code, delivery_date = x.delivery_date, read_at = x.read_at, price = x.price,
-                part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
-           FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, ${STATE_COLUMNS})
-          WHERE m.id = x.id`,
-        [JSON.stringify(changed.map((s) => ({ id: s.id, ...stateJson(s) })))],
+        `WITH upd AS (
+           UPDATE messages AS m
+              SET status_code = x.status_code, delivery_date = x.delivery_date, read_at = x.read_at, price = x.price,
+                  part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
+             FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, ${STATE_COLUMNS})
+            WHERE m.id = x.id)
+         ${OUTBOX_INSERT.replace("$1", "$2")}`,
+        [JSON.stringify(changed.map((s) => ({ id: s.id, ...stateJson(s) }))), JSON.stringify(pending)],
       );
     }
   }
@@ -371,16 +383,9 @@ export async function writeItems(sequelize: Sequelize, t: Transaction, items: In
     }
   }
 
-  // 4. The outbox: the events of exactly these changes, in the same transaction.
-  if (events.length > 0) {
-    await run(
-      `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
-       SELECT x.company_id, x.channel, x.event_type, x.message_id, x.num_part, x.payload, x.message_sent_at
-         FROM jsonb_to_recordset($1::jsonb) AS x(company_id text, channel text, event_type text, message_id text, num_part smallint, payload jsonb, message_sent_at timestamptz)`,
-      [JSON.stringify(events)],
-    );
-  }
-  return { events: events.length, support };
+  // 4. The outbox: the events of exactly these changes (those not written with the updates above).
+  if (events.length > 0) await run(OUTBOX_INSERT, [JSON.stringify(events)]);
+  return { events: eventCount + events.length, support };
 }
 
 const RETRYABLE_SQLSTATES = new Set(["40P01", "40001", "23505"]);
@@ -389,10 +394,10 @@ const RETRYABLE_SQLSTATES = new Set(["40P01", "40001", "23505"]);
 export async function writeWithRetry(sequelize: Sequelize, items: IngestItem[]): Promise<WriteEffects> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await sequelize.transaction((t) => writeItems(sequelize, t, items));
+      return await rawTransaction(sequelize, (exec) => writeItems(exec, items));
     } catch (err) {
-      const code = (err as { parent?: { code?: string }; original?: { code?: string } }).parent?.code ?? (err as { original?: { code?: string } }).original?.code;
-      const retryable = err instanceof RetryWrite || (code !== undefined && RETRYABLE_SQLSTATES.has(code));
+      const code = (err as { code?: unknown }).code;
+      const retryable = err instanceof RetryWrite || (typeof code === "string" && RETRYABLE_SQLSTATES.has(code));
       if (!retryable || attempt >= 5) throw err;
       await new Promise((r) => setTimeout(r, 5 * attempt + Math.random() * 10));
     }
@@ -411,7 +416,7 @@ export class GroupCommitter {
 
   constructor(
     private readonly write: (items: IngestItem[]) => Promise<void>,
-    private readonly maxConcurrent = 2,
+    private readonly maxConcurrent = Number(process.env.PROBE_WRITERS ?? 2),
     private readonly maxItems = 2000,
   ) {}
 

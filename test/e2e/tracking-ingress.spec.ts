@@ -5,6 +5,7 @@
 import { QueryTypes } from "sequelize";
 import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
+import { Http } from "../helpers/http";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -317,6 +318,24 @@ describe("bad input", () => {
     expect(get.headers.get("allow")).toBe("POST");
     expectProblem(await t.ingress.post("/messages", undefined, { raw: "a=b", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
     expectProblem(await t.ingress.post("/messages", undefined, { raw: "{nope", headers: { "content-type": "application/json" } }), 400);
+  });
+});
+
+describe("the ingress listener", () => {
+  it("answers its own health probes (no token), with an X-Request-Id", async () => {
+    const root = new Http(`http://127.0.0.1:${t.app.internalPort}`);
+    const ready = await root.get("/healthz/ready");
+    expect(ready.status).toBe(200);
+    expect(ready.body).toEqual({ status: "ready", checks: { database: "ok" } });
+    expect(ready.headers.get("x-request-id")).toBeTruthy();
+    expect((await root.get("/healthz/live")).status).toBe(200);
+    expectProblem(await root.post("/healthz/live", {}), 405);
+  });
+
+  it("is not the partner gateway: partner paths are unknown there, and the ingress is unknown on the gateway", async () => {
+    const root = new Http(`http://127.0.0.1:${t.app.internalPort}`);
+    expectProblem(await root.get("/api/partner-gateway/v1/messages/history"), 404);
+    expectProblem(await t.root.post("/internal/v1/messages", { companyId: "x" }), 404);
   });
 });
 

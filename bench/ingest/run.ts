@@ -1,0 +1,226 @@
+/**
+ * bench/ingest: the internal ingress end to end, against PostgreSQL floors measured in the same run
+ * on the same fresh database and the same table shape (messages' columns and indexes).
+ *
+ * Each phase registers N SMS messages and posts one receipt for each (2N objects):
+ *   (a) through the ingress, one object per request, 50 concurrent connections (autocannon);
+ *   (b) through the ingress, arrays of 500, 4 concurrent requests;
+ *   floor (batched): `pg`, INSERT ... ON CONFLICT of the same rows, 500 per statement, 4 clients;
+ *   floor (single-row): `pg`, one INSERT ... ON CONFLICT per row (autocommit), 10 clients.
+ * Then `GET /messages/status` with 1000 ids against a table of STATUS_ROWS messages (p50/p99).
+ *
+ *   npm run bench:ingest [-- --messages 200000 --status-rows 10000000]
+ *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
+ *
+ * Targets: (b) >= 0.5x the batched floor; (a) >= 1.0x the single-row floor; bulk status of 1000
+ * ids p99 < 50 ms with 10,000,000 message rows.
+ */
+import autocannon from "autocannon";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import os from "node:os";
+import path from "node:path";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import pg from "pg";
+import { createBenchDatabase } from "../database";
+
+const ROOT = path.join(__dirname, "../..");
+const { values } = parseArgs({ options: { messages: { type: "string", default: "200000" }, "status-rows": { type: "string", default: "10000000" } } });
+const N = Number(values.messages);
+const STATUS_ROWS = Number(values["status-rows"]);
+const BATCH = 500;
+
+const children: ChildProcess[] = [];
+process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
+
+const phone = (i: number) => `+4930${String(i).padStart(8, "0")}`;
+const registration = (co: string, i: number) => ({ companyId: co, channel: "SMS", customerMessageId: `m-${i}`, destination: phone(i), sentAt: "2026-11-20T10:00:00Z", text: "Your code is 1234" });
+const receipt = (co: string, i: number) => ({ companyId: co, MESSAGE_ID: `m-${i}`, DESTINATION: phone(i), DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:05Z", PRICE: 0.04 });
+
+async function startService(dbUrl: string) {
+  const port = 3980 + Math.floor(Math.random() * 9);
+  const internalPort = port + 10;
+  const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
+  const start = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+  const env = { ...process.env, PATH, DATABASE_URL: dbUrl, PORT: String(port), INTERNAL_PORT: String(internalPort), LOG_LEVEL: "warn", RATE_LIMIT_RPS: "100000" };
+  const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env, stdio: ["ignore", "ignore", "inherit"] });
+  children.push(service);
+  for (let i = 0; ; i++) {
+    const r = await fetch(`http://127.0.0.1:${port}/healthz/ready`).catch(() => null);
+    if (r?.ok) break;
+    if (i > 600) throw new Error("service not ready");
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  const adminKey = (company: string) =>
+    JSON.parse(execFileSync("sh", ["-c", `exec node --import tsx scripts/admin.ts keys:create --company ${company} --operations SMS`], { cwd: ROOT, env, encoding: "utf8" })).apiKey as string;
+  return {
+    port,
+    ingress: `http://127.0.0.1:${internalPort}/internal/v1`,
+    adminKey,
+    async stop() {
+      service.kill("SIGTERM");
+      await once(service, "exit");
+    },
+  };
+}
+
+/** One object per request, `connections` at a time, every answer must be 202. */
+async function singles(url: string, n: number, body: (i: number) => unknown, connections: number): Promise<number> {
+  let i = 0;
+  const t0 = performance.now();
+  const result = await autocannon({
+    url,
+    connections,
+    amount: n,
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    requests: [{ setupRequest: (req) => ({ ...req, body: JSON.stringify(body(i++)) }) }],
+  });
+  const s = (performance.now() - t0) / 1000;
+  if (result.non2xx > 0 || result.errors > 0 || result["2xx"] !== n) throw new Error(`singles: ${result["2xx"]} 2xx, ${result.non2xx} non-2xx, ${result.errors} errors`);
+  return s;
+}
+
+/** Arrays of BATCH objects, `concurrency` requests at a time. */
+async function arrays(url: string, n: number, body: (i: number) => unknown, concurrency: number): Promise<number> {
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      for (;;) {
+        const from = next;
+        if (from >= n) return;
+        next += BATCH;
+        const items = Array.from({ length: Math.min(BATCH, n - from) }, (_, k) => body(from + k));
+        const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(items) });
+        if (r.status !== 202) throw new Error(`arrays: ${r.status} ${await r.text()}`);
+        await r.arrayBuffer().catch(() => undefined);
+      }
+    }),
+  );
+  return (performance.now() - t0) / 1000;
+}
+
+const REG_SQL = `INSERT INTO TBL (company_id, channel, customer_message_id, destination, sent_at, text, status_code)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::smallint[])
+  ON CONFLICT (company_id, channel, customer_message_id) DO NOTHING`;
+const RCPT_SQL = `INSERT INTO TBL AS m (company_id, channel, customer_message_id, destination, status_code, delivery_date, price)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::timestamptz[], $7::numeric[])
+  ON CONFLICT (company_id, channel, customer_message_id) DO UPDATE SET status_code = EXCLUDED.status_code, delivery_date = EXCLUDED.delivery_date, price = EXCLUDED.price, updated_at = now()`;
+
+function columns(co: string, ids: number[], kind: "reg" | "rcpt"): unknown[] {
+  const c = ids.map(() => co);
+  const ch = ids.map(() => "SMS");
+  const mid = ids.map((i) => `m-${i}`);
+  const d = ids.map(phone);
+  if (kind === "reg") return [c, ch, mid, d, ids.map(() => "2026-11-20T10:00:00Z"), ids.map(() => "Your code is 1234"), ids.map(() => 1)];
+  return [c, ch, mid, d, ids.map(() => 3), ids.map(() => "2026-11-20T10:00:05Z"), ids.map(() => 0.04)];
+}
+
+/** The floor: the same rows straight into a copy of the table with `pg`, `clients` connections, `perStatement` rows each. */
+async function floor(dbUrl: string, table: string, n: number, clients: number, perStatement: number): Promise<number> {
+  const pool = Array.from({ length: clients }, () => new pg.Client({ connectionString: dbUrl }));
+  await Promise.all(pool.map((c) => c.connect()));
+  const t0 = performance.now();
+  for (const kind of ["reg", "rcpt"] as const) {
+    const sql = (kind === "reg" ? REG_SQL : RCPT_SQL).replace("TBL", table);
+    let next = 0;
+    await Promise.all(
+      pool.map(async (client) => {
+        for (;;) {
+          const from = next;
+          if (from >= n) return;
+          next += perStatement;
+          const ids = Array.from({ length: Math.min(perStatement, n - from) }, (_, k) => from + k);
+          await client.query(sql, columns("floor", ids, kind));
+        }
+      }),
+    );
+  }
+  const s = (performance.now() - t0) / 1000;
+  await Promise.all(pool.map((c) => c.end()));
+  return s;
+}
+
+async function fillForStatus(db: pg.Client, rows: number) {
+  // The indexes are dropped for the load and built again after it (faster than row by row), exactly as declared.
+  const { rows: idx } = await db.query<{ indexdef: string; indexname: string }>(`SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' AND indexname <> 'messages_pkey'`);
+  for (const i of idx) await db.query(`DROP INDEX ${i.indexname}`);
+  const chunk = 1_000_000;
+  for (let from = 0; from < rows; from += chunk) {
+    await db.query(
+      `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, status_code, delivery_date, created_at)
+       SELECT 'bulk-' || (g % 10), 'SMS', 's-' || g, '+4930' || lpad((g % 100000000)::text, 8, '0'),
+              timestamptz '2026-01-01' + g * interval '1 second', CASE WHEN g % 4 = 0 THEN 1 ELSE 3 END,
+              CASE WHEN g % 4 = 0 THEN NULL ELSE timestamptz '2026-01-01' + g * interval '1 second' + interval '5 seconds' END,
+              timestamptz '2026-01-01' + g * interval '1 second'
+         FROM generate_series($1::bigint, $2::bigint) AS g`,
+      [from, Math.min(from + chunk, rows) - 1],
+    );
+  }
+  for (const i of idx) await db.query(i.indexdef);
+  await db.query("VACUUM ANALYZE messages");
+}
+
+function percentile(sorted: number[], p: number) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+async function main() {
+  const benchDb = await createBenchDatabase();
+  const db = new pg.Client({ connectionString: benchDb.url });
+  try {
+    const svc = await startService(benchDb.url);
+    await db.connect();
+    await db.query("CREATE TABLE floor_batched (LIKE messages INCLUDING ALL)");
+    await db.query("CREATE TABLE floor_single (LIKE messages INCLUDING ALL)");
+    console.log(`bench/ingest: ${N.toLocaleString()} SMS messages registered + ${N.toLocaleString()} receipts (${(2 * N).toLocaleString()} objects) per phase, PostgreSQL, ${os.cpus().length} cores`);
+
+    const aS = (await singles(`${svc.ingress}/messages`, N, (i) => registration("co-a", i), 50)) + (await singles(`${svc.ingress}/receipts/sms`, N, (i) => receipt("co-a", i), 50));
+    const bS = (await arrays(`${svc.ingress}/messages`, N, (i) => registration("co-b", i), 4)) + (await arrays(`${svc.ingress}/receipts/sms`, N, (i) => receipt("co-b", i), 4));
+    const fbS = await floor(benchDb.url, "floor_batched", N, 4, BATCH);
+    const fsS = await floor(benchDb.url, "floor_single", N, 10, 1);
+    const { rows: check } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id IN ('co-a', 'co-b') AND status_code = 3`);
+    const { rows: events } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM outbox_events`);
+    if (Number(check[0]!.n) !== 2 * N || Number(events[0]!.n) !== 2 * N) throw new Error(`expected ${2 * N} delivered messages and events, found ${check[0]!.n} and ${events[0]!.n}`);
+
+    const rate = (s: number) => (2 * N) / s;
+    const fmt = (s: number) => `${s.toFixed(1)} s, ${Math.round(rate(s)).toLocaleString()} objects/s`;
+    console.log(`(a) ingress, 1 object/request, 50 connections: ${fmt(aS)}`);
+    console.log(`(b) ingress, arrays of ${BATCH}, 4 concurrent:       ${fmt(bS)}`);
+    console.log(`floor, pg batched INSERT ... ON CONFLICT (${BATCH}/statement, 4 clients): ${fmt(fbS)}`);
+    console.log(`floor, pg single-row INSERT ... ON CONFLICT (10 clients):        ${fmt(fsS)}`);
+    console.log(`ratio (b) / batched floor: ${(rate(bS) / rate(fbS)).toFixed(2)} (target >= 0.5)`);
+    console.log(`ratio (a) / single-row floor: ${(rate(aS) / rate(fsS)).toFixed(2)} (target >= 1.0)`);
+
+    if (STATUS_ROWS > 0) {
+      const f0 = performance.now();
+      await fillForStatus(db, STATUS_ROWS);
+      const { rows: total } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM messages`);
+      console.log(`status: ${Number(total[0]!.n).toLocaleString()} message rows (filled in ${((performance.now() - f0) / 1000).toFixed(0)} s)`);
+      const key = svc.adminKey("bulk-3");
+      const times: number[] = [];
+      for (let r = 0; r < 330; r++) {
+        // 1000 ids of account bulk-3 spread over the whole table, a tenth never sent.
+        const ids = Array.from({ length: 1000 }, (_, k) => (k % 10 === 9 ? `never-${r}-${k}` : `s-${(Math.floor(Math.random() * (STATUS_ROWS / 10)) * 10 + 3) % STATUS_ROWS}`));
+        const t0 = performance.now();
+        const res = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/messages/status?channel=SMS&ids=${ids.join(",")}`, { headers: { "x-api-key": key } });
+        const body = (await res.json()) as { data: unknown[] };
+        if (r >= 30) times.push(performance.now() - t0); // the first 30 warm the caches
+        if (res.status !== 200 || body.data.length !== 1000) throw new Error(`status answered ${res.status}`);
+      }
+      times.sort((x, y) => x - y);
+      console.log(`GET /messages/status, 1000 ids, ${times.length} sequential calls: p50 ${percentile(times, 50).toFixed(1)} ms, p99 ${percentile(times, 99).toFixed(1)} ms (target p99 < 50 ms)`);
+    }
+    await svc.stop();
+  } finally {
+    await db.end().catch(() => undefined);
+    await benchDb.drop();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
