@@ -279,8 +279,58 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     }
   }
 
-  // 2. Receipts and reads, folded in arrival order into the rows they concern (locked in id order).
-  const updates = items.filter((it): it is ReceiptItem | ReadItem => it.kind === "receipt" || it.kind === "read");
+  // 2a. The common case in one statement: the first receipt of a registered single-part message
+  //     still in flight. The UPDATE's own condition re-checks "in flight" under the row lock, so a
+  //     repeat or a concurrent receipt simply does not match; whatever does not match goes to 2b.
+  let updates = items.filter((it): it is ReceiptItem | ReadItem => it.kind === "receipt" || it.kind === "read");
+  if (updates.length > 0) {
+    const firstOf = new Map<string, number>();
+    updates.forEach((u, i) => {
+      const k = keyOf(u.companyId, u.channel, u.messageId);
+      if (!firstOf.has(k)) firstOf.set(k, i);
+    });
+    const fast = updates
+      .map((u, i) => ({ u, i }))
+      .filter(({ u, i }) => u.kind === "receipt" && u.totalParts === 1 && u.numPart === 1 && firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i)
+      .map(({ u, i }) => ({ i, r: u as ReceiptItem }));
+    if (fast.length > 0) {
+      const rows = fast.map(({ i, r }) => {
+        const st = statusByCode(r.code);
+        const payload: Record<string, unknown> = { eventType: "DELIVERY", channel: r.channel, messageId: r.messageId, destination: r.destination, statusCode: st.code, description: st.description, eventDate: r.date };
+        if (r.channel === "SMS") Object.assign(payload, r.price === undefined ? {} : { price: r.price }, { totalParts: 1, numPart: 1 });
+        return { i, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload };
+      });
+      const applied = await q<{ i: number }>(
+        `WITH x AS (
+           SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
+         upd AS (
+           UPDATE messages AS m
+              SET status_code = x.code, delivery_date = x.d, price = CASE WHEN x.p IS NULL THEN m.price ELSE COALESCE(m.price, 0) + x.p END, updated_at = now()
+             FROM x
+            WHERE m.company_id = x.c AND m.channel = x.ch AND m.customer_message_id = x.id
+              AND m.status_code IN (0, 1) AND m.total_parts = 1
+           RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload),
+         ev AS (
+           INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
+           SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation ORDER BY i
+           RETURNING 1)
+         SELECT i, (SELECT count(*) FROM ev) AS events FROM upd`,
+        [JSON.stringify(rows)],
+      );
+      const done = new Set(applied.map((a) => Number(a.i)));
+      eventCount += applied.length > 0 ? Number((applied[0] as { events?: string }).events ?? 0) : 0;
+      for (const { i, r } of fast) {
+        if (!done.has(i)) continue;
+        if (r.channel !== "SMS" && [DELIVERED, 10, 11].includes(r.code)) {
+          support.push({ companyId: r.companyId, channel: r.channel, destination: r.destination, supported: r.code === DELIVERED });
+        }
+      }
+      updates = updates.filter((_, i) => !done.has(i));
+    }
+  }
+
+  // 2b. Everything else (multi-part SMS, reads, messages not yet registered, repeats), folded in
+  //     arrival order into the rows they concern, locked in id order.
   if (updates.length > 0) {
     const keys = new Map<string, { c: string; ch: string; id: string }>();
     for (const u of updates) keys.set(keyOf(u.companyId, u.channel, u.messageId), { c: u.companyId, ch: u.channel, id: u.messageId });
