@@ -2,7 +2,8 @@
  * The product split over real NATS: two gateway nodes and an auth+contacts node, as operators run it
  * (SERVICES=gateway / SERVICES=auth,contacts). Proves that key rules, errors, meta and the request id
  * survive the wire, that deleting a key reaches every gateway replica before the 204, and that an
- * upload received by a gateway streams to the contacts node whole.
+ * upload received by a gateway streams to the contacts node whole, and that what an upstream posts
+ * to the ingress of the tracking node is polled through a gateway node.
  */
 import type { Context } from "moleculer";
 import { API_PREFIX } from "../../lib/api";
@@ -26,6 +27,11 @@ const probe = {
   },
 };
 
+/** Every declared field arrived (the status schema reached the gateway whole). */
+function expectNoWireHoles(status: Record<string, unknown>) {
+  expect(Object.keys(status).sort()).toEqual(["channel", "customerMessageId", "deliveryDate", "deliveryStatus", "description", "destination", "readAt", "sentAt", "simulation", "statusCode"]);
+}
+
 if (!TEST_NATS_URL) {
   if (REQUIRE_REAL) {
     it("runs over the real NATS", () => {
@@ -47,7 +53,7 @@ if (!TEST_NATS_URL) {
     beforeAll(async () => {
       tdb = await createTestDatabase();
       const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
-      authNode = await startTestApp({ services: ["auth", "contacts"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
+      authNode = await startTestApp({ services: ["auth", "contacts", "tracking"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
       gwA = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-a` } });
       gwB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-b` } });
       // The cluster is formed once every node knows every other: the auth node must know both gateways
@@ -146,5 +152,33 @@ if (!TEST_NATS_URL) {
       expect(refused.status).toBe(400);
       expect(refused.body.errors).toEqual([expect.objectContaining({ path: "listId" })]);
     }, 60000);
+
+    it("stores what an upstream posts to the tracking node's ingress and answers it through a gateway node", async () => {
+      const a = await authNode.newAccount(["SMS", "RCS", "CONTACTS"]);
+      const api = new Http(gwA.api.baseUrl, { "x-api-key": a.key.apiKey });
+      const contact = await api.post("/contacts", { phoneNumber: "+351919999001" });
+      expect(contact.status).toBe(201);
+      const post = (path: string, body: unknown) => authNode.ingress.post(path, body).then((r) => expect(r.status).toBe(202));
+      await post("/messages", [
+        { companyId: a.companyId, channel: "SMS", customerMessageId: "c-1", destination: "+351919999001", totalParts: 2 },
+        { companyId: a.companyId, channel: "RCS", customerMessageId: "c-2", destination: "+351919999001" },
+      ]);
+      await post("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: "c-1", DESTINATION: "+351919999001", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", TOTAL_PARTS: 2, NUM_PART: 2 });
+      await post("/receipts/rcs", { companyId: a.companyId, messageId: "c-2", destination: "+351919999001", statusCode: 3, eventDate: "2026-11-20T10:00:01Z" });
+      const bulk = await api.get("/messages/status?channel=SMS&ids=c-1,nope");
+      expect(bulk.body.data.map((x: { deliveryStatus: string }) => x.deliveryStatus)).toEqual(["ACCEPTED", "UNKNOWN"]);
+      expect((await api.get("/messages/status/c-2?channel=RCS")).body).toMatchObject({ deliveryStatus: "DELIVERED", deliveryDate: "2026-11-20T10:00:01.000Z" });
+      const history = await api.get("/messages/history?limit=1");
+      expect(history.body.data).toHaveLength(1);
+      const next = await new Http(gwB.api.baseUrl, { "x-api-key": a.key.apiKey }).get(`/messages/history?limit=1&cursor=${history.body.nextCursor}`);
+      expect(next.body.data).toHaveLength(1);
+      expect(next.body.nextCursor).toBeNull();
+      expectNoWireHoles(bulk.body.data[0]);
+      for (let i = 0; i < 100; i++) {
+        if ((await api.get(`/contacts/${contact.body.id}`)).body.communicationSupported.includes("RCS")) return;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      throw new Error("the contact never gained RCS");
+    }, 30000);
   });
 }
