@@ -6,6 +6,7 @@
  * metrics and the OpenAPI document.
  */
 import { createReadStream, mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -31,6 +32,9 @@ import { coerceStrings, mergeParams } from "./gateway.params";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { TokenBuckets } from "./gateway.ratelimit";
 
+
+/** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
+export const MAX_REQUEST_HEAD = 256 * 1024;
 
 type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
 const runMiddleware = (mw: Middleware, req: IncomingMessage, res: ServerResponse) =>
@@ -71,6 +75,7 @@ interface GatewayVars {
   /** Where uploads are spooled until their action has answered. */
   spoolDir: string;
   server: import("node:http").Server;
+  httpHandler(req: IncomingMessage, res: ServerResponse): void;
   principalOf(ctx: Context, hash: string): Promise<Principal | null>;
   cachedPrincipal(hash: string): Principal | null;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
@@ -189,6 +194,16 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
     },
 
     methods: {
+      /**
+       * moleculer-web's server, with room for long query strings: a bulk status poll names up to
+       * 1000 message ids in its URL, more than Node's default 16 KiB of request head.
+       */
+      createServer(this: GatewayThis) {
+        if (this.server) return;
+        this.server = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD }, this.httpHandler);
+        this.server.requestTimeout = (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000;
+      },
+
       /** Every request: its id (kept or generated), the log scope, the access log and metrics. */
       httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, next?: unknown) {
         const requestId = requestIdOf(req.headers["x-request-id"]);

@@ -98,6 +98,18 @@ describe("GET /messages/status (bulk)", () => {
     expectProblem(await a.api.get(`/messages/status?channel=SMS&ids=a,,b`), 400);
   });
 
+  it("takes 1000 ids of the longest allowed length in the URL, and refuses a request head past 256 KiB with 431", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const long = Array.from({ length: 1000 }, (_, i) => `${String(i).padStart(4, "0")}${"x".repeat(196)}`);
+    await post("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: long[999], destination: "+351911000021" });
+    const res = await a.api.get(`/messages/status?channel=SMS&ids=${long.join(",")}`);
+    expect(res.status).toBe(200);
+    expect(res.body.data).toHaveLength(1000);
+    expect(res.body.data[999]).toMatchObject({ customerMessageId: long[999], deliveryStatus: "ACCEPTED" });
+    const tooLong = await a.api.get(`/messages/status?channel=SMS&ids=${"y".repeat(300 * 1024)}`);
+    expectProblem(tooLong, 431);
+  });
+
   it("is scoped by the channel operation of the key", async () => {
     const a = await t.newAccount(["RCS"]);
     expectProblem(await a.api.get(`/messages/status?channel=SMS&ids=a`), 401);

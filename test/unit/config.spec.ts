@@ -11,7 +11,7 @@ describe("loadConfig", () => {
       databaseUrl: null,
       dataDir: path.resolve("./data"),
       transporter: null,
-      services: ["gateway", "auth", "contacts"],
+      services: ["gateway", "auth", "contacts", "tracking"],
       publicBaseUrl: "http://localhost:3000",
       notifierRetryDelaySmsMs: 300000,
       notifierRetryDelayRcsWhatsappMs: 600000,
@@ -19,6 +19,7 @@ describe("loadConfig", () => {
       upstreamMode: "simulator",
       logLevel: "info",
       rateLimitRps: 50,
+      messageRetentionDays: 400,
     });
     expect(Object.isFrozen(c)).toBe(true);
   });
@@ -38,6 +39,7 @@ describe("loadConfig", () => {
     [{ DATABASE_URL: "mysql://x" }, /DATABASE_URL/],
     [{ TRANSPORTER: "redis://x", DATABASE_URL: "postgres://x" }, /TRANSPORTER/],
     [{ SERVICES: "gateway,billing" }, /SERVICES.*billing/],
+    [{ MESSAGE_RETENTION_DAYS: "0" }, /MESSAGE_RETENTION_DAYS/],
     [{ LOG_LEVEL: "loud" }, /LOG_LEVEL/],
     [{ RATE_LIMIT_RPS: "0" }, /RATE_LIMIT_RPS/],
   ])("refuses %j naming the variable", (env, re) => {
