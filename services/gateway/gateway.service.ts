@@ -187,8 +187,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       "$services.changed"(this: GatewayThis) {
         this.openApiCache = null;
       },
+      // Broadcast by every moleculer-web of the cluster (the other gateways, the tracking ingress):
+      // not a sign that this gateway's routes are built (see regenerateAutoAliases).
       "$api.aliases.regenerated"(this: GatewayThis) {
-        this.aliasesReady = true;
         this.openApiCache = null;
       },
     },
@@ -202,6 +203,16 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (this.server) return;
         this.server = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD }, this.httpHandler);
         this.server.requestTimeout = (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000;
+      },
+
+      /** This gateway's partner routes are built from the registry: from then on it is ready. */
+      regenerateAutoAliases(this: GatewayThis, route: { opts: { name?: string } }) {
+        const out = mixin.methods.regenerateAutoAliases!.call(this, route);
+        if (route.opts.name === "partner") {
+          this.aliasesReady = true;
+          this.openApiCache = null;
+        }
+        return out;
       },
 
       /** Every request: its id (kept or generated), the log scope, the access log and metrics. */
