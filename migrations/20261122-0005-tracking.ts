@@ -36,7 +36,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       status_code         smallint NOT NULL,
       delivery_date       timestamptz,
       read_at             timestamptz,
-      price               numeric(14, 6),
+      price               numeric(18, 6),
       part_codes          smallint[],
       last_part_date      timestamptz,
       created_at          timestamptz NOT NULL DEFAULT now(),
@@ -78,6 +78,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       attempts        smallint NOT NULL DEFAULT 0
     );
     CREATE INDEX outbox_events_due ON outbox_events (due_at, id);
+    CREATE INDEX outbox_events_created ON outbox_events USING brin (created_at);
   `);
 }
 

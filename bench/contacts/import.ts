@@ -15,7 +15,7 @@
  * Targets: import at least 0.25x the \copy rate; peak RSS under 300 MB and no higher for 1,000,000
  * rows than for 100,000.
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { createWriteStream, openAsBlob, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -24,13 +24,11 @@ import { once } from "node:events";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { createBenchDatabase } from "../database";
+import { startService } from "../service";
 
-const ROOT = path.join(__dirname, "../..");
 const { values } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" } } });
 const SIZES = values.sizes!.split(",").map(Number);
 
-const children: ChildProcess[] = [];
-process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 
 const FIRST = ["Ana", "Bruno", "Carla", "David", "Eva", "Filipe", "Gabriela", "Hugo", "Ines", "Joao"];
 const LAST = ["Silva", "Santos", "Ferreira", "Pereira", "Oliveira", "Costa", "Rodrigues", "Martins", "Jesus", "Sousa"];
@@ -62,28 +60,14 @@ function kib(pid: number, field: "VmRSS" | "VmHWM"): number {
   return m ? Number(m[1]) : NaN;
 }
 
-async function startService(dbUrl: string) {
-  const port = 3990 + Math.floor(Math.random() * 9);
-  const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
-  const start = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+async function startContacts(dbUrl: string) {
   const importDir = path.join(os.tmpdir(), `pgw-bench-imports-${randomBytes(3).toString("hex")}`);
-  const env = { ...process.env, PATH, DATABASE_URL: dbUrl, PORT: String(port), LOG_LEVEL: "warn", IMPORT_DIR: importDir };
-  const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env, stdio: "ignore" });
-  children.push(service);
-  for (let i = 0; ; i++) {
-    const r = await fetch(`http://127.0.0.1:${port}/healthz/ready`).catch(() => null);
-    if (r?.ok) break;
-    if (i > 600) throw new Error("service not ready");
-    await new Promise((res) => setTimeout(res, 100));
-  }
-  const key = JSON.parse(execFileSync("sh", ["-c", "exec node --import tsx scripts/admin.ts keys:create --company bench --operations CONTACTS"], { cwd: ROOT, env, encoding: "utf8" })).apiKey as string;
+  const svc = await startService(dbUrl, 3990 + Math.floor(Math.random() * 9), { IMPORT_DIR: importDir });
   return {
-    port,
-    key,
-    pid: service.pid!,
+    ...svc,
+    key: svc.adminKey("bench", "CONTACTS"),
     async stop() {
-      service.kill("SIGTERM");
-      await once(service, "exit");
+      await svc.stop();
       rmSync(importDir, { recursive: true, force: true });
     },
   };
@@ -97,7 +81,7 @@ async function main() {
   const db = new pg.Client({ connectionString: dbUrl });
   try {
     // Migrate once (a service start does it), so that \copy meets the real table.
-    await (await startService(dbUrl)).stop();
+    await (await startContacts(dbUrl)).stop();
     await db.connect();
     console.log(`bench/contacts import: CSV upload through the gateway vs psql \\copy of the same rows into the same table (PostgreSQL, ${os.cpus().length} cores)`);
     for (const n of SIZES) {
@@ -109,7 +93,7 @@ async function main() {
       await db.query("TRUNCATE contacts CASCADE");
       await db.query("VACUUM ANALYZE contacts");
 
-      const svc = await startService(dbUrl);
+      const svc = await startContacts(dbUrl);
       const rssBefore = kib(svc.pid, "VmRSS");
       const t0 = performance.now();
       const form = new FormData();

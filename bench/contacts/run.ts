@@ -9,19 +9,15 @@
  *   npm run bench:contacts [-- --rows 1000000 --requests 200]
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import path from "node:path";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { createBenchDatabase } from "../database";
+import { startService } from "../service";
 
-const ROOT = path.join(__dirname, "../..");
 const { values } = parseArgs({ options: { rows: { type: "string", default: "1000000" }, requests: { type: "string", default: "200" } } });
 const ROWS = Number(values.rows);
 const REQUESTS = Number(values.requests);
 
-const children: ChildProcess[] = [];
-process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 
 function percentile(sorted: number[], p: number) {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
@@ -41,26 +37,11 @@ async function time(n: number, fn: () => Promise<void>) {
 async function main() {
   const benchDb = await createBenchDatabase();
   const dbUrl = benchDb.url;
-  const port = 3950 + Math.floor(Math.random() * 40);
-  const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
-  const start = JSON.parse(require("node:fs").readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
-  const env = { ...process.env, PATH, DATABASE_URL: dbUrl, PORT: String(port), LOG_LEVEL: "warn", RATE_LIMIT_RPS: "100000" };
-  const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env, stdio: "ignore" });
-  children.push(service);
   const db = new pg.Client({ connectionString: dbUrl });
+  const service = await startService(dbUrl, 3950 + Math.floor(Math.random() * 40));
+  const port = service.port;
   try {
-    for (let i = 0; ; i++) {
-      const r = await fetch(`http://127.0.0.1:${port}/healthz/ready`).catch(() => null);
-      if (r?.ok) break;
-      if (i > 600) throw new Error("service not ready");
-      await new Promise((res) => setTimeout(res, 100));
-    }
-    const key = await new Promise<string>((resolve, reject) => {
-      const c = spawn("sh", ["-c", "exec node --import tsx scripts/admin.ts keys:create --company bench --operations CONTACTS"], { cwd: ROOT, env });
-      let out = "";
-      c.stdout.on("data", (d) => (out += d));
-      c.on("exit", (code) => (code === 0 ? resolve(JSON.parse(out).apiKey) : reject(new Error(`admin exited ${code}`))));
-    });
+    const key = service.adminKey("bench", "CONTACTS");
     await db.connect();
     const t0 = performance.now();
     await db.query(
@@ -100,8 +81,7 @@ async function main() {
     console.log("target: filtered list p99 under 100 ms");
   } finally {
     await db.end().catch(() => undefined);
-    service.kill("SIGTERM");
-    await new Promise((r) => setTimeout(r, 1500));
+    await service.stop();
     await benchDb.drop();
   }
 }

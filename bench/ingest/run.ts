@@ -16,16 +16,12 @@
  * ids p99 < 50 ms with 10,000,000 message rows.
  */
 import autocannon from "autocannon";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
 import os from "node:os";
-import path from "node:path";
-import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { createBenchDatabase } from "../database";
+import { startService } from "../service";
 
-const ROOT = path.join(__dirname, "../..");
 const { values } = parseArgs({
   options: { messages: { type: "string", default: "200000" }, "status-rows": { type: "string", default: "10000000" }, only: { type: "string", default: "a,b" } },
 });
@@ -34,38 +30,15 @@ const N = Number(values.messages);
 const STATUS_ROWS = Number(values["status-rows"]);
 const BATCH = 500;
 
-const children: ChildProcess[] = [];
-process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
-
 const phone = (i: number) => `+4930${String(i).padStart(8, "0")}`;
 const registration = (co: string, i: number) => ({ companyId: co, channel: "SMS", customerMessageId: `m-${i}`, destination: phone(i), sentAt: "2026-11-20T10:00:00Z", text: "Your code is 1234" });
 const receipt = (co: string, i: number) => ({ companyId: co, MESSAGE_ID: `m-${i}`, DESTINATION: phone(i), DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:05Z", PRICE: 0.04 });
 
-async function startService(dbUrl: string) {
+async function startIngress(dbUrl: string) {
   const port = 3980 + Math.floor(Math.random() * 9);
   const internalPort = port + 10;
-  const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
-  const start = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
-  const env = { ...process.env, PATH, DATABASE_URL: dbUrl, PORT: String(port), INTERNAL_PORT: String(internalPort), LOG_LEVEL: "warn", RATE_LIMIT_RPS: "100000" };
-  const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env, stdio: ["ignore", "ignore", "inherit"] });
-  children.push(service);
-  for (let i = 0; ; i++) {
-    const r = await fetch(`http://127.0.0.1:${port}/healthz/ready`).catch(() => null);
-    if (r?.ok) break;
-    if (i > 600) throw new Error("service not ready");
-    await new Promise((res) => setTimeout(res, 100));
-  }
-  const adminKey = (company: string) =>
-    JSON.parse(execFileSync("sh", ["-c", `exec node --import tsx scripts/admin.ts keys:create --company ${company} --operations SMS`], { cwd: ROOT, env, encoding: "utf8" })).apiKey as string;
-  return {
-    port,
-    ingress: `http://127.0.0.1:${internalPort}/internal/v1`,
-    adminKey,
-    async stop() {
-      service.kill("SIGTERM");
-      await once(service, "exit");
-    },
-  };
+  const svc = await startService(dbUrl, port, { INTERNAL_PORT: String(internalPort) });
+  return { ...svc, ingress: `http://127.0.0.1:${internalPort}/internal/v1` };
 }
 
 /** One object per request, `connections` at a time, every answer must be 202. */
@@ -176,7 +149,7 @@ async function main() {
   const benchDb = await createBenchDatabase();
   const db = new pg.Client({ connectionString: benchDb.url });
   try {
-    const svc = await startService(benchDb.url);
+    const svc = await startIngress(benchDb.url);
     await db.connect();
     await db.query("CREATE TABLE floor_batched (LIKE messages INCLUDING ALL)");
     await db.query("CREATE TABLE floor_single (LIKE messages INCLUDING ALL)");
@@ -211,7 +184,7 @@ async function main() {
       await fillForStatus(db, STATUS_ROWS);
       const { rows: total } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM messages`);
       console.log(`status: ${Number(total[0]!.n).toLocaleString()} message rows (filled in ${((performance.now() - f0) / 1000).toFixed(0)} s)`);
-      const key = svc.adminKey("bulk-3");
+      const key = svc.adminKey("bulk-3", "SMS");
       const times: number[] = [];
       for (let r = 0; r < 330; r++) {
         // 1000 ids of account bulk-3 spread over the whole table, a tenth never sent.

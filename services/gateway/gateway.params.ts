@@ -5,6 +5,7 @@
  */
 import type { JsonSchema } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
+import { checkText } from "../../lib/text";
 
 const INT_RE = /^-?\d{1,16}$/; // the schema's maximum decides beyond 2^53
 const NUM_RE = /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
@@ -40,30 +41,6 @@ export function coerceStrings(values: Record<string, unknown>, schema: JsonSchem
     Object.defineProperty(out, k, { value: coerceValue(v, prop), enumerable: true, writable: true, configurable: true });
   }
   return out;
-}
-
-const BAD_TEXT = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-const MAX_DEPTH = 32;
-
-/**
- * Text no database can store faithfully (NUL, unpaired UTF-16 surrogates) and absurdly deep nesting
- * are refused up front, naming where, instead of failing deep down or being silently altered.
- */
-export function checkText(value: unknown): void {
-  const stack: Array<[unknown, string, number]> = [[value, "", 0]];
-  while (stack.length) {
-    const [v, path, depth] = stack.pop()!;
-    if (depth > MAX_DEPTH) throw new ApiError("VALIDATION_ERROR", `The request is nested more than ${MAX_DEPTH} levels deep.`, { errors: [{ path, message: "is nested too deeply" }] });
-    if (typeof v === "string") {
-      if (BAD_TEXT.test(v)) throw new ApiError("VALIDATION_ERROR", "The request holds text with NUL or unpaired surrogate characters.", { errors: [{ path, message: "must not contain NUL or unpaired surrogate characters" }] });
-    } else if (v && typeof v === "object") {
-      for (const [k, child] of Object.entries(v as Record<string, unknown>)) {
-        const childPath = Array.isArray(v) ? `${path}[${k}]` : path ? `${path}.${k}` : k;
-        if (BAD_TEXT.test(k)) throw new ApiError("VALIDATION_ERROR", "The request holds a field name with NUL or unpaired surrogate characters.", { errors: [{ path: childPath, message: "is not a valid name" }] });
-        stack.push([child, childPath, depth + 1]);
-      }
-    }
-  }
 }
 
 /** Merges query, body and path values into one params object; a name may come from one place only. */

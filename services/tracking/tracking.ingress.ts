@@ -16,6 +16,7 @@ import { ApiError, type FieldError } from "../../lib/errors";
 import { answerClientError, jsonParser, requestIdOf, requireJson, writeProblem } from "../../lib/http";
 import { withRequestId } from "../../lib/logger";
 import { toProblem } from "../../lib/problem";
+import { checkText } from "../../lib/text";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
 import {
   inboundIn,
@@ -84,13 +85,13 @@ const KINDS: Record<string, Kind> = {
         code: r.DELIVERY_STATUS,
         date: iso(r.DELIVERY_DATE),
         price: r.PRICE,
-        totalParts: r.TOTAL_PARTS ?? 1,
+        totalParts: r.TOTAL_PARTS ?? null,
         numPart: r.NUM_PART ?? 1,
       };
     },
     check: (v) => {
       const r = v as SmsReceiptIn;
-      if (r.NUM_PART !== undefined && r.NUM_PART > (r.TOTAL_PARTS ?? 1)) return { path: "NUM_PART", message: `must not be above TOTAL_PARTS (${r.TOTAL_PARTS ?? 1})` };
+      if (r.NUM_PART !== undefined && r.TOTAL_PARTS !== undefined && r.NUM_PART > r.TOTAL_PARTS) return { path: "NUM_PART", message: `must not be above TOTAL_PARTS (${r.TOTAL_PARTS})` };
       return dateError(r.DELIVERY_DATE, "DELIVERY_DATE");
     },
   },
@@ -126,7 +127,7 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
 }
 
 /** A date-time that matched the format but is no real instant (or one PostgreSQL cannot store). */
-function dateError(value: string | undefined, path: string): FieldError | null {
+export function dateError(value: string | undefined, path: string): FieldError | null {
   if (value === undefined) return null;
   const t = Date.parse(value);
   if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1)) return { path, message: "must be a date-time between 1970 and 9999" };
@@ -141,6 +142,7 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
   const kind = KINDS[path];
   if (!kind) throw new ApiError("ROUTE_NOT_FOUND", `No route POST /internal/v1/${path}.`);
   const validate = compileSchema(kind.schema);
+  checkText(body); // NUL and unpaired surrogates: a 400 here, not a failed statement later
   const list = Array.isArray(body) ? body : [body];
   if (Array.isArray(body) && body.length === 0) throw new ApiError("VALIDATION_ERROR", "The array is empty.");
   if (list.length > MAX_INGEST_ITEMS) throw new ApiError("VALIDATION_ERROR", `An array holds at most ${MAX_INGEST_ITEMS} objects; this one has ${list.length}.`);

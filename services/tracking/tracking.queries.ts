@@ -80,12 +80,16 @@ interface Cursor {
   i: string;
 }
 
+const CURSOR_TIME = /^(19[7-9]\d|[2-9]\d{3})-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+const MAX_BIGINT = 9223372036854775807n;
+
 const encodeCursor = (c: Cursor) => Buffer.from(JSON.stringify([c.s, c.i])).toString("base64url");
 
 function decodeCursor(raw: string): Cursor {
   try {
     const v = JSON.parse(Buffer.from(raw, "base64url").toString("utf8")) as unknown;
-    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string" && /^\d{1,19}$/.test(v[1]) && !Number.isNaN(Date.parse(v[0]))) {
+    // Exactly what encodeCursor wrote: a UTC timestamp with microseconds, and a bigint id.
+    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string" && CURSOR_TIME.test(v[0]) && !Number.isNaN(Date.parse(v[0])) && /^\d{1,19}$/.test(v[1]) && BigInt(v[1]) <= MAX_BIGINT) {
       return { s: v[0], i: v[1] };
     }
   } catch {

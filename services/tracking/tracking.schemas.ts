@@ -73,7 +73,7 @@ export const smsReceiptIn = {
     DESTINATION: phone,
     DELIVERY_STATUS: { type: "integer", enum: finalCodesOf("SMS") },
     DELIVERY_DATE: dateTime,
-    PRICE: { type: "number", minimum: 0, maximum: 1e8 },
+    PRICE: { type: "number", minimum: 0, maximum: 1e6 },
     TOTAL_PARTS: parts,
     NUM_PART: parts,
   },

@@ -11,7 +11,7 @@ import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { badRequest } from "../../lib/errors";
 import { DbMixin } from "../../mixins/db.mixin";
-import { IngressMixin, parseIngest } from "./tracking.ingress";
+import { dateError, IngressMixin, parseIngest } from "./tracking.ingress";
 import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
   historyIn,
@@ -115,6 +115,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         errors: [400],
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
           const q = ctx.params;
+          for (const field of ["from", "to"] as const) {
+            const bad = dateError(q[field], field);
+            if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
+          }
           if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to)) throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
           return historyPage(sequelize, ctx.meta.companyId, keyChannels(ctx.meta), q);
         },
@@ -156,7 +160,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       this.committer = new GroupCommitter(async (items) => {
         const effects = await writeWithRetry(sequelize, items);
         if (effects.support.length > 0) {
-          this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent);
+          // Best effort after the commit (contacts' communicationSupported); never fails the write.
+          Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch((err: unknown) =>
+            this.logger.warn({ err }, "could not announce channel support changes"),
+          );
         }
       });
     },

@@ -19,7 +19,8 @@ export interface ReceiptItem {
   /** ISO 8601, UTC. */
   date: string;
   price?: number;
-  totalParts: number;
+  /** The carrier's part count, when it said (SMS); RCS and WhatsApp: 1. */
+  totalParts: number | null;
   numPart: number;
 }
 
@@ -92,7 +93,7 @@ export function placeholder(item: ReceiptItem | ReadItem): MessageState {
     customerMessageId: item.messageId,
     destination: item.destination,
     sentAt: null,
-    totalParts: item.kind === "receipt" ? item.totalParts : 1,
+    totalParts: item.kind === "receipt" ? (item.totalParts ?? 1) : 1,
     simulation: false,
     statusCode: inFlightCode(item.channel),
     deliveryDate: null,
@@ -121,8 +122,9 @@ export function fold(s: MessageState, item: ReceiptItem | ReadItem): OutboxEvent
   if (isFinal(s.statusCode)) return null; // final codes never change; a repeat makes no second event
   let numPart: number | null = null;
   if (s.channel === "SMS") {
-    // A carrier may know the part count better than a registration that left it out.
-    if (item.totalParts > s.totalParts && s.partCodes === null) s.totalParts = item.totalParts;
+    // The carrier's part count is the authority until the first part is recorded: the registration
+    // may have left it out or got it wrong.
+    if (item.totalParts !== null && item.totalParts !== s.totalParts && s.partCodes === null) s.totalParts = item.totalParts;
     if (s.totalParts > 1) {
       if (item.numPart > s.totalParts) return null;
       const codes = s.partCodes ?? (s.partCodes = Array.from({ length: s.totalParts }, () => null));
@@ -256,7 +258,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       sim: m.simulation ?? false,
       st: inFlightCode(m.channel),
     }));
-    const late = await q<{ company_id: string; channel: string; customer_message_id: string }>(
+    const late = await q<{ company_id: string; channel: string; customer_message_id: string; created_at: Date }>(
       `WITH up AS (
          INSERT INTO messages AS m (company_id, channel, customer_message_id, destination, sent_at, total_parts, text, campaign_id, simulation, status_code)
          SELECT x.c, x.ch, x.id, x.d, COALESCE(x.s, date_trunc('milliseconds', now())), x.p, x.tx, x.cp, x.sim, x.st
@@ -265,16 +267,17 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
             SET sent_at = EXCLUDED.sent_at, text = EXCLUDED.text, campaign_id = EXCLUDED.campaign_id,
                 simulation = EXCLUDED.simulation, destination = EXCLUDED.destination, updated_at = now()
           WHERE m.sent_at IS NULL
-         RETURNING m.company_id, m.channel, m.customer_message_id, (m.simulation AND NOT (m.xmax = 0)) AS late_simulation)
-       SELECT company_id, channel, customer_message_id FROM up WHERE late_simulation`,
+         RETURNING m.company_id, m.channel, m.customer_message_id, m.created_at, (m.simulation AND NOT (m.xmax = 0)) AS late_simulation)
+       SELECT company_id, channel, customer_message_id, created_at FROM up WHERE late_simulation`,
       [JSON.stringify(rows)],
     );
-    // A simulated message whose receipt came first: its events must never go out.
+    // A simulated message whose receipt came first: its events must never go out. They were all
+    // written since its row was (the BRIN index on created_at keeps this to recent blocks).
     if (late.length > 0) {
       await run(
-        `DELETE FROM outbox_events o USING jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text)
-          WHERE o.company_id = x.c AND o.channel = x.ch AND o.message_id = x.id AND o.attempts = 0 AND o.event_type IN ('DELIVERY', 'READ')`,
-        [JSON.stringify(late.map((r) => ({ c: r.company_id, ch: r.channel, id: r.customer_message_id })))],
+        `DELETE FROM outbox_events o USING jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, since timestamptz)
+          WHERE o.created_at >= x.since AND o.company_id = x.c AND o.channel = x.ch AND o.message_id = x.id AND o.event_type IN ('DELIVERY', 'READ')`,
+        [JSON.stringify(late.map((r) => ({ c: r.company_id, ch: r.channel, id: r.customer_message_id, since: new Date(r.created_at).toISOString() })))],
       );
     }
   }
@@ -291,7 +294,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     });
     const fast = updates
       .map((u, i) => ({ u, i }))
-      .filter(({ u, i }) => u.kind === "receipt" && u.totalParts === 1 && u.numPart === 1 && firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i)
+      .filter(({ u, i }) => u.kind === "receipt" && (u.totalParts ?? 1) === 1 && u.numPart === 1 && firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i)
       .map(({ u, i }) => ({ i, r: u as ReceiptItem }));
     if (fast.length > 0) {
       const rows = fast.map(({ i, r }) => {
@@ -300,7 +303,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
         if (r.channel === "SMS") Object.assign(payload, r.price === undefined ? {} : { price: r.price }, { totalParts: 1, numPart: 1 });
         return { i, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload };
       });
-      const applied = await q<{ i: number }>(
+      const applied = await q<{ i: number; simulation: boolean; events: string }>(
         `WITH x AS (
            SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
          upd AS (
@@ -314,13 +317,14 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
            INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
            SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation ORDER BY i
            RETURNING 1)
-         SELECT i, (SELECT count(*) FROM ev) AS events FROM upd`,
+         SELECT i, simulation, (SELECT count(*) FROM ev) AS events FROM upd`,
         [JSON.stringify(rows)],
       );
       const done = new Set(applied.map((a) => Number(a.i)));
-      eventCount += applied.length > 0 ? Number((applied[0] as { events?: string }).events ?? 0) : 0;
+      const simulated = new Set(applied.filter((a) => a.simulation).map((a) => Number(a.i)));
+      eventCount += applied.length > 0 ? Number(applied[0]!.events) : 0;
       for (const { i, r } of fast) {
-        if (!done.has(i)) continue;
+        if (!done.has(i) || simulated.has(i)) continue; // a simulated message was never sent: it proves nothing about the number
         if (r.channel !== "SMS" && [DELIVERED, 10, 11].includes(r.code)) {
           support.push({ companyId: r.companyId, channel: r.channel, destination: r.destination, supported: r.code === DELIVERED });
         }
@@ -350,7 +354,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       if (!s) states.set(k, (s = placeholder(u)));
       const ev = fold(s, u);
       if (ev) events.push(ev);
-      if (u.kind === "receipt" && u.channel !== "SMS" && s.statusCode === u.code && [DELIVERED, 10, 11].includes(u.code)) {
+      if (ev && u.kind === "receipt" && u.channel !== "SMS" && [DELIVERED, 10, 11].includes(u.code)) {
         support.push({ companyId: u.companyId, channel: u.channel, destination: u.destination, supported: u.code === DELIVERED });
       }
     }
@@ -466,7 +470,7 @@ export class GroupCommitter {
 
   constructor(
     private readonly write: (items: IngestItem[]) => Promise<void>,
-    private readonly maxConcurrent = Number(process.env.PROBE_WRITERS ?? 2),
+    private readonly maxConcurrent = 2,
     private readonly maxItems = 2000,
   ) {}
 

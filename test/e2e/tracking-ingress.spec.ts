@@ -6,6 +6,7 @@ import { QueryTypes } from "sequelize";
 import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
 import { Http } from "../helpers/http";
+import { applyChannelSupport } from "../../services/contacts/contacts.support";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -174,6 +175,18 @@ describe("SMS receipts", () => {
     expect((await eventsOf(a.companyId)).map((e) => e.num_part)).toEqual([2, 1]);
   });
 
+  it("takes the carrier's part count over a registration that got it wrong, and parts without TOTAL_PARTS", async () => {
+    const a = await t.newAccount(["SMS"]);
+    const over = await register(a.companyId, { totalParts: 3 });
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, over, { TOTAL_PARTS: 2, NUM_PART: 1 }));
+    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, over, { TOTAL_PARTS: 2, NUM_PART: 2, DELIVERY_STATUS: 4 }));
+    expect(await status(a, "SMS", over.customerMessageId)).toMatchObject({ deliveryStatus: "EXPIRED", statusCode: 4 });
+    const three = await register(a.companyId, { totalParts: 3 });
+    for (const n of [1, 2, 3]) expect((await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, three, { NUM_PART: n }))).status).toBe(202);
+    expect(await status(a, "SMS", three.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED" });
+    expect((await eventsOf(a.companyId)).map((e) => e.payload.totalParts)).toEqual([2, 2, 3, 3, 3]);
+  });
+
   it("takes the part count from the carrier when the registration left it out", async () => {
     const a = await t.newAccount(["SMS"]);
     const m = await register(a.companyId);
@@ -222,6 +235,24 @@ describe("RCS and WhatsApp receipts and reads", () => {
     await waitFor(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
     await receipt(11);
     await waitFor(async () => expect(await supported()).toEqual(["SMS"]));
+  });
+});
+
+describe("communicationSupported", () => {
+  it("applies an RCS and a WhatsApp change of the same number given together, and ignores simulated messages", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const number = phone();
+    const c = await a.api.post("/contacts", { phoneNumber: number });
+    await applyChannelSupport(t.db.sequelize, [
+      { companyId: a.companyId, channel: "RCS", destination: number, supported: true },
+      { companyId: a.companyId, channel: "WHATSAPP", destination: number, supported: true },
+    ]);
+    expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
+    // A simulated message is never sent: its "receipt" says nothing about the number.
+    const m = await register(a.companyId, { channel: "WHATSAPP", destination: number, simulation: true });
+    await t.ingress.post("/receipts/whatsapp", { companyId: a.companyId, messageId: m.customerMessageId, destination: number, statusCode: 11, eventDate: "2026-11-20T10:01:00Z" });
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
   });
 });
 
@@ -286,6 +317,10 @@ describe("bad input", () => {
     ["a missing channel", "/messages", { companyId, customerMessageId: "a", destination: "+351911111111" }, "channel"],
     ["a missing companyId", "/messages", { channel: "SMS", customerMessageId: "a", destination: "+351911111111" }, "companyId"],
     ["a destination not in E.164", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "912345678" }, "destination"],
+    ["a price out of range", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", PRICE: 100000000 }, "PRICE"],
+    ["a NUL in a text", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", text: "a\u0000b" }, "text"],
+    ["an unpaired surrogate in a text", "/inbound/rcs", { companyId, messageId: "a", source: "+351911111111", destination: "agent", receivedDate: "2026-11-20T10:00:00Z", messageType: "TEXT", text: "\ud800" }, "text"],
+    ["year 0", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", sentAt: "0000-01-01T00:00:00Z" }, "sentAt"],
     ["an unknown field", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", colour: "red" }, "colour"],
   ])("refuses %s with 400 naming the field", async (_name, path, body, field) => {
     const res = await t.ingress.post(path, body);

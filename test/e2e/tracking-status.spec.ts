@@ -221,6 +221,9 @@ describe("GET /messages/history", () => {
     ["channel=FAX"],
     ["destination=12345"],
     ["page=2"],
+    ["from=0000-01-01T00%3A00%3A00Z"],
+    [`cursor=${Buffer.from('["1","1"]').toString("base64url")}`],
+    [`cursor=${Buffer.from('["2026-01-01T00:00:00.000000Z","9999999999999999999"]').toString("base64url")}`],
   ])("refuses %s with 400", async (query) => {
     expectProblem(await a.api.get(`/messages/history?${query}`), 400);
   });
