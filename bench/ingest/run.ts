@@ -153,7 +153,7 @@ async function main() {
     await db.connect();
     await db.query("CREATE TABLE floor_batched (LIKE messages INCLUDING ALL)");
     await db.query("CREATE TABLE floor_single (LIKE messages INCLUDING ALL)");
-    console.log(`bench/ingest: ${N.toLocaleString()} SMS messages registered + ${N.toLocaleString()} receipts (${(2 * N).toLocaleString()} objects) per phase, PostgreSQL, ${os.cpus().length} cores`);
+    if (PHASES.has("a") || PHASES.has("b")) console.log(`bench/ingest: ${N.toLocaleString()} SMS messages registered + ${N.toLocaleString()} receipts (${(2 * N).toLocaleString()} objects) per phase, PostgreSQL, ${os.cpus().length} cores`);
 
     const rate = (s: number) => (2 * N) / s;
     const fmt = (s: number, reg: number) => `${s.toFixed(1)} s, ${Math.round(rate(s)).toLocaleString()} objects/s (registrations ${reg.toFixed(1)} s, receipts ${(s - reg).toFixed(1)} s)`;
