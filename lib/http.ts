@@ -17,6 +17,14 @@ export function requestIdOf(header: string | string[] | undefined): string {
   return typeof header === "string" && REQUEST_ID_RE.test(header) ? header : randomUUID();
 }
 
+/** Gives a request its id (the caller's, when well-formed) as `req.$requestId` and the X-Request-Id header. */
+export function tagRequest(req: IncomingMessage & { $requestId?: string }, res: ServerResponse): string {
+  const requestId = requestIdOf(req.headers["x-request-id"]);
+  req.$requestId = requestId;
+  res.setHeader("X-Request-Id", requestId);
+  return requestId;
+}
+
 type Next = (err?: unknown) => void;
 
 function hasBody(req: IncomingMessage): boolean {

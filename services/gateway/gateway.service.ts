@@ -25,7 +25,7 @@ import { compileSchema, toFieldErrors } from "../../lib/validator";
 import type { KeyDeletedEvent } from "../auth/auth.service";
 import type { Principal } from "../auth/auth.schemas";
 import { renderDocs } from "./gateway.docs";
-import { answerClientError, parseJson, requestIdOf, requireJson, writeProblem } from "../../lib/http";
+import { answerClientError, parseJson, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
 import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash, Sealer } from "./gateway.idempotency";
 import { HttpMetrics } from "./gateway.metrics";
 import { coerceStrings, mergeParams } from "./gateway.params";
@@ -217,9 +217,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
 
       /** Every request: its id (kept or generated), the log scope, the access log and metrics. */
       httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, next?: unknown) {
-        const requestId = requestIdOf(req.headers["x-request-id"]);
-        req.$requestId = requestId;
-        res.setHeader("X-Request-Id", requestId);
+        const requestId = tagRequest(req, res);
         if (req.method === "OPTIONS") return withRequestId(requestId, () => this.answerOptions(req, res));
         const started = process.hrtime.bigint();
         res.once("finish", () => {

@@ -13,7 +13,7 @@ import type { Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import type { Deps } from "../../lib/deps";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { answerClientError, jsonParser, requestIdOf, requireJson, writeProblem } from "../../lib/http";
+import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
 import { withRequestId } from "../../lib/logger";
 import { toProblem } from "../../lib/problem";
 import { checkText } from "../../lib/text";
@@ -248,9 +248,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     },
     methods: {
       httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, next?: unknown) {
-        const requestId = requestIdOf(req.headers["x-request-id"]);
-        req.$requestId = requestId;
-        res.setHeader("X-Request-Id", requestId);
+        const requestId = tagRequest(req, res);
         return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
       },
       send404(this: IngressThis, req: IngressRequest, res: ServerResponse) {

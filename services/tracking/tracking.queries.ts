@@ -6,6 +6,7 @@ import { QueryTypes, type Sequelize } from "sequelize";
 import { CHANNELS, statusByCode, statusByName, type Channel } from "../../lib/channels";
 import { badRequest } from "../../lib/errors";
 import type { HistoryIn, HistoryItemOut, HistoryOut, MessageStatusOut } from "./tracking.schemas";
+import { iso } from "./tracking.store";
 
 interface StatusRow {
   customer_message_id: string;
@@ -28,7 +29,6 @@ interface HistoryRow extends StatusRow {
 }
 
 const STATUS_COLUMNS = "customer_message_id, channel, destination, sent_at, status_code, delivery_date, read_at, simulation";
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 export function toStatusOut(r: StatusRow): MessageStatusOut {
   const st = statusByCode(r.status_code);

@@ -150,23 +150,32 @@ export function fold(s: MessageState, item: ReceiptItem | ReadItem): OutboxEvent
   }
   s.changed = true;
   if (s.simulation) return null;
-  const st = statusByCode(item.code);
-  return event(s, "DELIVERY", numPart, {
+  return event(s, "DELIVERY", numPart, deliveryPayload(item, s.totalParts, numPart));
+}
+
+/** The DELIVERY event of spec part 6 for a receipt: SMS adds its price and `numPart` of `totalParts`. */
+function deliveryPayload(r: ReceiptItem, totalParts: number, numPart: number | null): Record<string, unknown> {
+  const st = statusByCode(r.code);
+  return withoutEmpty({
     eventType: "DELIVERY",
-    channel: s.channel,
-    messageId: s.customerMessageId,
-    destination: item.destination,
+    channel: r.channel,
+    messageId: r.messageId,
+    destination: r.destination,
     statusCode: st.code,
     description: st.description,
-    eventDate: item.date,
-    ...(s.channel === "SMS" ? { price: item.price, totalParts: s.totalParts, numPart } : {}),
+    eventDate: r.date,
+    ...(r.channel === "SMS" ? { price: r.price, totalParts, numPart } : {}),
   });
 }
 
-function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): OutboxEvent {
-  // Fields without a value are omitted (spec part 6).
+/** Fields without a value are omitted (spec part 6). */
+function withoutEmpty(payload: Record<string, unknown>): Record<string, unknown> {
   for (const k of Object.keys(payload)) if (payload[k] === undefined || payload[k] === null) delete payload[k];
-  return { company_id: s.companyId, channel: s.channel, event_type: type, message_id: s.customerMessageId, num_part: numPart, payload, message_sent_at: s.sentAt };
+  return payload;
+}
+
+function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): OutboxEvent {
+  return { company_id: s.companyId, channel: s.channel, event_type: type, message_id: s.customerMessageId, num_part: numPart, payload: withoutEmpty(payload), message_sent_at: s.sentAt };
 }
 
 interface MessageRow {
@@ -186,7 +195,8 @@ interface MessageRow {
   last_part_date: Date | null;
 }
 
-const iso = (d: Date | string | null) => (d === null ? null : d instanceof Date ? d.toISOString() : new Date(d).toISOString());
+/** A timestamp as the API writes it (pg gives Dates; JSON gives strings). */
+export const iso = (d: Date | string | null) => (d === null ? null : d instanceof Date ? d.toISOString() : new Date(d).toISOString());
 
 function stateOf(r: MessageRow): MessageState {
   return {
@@ -298,10 +308,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       .map(({ u, i }) => ({ i, r: u as ReceiptItem }));
     if (fast.length > 0) {
       const rows = fast.map(({ i, r }) => {
-        const st = statusByCode(r.code);
-        const payload: Record<string, unknown> = { eventType: "DELIVERY", channel: r.channel, messageId: r.messageId, destination: r.destination, statusCode: st.code, description: st.description, eventDate: r.date };
-        if (r.channel === "SMS") Object.assign(payload, r.price === undefined ? {} : { price: r.price }, { totalParts: 1, numPart: 1 });
-        return { i, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload };
+        return { i, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload: deliveryPayload(r, 1, 1) };
       });
       const applied = await q<{ i: number; simulation: boolean; events: string }>(
         `WITH x AS (
@@ -432,8 +439,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
         text: v.text,
         mediaKey: v.mediaKey,
       };
-      for (const k of Object.keys(payload)) if (payload[k] === undefined) delete payload[k];
-      events.push({ company_id: v.companyId, channel, event_type: "INBOUND", message_id: v.messageId, num_part: null, payload, message_sent_at: null });
+      events.push({ company_id: v.companyId, channel, event_type: "INBOUND", message_id: v.messageId, num_part: null, payload: withoutEmpty(payload), message_sent_at: null });
     }
   }
 
