@@ -301,6 +301,39 @@ describe("grouped writes", () => {
   });
 });
 
+describe("races", () => {
+  it("makes exactly one event per part when parts and their repeats of many messages arrive at once", async () => {
+    const companyId = uid();
+    const ms = Array.from({ length: 20 }, () => ({ customerMessageId: mid(), destination: phone() }));
+    await t.ingress.post("/messages", ms.map((m) => ({ companyId, channel: "SMS", totalParts: 3, ...m })));
+    const posts = ms.flatMap((m) => [1, 2, 3, 1, 2, 3].map((n) => smsReceipt(companyId, m, { TOTAL_PARTS: 3, NUM_PART: n, DELIVERY_STATUS: n === 2 ? 6 : 3 })));
+    posts.sort(() => Math.random() - 0.5);
+    const answers = await Promise.all(posts.map((b) => t.ingress.post("/receipts/sms", b)));
+    expect(answers.every((r) => r.status === 202)).toBe(true);
+    const events = await eventsOf(companyId);
+    expect(events).toHaveLength(60);
+    expect(new Set(events.map((e) => `${e.message_id}/${e.num_part}`)).size).toBe(60);
+    const [row] = await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1 AND status_code = 6`, { bind: [companyId], type: QueryTypes.SELECT });
+    expect(row!.n).toBe("20");
+  });
+
+  it("ends with one row, the registration's data and one event when registrations and receipts race", async () => {
+    const companyId = uid();
+    const ms = Array.from({ length: 30 }, () => ({ customerMessageId: mid(), destination: phone() }));
+    const posts = ms.flatMap((m) => [
+      () => t.ingress.post("/messages", { companyId, channel: "SMS", text: "hi", sentAt: "2026-11-20T09:00:00Z", ...m }),
+      () => t.ingress.post("/receipts/sms", smsReceipt(companyId, m)),
+    ]);
+    posts.sort(() => Math.random() - 0.5);
+    const answers = await Promise.all(posts.map((p) => p()));
+    expect(answers.every((r) => r.status === 202)).toBe(true);
+    const rows = await t.db.sequelize.query<{ status_code: number; text: string; sent_at: Date }>(`SELECT status_code, text, sent_at FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT });
+    expect(rows).toHaveLength(30);
+    expect(rows.every((r) => r.status_code === 3 && r.text === "hi" && r.sent_at?.toISOString() === "2026-11-20T09:00:00.000Z")).toBe(true);
+    expect(await eventsOf(companyId)).toHaveLength(30);
+  });
+});
+
 describe("bad input", () => {
   const companyId = "bad-input-co";
   const count = async () => (await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT }))[0]!.n;
