@@ -5,7 +5,7 @@
 import Ajv from "ajv";
 import path from "node:path";
 
-export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking"] as const;
+export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
 export interface Config {

@@ -8,6 +8,7 @@ import * as m0002 from "./20261122-0002-idempotency";
 import * as m0003 from "./20261122-0003-contacts";
 import * as m0004 from "./20261122-0004-contact-imports";
 import * as m0005 from "./20261122-0005-tracking";
+import * as m0006 from "./20261123-0006-webhooks";
 
 export interface Migration {
   name: string;
@@ -21,4 +22,5 @@ export const migrations: Migration[] = [
   { name: "20261122-0003-contacts", ...m0003 },
   { name: "20261122-0004-contact-imports", ...m0004 },
   { name: "20261122-0005-tracking", ...m0005 },
+  { name: "20261123-0006-webhooks", ...m0006 },
 ];

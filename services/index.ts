@@ -5,6 +5,7 @@ import type { Deps } from "../lib/deps";
 import { createAuthService } from "./auth/auth.service";
 import { createContactsService } from "./contacts/contacts.service";
 import { createGatewayService } from "./gateway/gateway.service";
+import { createNotifierService } from "./notifier/notifier.service";
 import { createTrackingService } from "./tracking/tracking.service";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -13,4 +14,5 @@ export const SERVICE_FACTORIES: Record<ServiceName, (deps: Deps) => ServiceSchem
   auth: createAuthService,
   contacts: createContactsService,
   tracking: createTrackingService,
+  notifier: createNotifierService,
 };

@@ -11,7 +11,7 @@ describe("loadConfig", () => {
       databaseUrl: null,
       dataDir: path.resolve("./data"),
       transporter: null,
-      services: ["gateway", "auth", "contacts", "tracking"],
+      services: ["gateway", "auth", "contacts", "tracking", "notifier"],
       publicBaseUrl: "http://localhost:3000",
       notifierRetryDelaySmsMs: 300000,
       notifierRetryDelayRcsWhatsappMs: 600000,
