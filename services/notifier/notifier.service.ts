@@ -40,7 +40,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
       return url;
     } catch (err) {
       if (!(err instanceof CallbackUrlError)) throw err;
-      throw badRequest(`The callback URL is refused: it ${err.message}.`, [{ path: "callbackUrl", message: err.message }]);
+      throw badRequest(`The callback URL is refused (${err.message}).`, [{ path: "callbackUrl", message: err.message }]);
     }
   }
 
