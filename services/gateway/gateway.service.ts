@@ -27,7 +27,7 @@ import type { Principal } from "../auth/auth.schemas";
 import { renderDocs } from "./gateway.docs";
 import { answerClientError, parseJson, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
 import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash, Sealer } from "./gateway.idempotency";
-import { HttpMetrics } from "./gateway.metrics";
+import { HttpMetrics } from "../../lib/http-metrics";
 import { coerceStrings, mergeParams } from "./gateway.params";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { TokenBuckets } from "./gateway.ratelimit";

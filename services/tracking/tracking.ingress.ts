@@ -14,7 +14,9 @@ import ApiGateway from "moleculer-web";
 import type { Deps } from "../../lib/deps";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
+import { HttpMetrics } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
+import { requestMetricsOf } from "../../lib/request-metrics";
 import { toProblem } from "../../lib/problem";
 import { checkText } from "../../lib/text";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
@@ -33,6 +35,7 @@ import {
   type SmsReceiptIn,
   type IngestOut,
 } from "./tracking.schemas";
+import { IngestMetrics } from "./tracking.metrics";
 import type { IngestItem } from "./tracking.store";
 
 /** Bodies up to 8 MiB: 1000 registrations with long texts fit. */
@@ -168,8 +171,15 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
 
 /** The ingress paths of contract section 6, for the README and tests. */
 export const INGRESS_PATHS = ["messages", ...Object.keys(KINDS).filter((k) => k !== "messages")];
+/** Every path the listener serves: the label of its HTTP metrics (anything else is "unmatched"). */
+const KNOWN_PATHS = new Set([...INGRESS_PATHS.map((p) => `/internal/v1/${p}`), "/healthz/live", "/healthz/ready", "/metrics"]);
 
-type IngressThis = Service & { server: import("node:http").Server; ingestBody(path: string, body: unknown): Promise<IngestOut> };
+type IngressThis = Service & {
+  server: import("node:http").Server;
+  ingestMetrics: IngestMetrics;
+  httpMetrics: HttpMetrics;
+  ingestBody(path: string, body: unknown): Promise<IngestOut>;
+};
 
 /** Stores the posted body and answers 202 `{ accepted }` once it is committed. */
 async function answer(svc: IngressThis, path: string, req: IngressRequest, res: ServerResponse): Promise<void> {
@@ -234,6 +244,19 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
             },
           },
         },
+        {
+          name: "metrics",
+          path: "/metrics",
+          mappingPolicy: "restrict",
+          bodyParsers: false,
+          aliases: {
+            async "GET /"(this: IngressThis, _req: IngressRequest, res: ServerResponse) {
+              const text = await this.httpMetrics.render();
+              res.writeHead(200, { "Content-Type": this.httpMetrics.contentType });
+              res.end(text);
+            },
+          },
+        },
       ],
       onError(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
         const problem = toProblem(err, req.$requestId ?? requestIdOf(undefined));
@@ -249,6 +272,12 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     methods: {
       httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, next?: unknown) {
         const requestId = tagRequest(req, res);
+        const started = process.hrtime.bigint();
+        res.once("finish", () => {
+          const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
+          const route = KNOWN_PATHS.has(path) ? path : "unmatched";
+          this.httpMetrics.observe(req.method ?? "GET", route, res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
+        });
         return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
       },
       send404(this: IngressThis, req: IngressRequest, res: ServerResponse) {
@@ -263,6 +292,8 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     },
     created(this: IngressThis) {
       this.server.on("clientError", answerClientError);
+      this.ingestMetrics = new IngestMetrics();
+      this.httpMetrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker), [this.ingestMetrics.registry]);
     },
   };
 }

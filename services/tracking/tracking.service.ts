@@ -28,6 +28,7 @@ import {
   type StatusesIn,
   type StatusIn,
 } from "./tracking.schemas";
+import type { IngestMetrics } from "./tracking.metrics";
 import { GroupCommitter, writeWithRetry, type ChannelSupport } from "./tracking.store";
 
 /** Emitted after a commit when receipts showed a number reachable (or not) on RCS or WhatsApp. */
@@ -37,6 +38,7 @@ export interface ChannelSupportEvent {
 
 interface TrackingVars {
   committer: GroupCommitter;
+  ingestMetrics: IngestMetrics;
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
   retentionTimer?: NodeJS.Timeout;
   purgeOld(): Promise<void>;
@@ -143,6 +145,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       async ingestBody(this: TrackingThis, path: string, body: unknown): Promise<IngestOut> {
         const items = parseIngest(path, body);
         await this.committer.submit(items);
+        this.ingestMetrics.stored(path, items.length);
         return { accepted: items.length };
       },
 
@@ -158,7 +161,9 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
 
     created(this: TrackingThis) {
       this.committer = new GroupCommitter(async (items) => {
+        const started = process.hrtime.bigint();
         const effects = await writeWithRetry(sequelize, items);
+        this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
         if (effects.support.length > 0) {
           // Best effort after the commit (contacts' communicationSupported); never fails the write.
           Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch((err: unknown) =>

@@ -400,6 +400,23 @@ describe("the ingress listener", () => {
     expectProblem(await root.post("/healthz/live", {}), 405);
   });
 
+  it("serves Prometheus metrics: objects stored by path, grouped transactions, requests by route", async () => {
+    const root = new Http(`http://127.0.0.1:${t.app.internalPort}`);
+    const before = await root.get("/metrics");
+    const count = (text: string, re: RegExp) => Number(re.exec(text)?.[1] ?? 0);
+    const objects = /ingest_objects_total\{path="messages"\} (\d+)/;
+    await t.ingress.post("/messages", [1, 2, 3].map(() => ({ companyId: uid(), channel: "SMS", customerMessageId: mid(), destination: phone() })));
+    await t.ingress.post("/nowhere/at/all", {});
+    const after = await root.get("/metrics");
+    expect(after.status).toBe(200);
+    expect(after.headers.get("content-type")).toMatch(/^text\/plain/);
+    expect(count(after.text, objects) - count(before.text, objects)).toBe(3);
+    expect(after.text).toMatch(/ingest_transaction_objects_count \d+/);
+    expect(after.text).toMatch(/http_requests_total\{method="POST",route="\/internal\/v1\/messages",status="202"\} \d+/);
+    expect(after.text).toMatch(/http_requests_total\{method="POST",route="unmatched",status="404"\} \d+/);
+    expect(after.text).not.toMatch(/nowhere/);
+  });
+
   it("is not the partner gateway: partner paths are unknown there, and the ingress is unknown on the gateway", async () => {
     const root = new Http(`http://127.0.0.1:${t.app.internalPort}`);
     expectProblem(await root.get("/api/partner-gateway/v1/messages/history"), 404);

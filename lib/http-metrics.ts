@@ -1,6 +1,7 @@
 /**
- * /metrics: HTTP request counts by route and status and a latency histogram (prom-client, in a
- * registry of this gateway's own), followed by Moleculer's own metrics in the Prometheus format.
+ * /metrics of a listener (the partner gateway, the internal ingress): HTTP request counts by route
+ * and status and a latency histogram (prom-client, in a registry of the listener's own), then any
+ * registries the listener adds, then Moleculer's own metrics in the Prometheus format.
  */
 import { MetricReporters, type MetricRegistry } from "moleculer";
 import { Counter, Histogram, Registry } from "prom-client";
@@ -23,13 +24,13 @@ export class HttpMetrics {
   private readonly registry = new Registry();
   private readonly requests = new Counter({
     name: "http_requests_total",
-    help: "HTTP requests answered by the partner gateway, by method, route and status",
+    help: "HTTP requests answered by this listener, by method, route and status",
     labelNames: ["method", "route", "status"] as const,
     registers: [this.registry],
   });
   private readonly duration = new Histogram({
     name: "http_request_duration_seconds",
-    help: "HTTP request latency at the partner gateway, by method and route",
+    help: "HTTP request latency at this listener, by method and route",
     labelNames: ["method", "route"] as const,
     buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [this.registry],
@@ -39,6 +40,7 @@ export class HttpMetrics {
   constructor(
     metrics: MetricRegistry | null | undefined,
     private readonly requests_: Registry | undefined,
+    private readonly extra: Registry[] = [],
   ) {
     this.moleculer = metrics ? new InlinePrometheusReporter({}) : null;
     if (metrics) this.moleculer!.init(metrics);
@@ -62,13 +64,14 @@ export class HttpMetrics {
   async render(): Promise<string> {
     const own = await this.registry.metrics();
     const calls = this.requests_ ? await this.requests_.metrics() : "";
+    const extra = (await Promise.all(this.extra.map((r) => r.metrics()))).join("\n");
     let mol = "";
     try {
       mol = this.moleculer ? this.moleculer.generatePrometheusResponse() : "";
     } catch {
       mol = "";
     }
-    return `${own}\n${calls}\n${mol}`;
+    return `${own}\n${extra}\n${calls}\n${mol}`;
   }
 
   readonly contentType = this.registry.contentType;
