@@ -8,6 +8,7 @@ import { brokerOptions } from "../moleculer.config";
 import { SERVICE_FACTORIES } from "../services";
 import type { Config, ServiceName } from "./config";
 import { openDatabase, type Database } from "./db";
+import { startOpsServer } from "./ops-server";
 
 export interface App {
   broker: ServiceBroker;
@@ -15,6 +16,8 @@ export interface App {
   db: Database;
   /** The port the gateway listens on (when this node runs it). */
   port: number | null;
+  /** The port of the operator's listener (/healthz, /metrics) on a node with neither the gateway nor the ingress. */
+  opsPort: number | null;
   /** The port of the internal ingress (when this node runs tracking). */
   internalPort: number | null;
   stop(): Promise<void>;
@@ -43,6 +46,19 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     if (!opts.db) await db.close();
     throw e;
   }
+  const services = opts.services ?? config.services;
+  // A node with no listener of its own still answers probes and scrapes (a notifier node, say).
+  let opsServer: import("node:http").Server | null = null;
+  if (!services.includes("gateway") && !services.includes("tracking")) {
+    try {
+      opsServer = await startOpsServer(broker, db, config.port, config.host);
+    } catch (e) {
+      await broker.stop().catch(() => undefined);
+      if (!opts.db) await db.close();
+      throw e;
+    }
+  }
+  const opsAddress = opsServer?.address();
   const gateway = broker.getLocalService("gateway") as unknown as { server?: import("node:http").Server } | undefined;
   const address = gateway?.server?.address();
   const tracking = broker.getLocalService("tracking") as unknown as { server?: import("node:http").Server } | undefined;
@@ -53,9 +69,14 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     config,
     db,
     port: address && typeof address === "object" ? address.port : null,
+    opsPort: opsAddress && typeof opsAddress === "object" ? opsAddress.port : null,
     internalPort: internal && typeof internal === "object" ? internal.port : null,
     stop() {
       stopping ??= (async () => {
+        if (opsServer) {
+          opsServer.closeAllConnections();
+          await new Promise((resolve) => opsServer!.close(resolve));
+        }
         await broker.stop();
         if (!opts.db) await db.close();
       })();

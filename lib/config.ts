@@ -21,6 +21,16 @@ export interface Config {
   readonly notifierRetryDelaySmsMs: number;
   readonly notifierRetryDelayRcsWhatsappMs: number;
   readonly webhookAllowPrivateTargets: boolean;
+  /** Most attempts one notifier replica has in flight to one account's endpoint. */
+  readonly notifierEndpointConcurrency: number;
+  /** Most attempts one notifier replica has in flight in all. */
+  readonly notifierMaxInFlight: number;
+  /** How often an idle notifier looks for due events. */
+  readonly notifierPollMs: number;
+  /** How long a claimed event stays with its notifier before another may take it (outlasts the attempt's time-outs). */
+  readonly notifierLeaseMs: number;
+  /** NODE_EXTRA_CA_CERTS: a PEM file of extra CAs the notifier trusts besides the system's. */
+  readonly extraCaCerts: string | null;
   readonly upstreamMode: "simulator" | "http";
   readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   readonly logPretty: boolean;
@@ -53,6 +63,12 @@ export const VARIABLES = {
   NOTIFIER_RETRY_DELAY_SMS_MS: { field: "notifierRetryDelaySmsMs", schema: { type: "integer", minimum: 1 }, default: 300000 },
   NOTIFIER_RETRY_DELAY_RCS_WHATSAPP_MS: { field: "notifierRetryDelayRcsWhatsappMs", schema: { type: "integer", minimum: 1 }, default: 600000 },
   WEBHOOK_ALLOW_PRIVATE_TARGETS: { field: "webhookAllowPrivateTargets", schema: { type: "boolean" }, default: false },
+  NOTIFIER_ENDPOINT_CONCURRENCY: { field: "notifierEndpointConcurrency", schema: { type: "integer", minimum: 1, maximum: 1024 }, default: 16 },
+  NOTIFIER_MAX_IN_FLIGHT: { field: "notifierMaxInFlight", schema: { type: "integer", minimum: 1, maximum: 10000 }, default: 256 },
+  NOTIFIER_POLL_MS: { field: "notifierPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 100 },
+  // At least the attempt's own limits (3 s connect + 5 s answer) and a margin, so a slow attempt is never taken twice.
+  NOTIFIER_LEASE_MS: { field: "notifierLeaseMs", schema: { type: "integer", minimum: 10000, maximum: 3600000 }, default: 60000 },
+  NODE_EXTRA_CA_CERTS: { field: "extraCaCerts", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   UPSTREAM_MODE: { field: "upstreamMode", schema: { enum: ["simulator", "http"] }, default: "simulator" },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
   LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },

@@ -4,7 +4,19 @@
  * registries the listener adds, then Moleculer's own metrics in the Prometheus format.
  */
 import { MetricReporters, type MetricRegistry } from "moleculer";
+import type { ServiceBroker } from "moleculer";
 import { Counter, Histogram, Registry } from "prom-client";
+
+const nodeRegistries = new WeakMap<ServiceBroker, Registry[]>();
+
+/** A service's own metrics (the notifier's, say), rendered by every listener of its node. */
+export function addNodeRegistry(broker: ServiceBroker, registry: Registry): void {
+  const list = nodeRegistries.get(broker) ?? [];
+  if (!list.includes(registry)) list.push(registry);
+  nodeRegistries.set(broker, list);
+}
+
+export const nodeRegistriesOf = (broker: ServiceBroker): Registry[] => nodeRegistries.get(broker) ?? [];
 
 /** Moleculer's Prometheus formatter without the HTTP server it would start on its own port. */
 class InlinePrometheusReporter extends MetricReporters.Prometheus {
@@ -40,7 +52,8 @@ export class HttpMetrics {
   constructor(
     metrics: MetricRegistry | null | undefined,
     private readonly requests_: Registry | undefined,
-    private readonly extra: Registry[] = [],
+    /** Further registries, read at each render (services may add theirs after the listener starts). */
+    private readonly extra: () => Registry[] = () => [],
   ) {
     this.moleculer = metrics ? new InlinePrometheusReporter({}) : null;
     if (metrics) this.moleculer!.init(metrics);
@@ -64,7 +77,7 @@ export class HttpMetrics {
   async render(): Promise<string> {
     const own = await this.registry.metrics();
     const calls = this.requests_ ? await this.requests_.metrics() : "";
-    const extra = (await Promise.all(this.extra.map((r) => r.metrics()))).join("\n");
+    const extra = (await Promise.all(this.extra().map((r) => r.metrics()))).join("\n");
     let mol = "";
     try {
       mol = this.moleculer ? this.moleculer.generatePrometheusResponse() : "";

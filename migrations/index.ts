@@ -9,6 +9,7 @@ import * as m0003 from "./20261122-0003-contacts";
 import * as m0004 from "./20261122-0004-contact-imports";
 import * as m0005 from "./20261122-0005-tracking";
 import * as m0006 from "./20261123-0006-webhooks";
+import * as m0007 from "./20261123-0007-webhook-delivery";
 
 export interface Migration {
   name: string;
@@ -23,4 +24,5 @@ export const migrations: Migration[] = [
   { name: "20261122-0004-contact-imports", ...m0004 },
   { name: "20261122-0005-tracking", ...m0005 },
   { name: "20261123-0006-webhooks", ...m0006 },
+  { name: "20261123-0007-webhook-delivery", ...m0007 },
 ];

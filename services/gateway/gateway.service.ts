@@ -27,7 +27,7 @@ import type { Principal } from "../auth/auth.schemas";
 import { renderDocs } from "./gateway.docs";
 import { answerClientError, parseJson, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
 import { IDEMPOTENCY_KEY_RE, IdempotencyStore, requestHash, Sealer } from "./gateway.idempotency";
-import { HttpMetrics } from "../../lib/http-metrics";
+import { HttpMetrics, nodeRegistriesOf } from "../../lib/http-metrics";
 import { coerceStrings, mergeParams } from "./gateway.params";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { TokenBuckets } from "./gateway.ratelimit";
@@ -529,7 +529,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.deletedKeys = new Map();
       this.buckets = new TokenBuckets(config.rateLimitRps, 2);
       this.idempotency = new IdempotencyStore(db.sequelize);
-      this.metrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker));
+      this.metrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker), () => nodeRegistriesOf(this.broker));
       this.openApiCache = null;
       this.aliasesReady = false;
       this.server.on("clientError", answerClientError);

@@ -40,3 +40,63 @@ export const webhookOut = {
     updatedAt: { type: "string", format: "date-time" },
   },
 };
+
+/** Query of GET /webhooks/delivery-status/attempts. */
+export interface AttemptsIn {
+  page: number;
+  limit: number;
+  messageId?: string;
+  outcome?: "DELIVERED" | "RETRYING" | "FAILED" | "EXPIRED";
+}
+
+export const OUTCOMES = ["DELIVERED", "RETRYING", "FAILED", "EXPIRED"] as const;
+
+export const attemptsIn = {
+  $id: "WebhookAttemptsIn",
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    page: { type: "integer", minimum: 0, maximum: 1_000_000_000, default: 0, description: "0-based page index." },
+    limit: { type: "integer", minimum: 1, maximum: 1000, default: 10, description: "Page size, at most 1000." },
+    messageId: { type: "string", minLength: 1, maxLength: 200, description: "Only the attempts of this message's events." },
+    outcome: { type: "string", enum: [...OUTCOMES], description: "Only attempts with this outcome." },
+  },
+};
+
+export interface AttemptOut {
+  eventType: "DELIVERY" | "READ" | "INBOUND";
+  channel: "SMS" | "RCS" | "WHATSAPP";
+  messageId: string;
+  numPart: number | null;
+  attempt: number;
+  attemptedAt: string;
+  httpStatus: number | null;
+  durationMs: number | null;
+  error: string | null;
+  nextAttemptAt: string | null;
+  outcome: (typeof OUTCOMES)[number];
+}
+
+export const attemptOut = {
+  $id: "WebhookAttempt",
+  type: "object",
+  additionalProperties: false,
+  required: ["eventType", "channel", "messageId", "numPart", "attempt", "attemptedAt", "httpStatus", "durationMs", "error", "nextAttemptAt", "outcome"],
+  properties: {
+    eventType: { type: "string", enum: ["DELIVERY", "READ", "INBOUND"] },
+    channel: { type: "string", enum: ["SMS", "RCS", "WHATSAPP"] },
+    messageId: { type: "string", description: "The event's messageId (customerMessageId; the inbound message's id for INBOUND)." },
+    numPart: { type: ["integer", "null"], description: "SMS DELIVERY events: the part." },
+    attempt: { type: "integer", minimum: 1, maximum: 5, description: "1 for the first attempt, at most 5." },
+    attemptedAt: { type: "string", format: "date-time" },
+    httpStatus: { type: ["integer", "null"], description: "The status your endpoint answered; null when it gave none (refused, timed out, closed)." },
+    durationMs: { type: ["integer", "null"], description: "Time from the attempt's start to its end; null when no request was made." },
+    error: { type: ["string", "null"], description: "Why the attempt failed, in words; null on success.", examples: ["no answer within 5 s"] },
+    nextAttemptAt: { type: ["string", "null"], format: "date-time", description: "When the event is tried again (RETRYING only)." },
+    outcome: {
+      type: "string",
+      enum: [...OUTCOMES],
+      description: "DELIVERED: a 2xx answer. RETRYING: failed, tried again at nextAttemptAt. FAILED: the 5th attempt failed; not sent again. EXPIRED: not retried because the message was sent over 10 days ago.",
+    },
+  },
+};

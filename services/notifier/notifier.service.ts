@@ -1,15 +1,21 @@
 /**
  * notifier: the account's delivery-status webhook (spec parts 2, 4 and 6; contract section 4).
- * Registration validates the callback URL by the rules of spec part 6 (notifier.url.ts).
- * Delivery from the outbox comes next (issue 6, items 2-5).
+ * Registration validates the callback URL by the rules of spec part 6 (notifier.url.ts); every
+ * replica delivers events from the outbox (notifier.delivery.ts) through the pinned-address client
+ * (notifier.client.ts), and partners read the attempts log.
  */
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import { QueryTypes } from "sequelize";
-import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
+import { addNodeRegistry } from "../../lib/http-metrics";
+import { pageSchema, queryPage, type Page } from "../../lib/paging";
 import { DbMixin } from "../../mixins/db.mixin";
-import { webhookIn, webhookOut, type WebhookIn, type WebhookOut } from "./notifier.schemas";
+import { CallbackClient } from "./notifier.client";
+import { ATTEMPTS_KEPT_DAYS, Deliverer } from "./notifier.delivery";
+import { NotifierMetrics } from "./notifier.metrics";
+import { attemptOut, attemptsIn, webhookIn, webhookOut, type AttemptOut, type AttemptsIn, type WebhookIn, type WebhookOut } from "./notifier.schemas";
 import { CallbackUrlError, validateCallbackUrl } from "./notifier.url";
 
 interface WebhookRow {
@@ -26,9 +32,45 @@ const toWebhookOut = (r: WebhookRow): WebhookOut => ({
   updatedAt: new Date(r.updated_at).toISOString(),
 });
 
+interface AttemptRow {
+  event_type: AttemptOut["eventType"];
+  channel: AttemptOut["channel"];
+  message_id: string;
+  num_part: number | null;
+  attempt: number;
+  attempted_at: Date;
+  http_status: number | null;
+  duration_ms: number | null;
+  error: string | null;
+  next_attempt_at: Date | null;
+  outcome: AttemptOut["outcome"];
+}
+
+const toAttemptOut = (r: AttemptRow): AttemptOut => ({
+  eventType: r.event_type,
+  channel: r.channel,
+  messageId: r.message_id,
+  numPart: r.num_part,
+  attempt: r.attempt,
+  attemptedAt: new Date(r.attempted_at).toISOString(),
+  httpStatus: r.http_status,
+  durationMs: r.duration_ms,
+  error: r.error,
+  nextAttemptAt: r.next_attempt_at ? new Date(r.next_attempt_at).toISOString() : null,
+  outcome: r.outcome,
+});
+
+const attemptPage = pageSchema("WebhookAttemptPage", attemptOut);
+
+interface NotifierVars {
+  deliverer: Deliverer;
+  client: CallbackClient;
+}
+type NotifierThis = Service<ApiServiceSettings> & NotifierVars;
+
 const notConfigured = () => new ApiError("WEBHOOK_NOT_FOUND", "No delivery-status webhook is configured for this account.");
 
-export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSettings> {
+export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, NotifierVars> {
   const { config, db } = deps;
   const sequelize = db.sequelize;
   const one = async (sql: string, bind: unknown[]) => (await sequelize.query<WebhookRow>(sql, { bind, type: QueryTypes.SELECT }))[0] ?? null;
@@ -75,11 +117,12 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         params: webhookIn,
         responses: { 201: webhookOut },
         errors: [400, 409],
-        async handler(ctx: Context<WebhookIn, AuthMeta & { $statusCode?: number }>): Promise<WebhookOut> {
+        async handler(ctx: Context<WebhookIn, AuthMeta & { $statusCode?: number; $location?: string }>): Promise<WebhookOut> {
           const url = await checked(ctx.params.callbackUrl);
           const row = await one(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2) ON CONFLICT (company_id) DO NOTHING RETURNING *`, [ctx.meta.companyId, url]);
           if (!row) throw new ApiError("WEBHOOK_EXISTS", "A delivery-status webhook is already configured; change it with PUT or remove it with DELETE.");
           ctx.meta.$statusCode = 201;
+          ctx.meta.$location = `${API_PREFIX}/webhooks/delivery-status`;
           return toWebhookOut(row);
         },
       }),
@@ -115,6 +158,58 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
           ctx.meta.$statusCode = 204;
         },
       }),
+
+      /** The account's webhook attempts of the last 7 days, newest first. */
+      listAttempts: apiAction({
+        rest: "GET /webhooks/delivery-status/attempts",
+        operation: "WEBHOOKS",
+        summary: "Webhook delivery attempts",
+        description: `Every attempt to deliver an event to the account's callback URL in the last ${ATTEMPTS_KEPT_DAYS} days, newest first: what your endpoint answered (or why there was no answer) and what happens next.`,
+        tag: "webhooks",
+        params: attemptsIn,
+        responses: { 200: attemptPage },
+        async handler(ctx: Context<AttemptsIn, AuthMeta>): Promise<Page<AttemptOut>> {
+          const { page, limit, messageId, outcome } = ctx.params;
+          const where = `company_id = :companyId AND attempted_at >= now() - interval '${ATTEMPTS_KEPT_DAYS} days'${messageId ? " AND message_id = :messageId" : ""}${outcome ? " AND outcome = :outcome" : ""}`;
+          return queryPage<AttemptRow, AttemptOut>(sequelize, {
+            select: `SELECT event_type, channel, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome
+                       FROM webhook_attempts WHERE ${where} ORDER BY attempted_at DESC, id DESC LIMIT :limit OFFSET :offset`,
+            count: `SELECT count(*) AS total FROM webhook_attempts WHERE ${where}`,
+            replacements: { companyId: ctx.meta.companyId, messageId: messageId ?? null, outcome: outcome ?? null },
+            page,
+            limit,
+            map: toAttemptOut,
+          });
+        },
+      }),
+
+      /** Housekeeping now (the REPL; it also runs every minute): attempts past 7 days, events of accounts without a webhook. */
+      housekeep: {
+        visibility: "public",
+        async handler(this: NotifierThis) {
+          return this.deliverer.housekeeping();
+        },
+      },
+    },
+
+    created(this: NotifierThis) {
+      const metrics = new NotifierMetrics(sequelize);
+      addNodeRegistry(this.broker, metrics.registry);
+      this.client = new CallbackClient({
+        allowPrivate: config.webhookAllowPrivateTargets,
+        extraCaFile: config.extraCaCerts,
+        connections: config.notifierEndpointConcurrency,
+      });
+      this.deliverer = new Deliverer({ config, sequelize, client: this.client, metrics, logger: this.logger });
+    },
+
+    started(this: NotifierThis) {
+      this.deliverer.start();
+    },
+
+    async stopped(this: NotifierThis) {
+      await this.deliverer.stop();
+      await this.client.close();
     },
   };
 }

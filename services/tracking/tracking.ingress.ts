@@ -14,7 +14,7 @@ import ApiGateway from "moleculer-web";
 import type { Deps } from "../../lib/deps";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
-import { HttpMetrics } from "../../lib/http-metrics";
+import { HttpMetrics, nodeRegistriesOf } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
 import { requestMetricsOf } from "../../lib/request-metrics";
 import { toProblem } from "../../lib/problem";
@@ -293,7 +293,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     created(this: IngressThis) {
       this.server.on("clientError", answerClientError);
       this.ingestMetrics = new IngestMetrics();
-      this.httpMetrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker), [this.ingestMetrics.registry]);
+      this.httpMetrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker), () => [this.ingestMetrics.registry, ...nodeRegistriesOf(this.broker)]);
     },
   };
 }

@@ -1,0 +1,307 @@
+/**
+ * Delivery from the outbox (contract "Event delivery"; spec part 6 "Delivery to the callback").
+ *
+ * The schedule lives in the database, nowhere else:
+ * - Claim: due rows of accounts that have a webhook, per account at most its free slots (the
+ *   per-endpoint concurrency limit), under `FOR UPDATE SKIP LOCKED`; the claim moves `due_at` past
+ *   the lease (NOTIFIER_LEASE_MS, longer than any attempt can take) and stamps a token of this
+ *   claim. Any number of replicas share the work and none takes a row another holds; a claimant
+ *   that dies leaves rows that fall due again when the lease ends (at least once).
+ * - Attempt: at once, never queued behind another account's (a slow endpoint fills only its own
+ *   slots; its account's fresh events still flow while failed ones wait for their retry).
+ * - Outcome, written in groups (one statement for many attempts) and only while the claim is still
+ *   ours: DELIVERED, FAILED (5th attempt) and EXPIRED (a retry that would fall more than 10 days
+ *   after the message was sent) delete the row; RETRYING sets its next due time,
+ *   base * 2^(n-1) + 0-20 % jitter after attempt n failed, base per channel. Every attempt is logged
+ *   in webhook_attempts.
+ * Housekeeping (any replica, bounded batches): attempts older than 7 days, and events of accounts
+ * that have no webhook (nobody to send them to).
+ */
+import { randomUUID } from "node:crypto";
+import type { Service } from "moleculer";
+import type { Sequelize } from "sequelize";
+import type { Config } from "../../lib/config";
+import { rawTransaction, type Exec } from "../../lib/db";
+import type { CallbackClient, AttemptResult } from "./notifier.client";
+import type { NotifierMetrics, Outcome } from "./notifier.metrics";
+
+export const MAX_ATTEMPTS = 5;
+export const RETRY_WINDOW_MS = 10 * 24 * 3600 * 1000;
+export const ATTEMPTS_KEPT_DAYS = 7;
+const JITTER = 0.2;
+const FLUSH_AT = 500;
+const FLUSH_DELAY_MS = 5;
+const HOUSEKEEPING_MS = 60_000;
+const BATCH = 5000;
+
+export interface ClaimedEvent {
+  id: string;
+  company_id: string;
+  channel: string;
+  event_type: string;
+  message_id: string;
+  num_part: number | null;
+  /** The event JSON as stored (fields without a value already omitted). */
+  payload: string;
+  attempts: number;
+  sent_at: Date;
+  created_at: Date;
+  callback_url: string;
+}
+
+interface OutcomeRow {
+  id: string;
+  token: string;
+  c: string;
+  ch: string;
+  et: string;
+  mid: string;
+  np: number | null;
+  n: number;
+  at: string;
+  hs: number | null;
+  ms: number | null;
+  err: string | null;
+  next: string | null;
+  outcome: Outcome;
+}
+
+/** When attempt `n` (1-based) failed at `failedAt`, the next is due at this time (contract: base * 2^(n-1), plus 0-20 % jitter). */
+export function nextAttemptAt(n: number, failedAt: number, baseMs: number, random = Math.random): number {
+  return failedAt + baseMs * 2 ** (n - 1) * (1 + JITTER * random());
+}
+
+/** What a failed attempt `n` leads to: another attempt at `next`, or none. */
+export function afterFailure(n: number, failedAt: number, sentAt: number, baseMs: number, random = Math.random): { outcome: Outcome; next: number | null } {
+  if (n >= MAX_ATTEMPTS) return { outcome: "FAILED", next: null };
+  const next = nextAttemptAt(n, failedAt, baseMs, random);
+  if (next - sentAt > RETRY_WINDOW_MS) return { outcome: "EXPIRED", next: null };
+  return { outcome: "RETRYING", next };
+}
+
+const CLAIM = `
+  WITH c AS (
+    SELECT e.id, w.callback_url
+      FROM (SELECT company_id, callback_url FROM webhooks ORDER BY random()) w
+      CROSS JOIN LATERAL (
+        SELECT o.id FROM outbox_events o
+         WHERE o.company_id = w.company_id AND o.due_at <= now()
+         ORDER BY o.due_at, o.id
+         LIMIT COALESCE(($1::jsonb ->> w.company_id)::int, $2)
+           FOR UPDATE SKIP LOCKED) e
+     LIMIT $3)
+  UPDATE outbox_events o SET due_at = now() + make_interval(secs => $4::float8 / 1000), claim_token = $5
+    FROM c WHERE o.id = c.id
+  RETURNING o.id, o.company_id, o.channel, o.event_type, o.message_id, o.num_part, o.payload::text AS payload, o.attempts,
+            COALESCE(o.message_sent_at, o.created_at) AS sent_at, o.created_at, c.callback_url`;
+
+const RECORD = `
+  WITH r AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, c text, ch text, et text, mid text, np smallint, n smallint,
+                                                      at timestamptz, hs smallint, ms integer, err text, next timestamptz, outcome text)),
+  gone AS (
+    DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
+  later AS (
+    UPDATE outbox_events o SET due_at = r.next, attempts = r.n, claim_token = NULL
+      FROM r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome = 'RETRYING' RETURNING 1)
+  INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
+  SELECT c, ch, et, mid, np, n, at, hs, ms, err, next, outcome FROM r`;
+
+export interface DelivererOptions {
+  config: Config;
+  sequelize: Sequelize;
+  client: CallbackClient;
+  metrics: NotifierMetrics;
+  logger: Service["logger"];
+}
+
+export class Deliverer {
+  private readonly inFlight = new Map<string, number>();
+  private total = 0;
+  private readonly aborts = new Map<string, { abort: AbortController; token: string }>();
+  private outcomes: OutcomeRow[] = [];
+  private flushing: Promise<void> | null = null;
+  private flushTimer: NodeJS.Timeout | null = null;
+  private claiming: Promise<void> | null = null;
+  private again = false;
+  private stopped = true;
+  private poller: NodeJS.Timeout | null = null;
+  private housekeeper: NodeJS.Timeout | null = null;
+  private readonly attempts = new Set<Promise<void>>();
+
+  constructor(private readonly o: DelivererOptions) {}
+
+  start(): void {
+    this.stopped = false;
+    this.poller = setInterval(() => this.wake(), this.o.config.notifierPollMs);
+    this.housekeeper = setInterval(() => void this.housekeeping().catch((err) => this.o.logger.warn({ err }, "notifier housekeeping failed")), HOUSEKEEPING_MS);
+    this.housekeeper.unref();
+    this.wake();
+  }
+
+  /** Stops claiming, abandons attempts in flight (their events fall due again at once), records what finished. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.poller) clearInterval(this.poller);
+    if (this.housekeeper) clearInterval(this.housekeeper);
+    await this.claiming;
+    const abandoned = [...this.aborts.entries()].map(([id, a]) => ({ id, token: a.token }));
+    for (const a of this.aborts.values()) a.abort.abort();
+    await Promise.all(this.attempts);
+    await this.flush();
+    if (abandoned.length > 0) {
+      await this.o.sequelize
+        .query(
+          `UPDATE outbox_events o SET due_at = now(), claim_token = NULL FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, token text) WHERE o.id = x.id AND o.claim_token = x.token`,
+          { bind: [JSON.stringify(abandoned)] },
+        )
+        .catch((err) => this.o.logger.warn({ err }, "could not release abandoned claims; they fall due when their lease ends"));
+    }
+  }
+
+  /** Looks for due events now (a claim at a time; a wake during a claim runs one more after it). */
+  wake(): void {
+    if (this.stopped) return;
+    if (this.claiming) {
+      this.again = true;
+      return;
+    }
+    this.claiming = this.claim()
+      .catch((err) => this.o.logger.warn({ err }, "notifier claim failed; retrying at the next poll"))
+      .finally(() => {
+        this.claiming = null;
+        if (this.again) {
+          this.again = false;
+          this.wake();
+        }
+      });
+  }
+
+  private async claim(): Promise<void> {
+    const { config } = this.o;
+    const free = config.notifierMaxInFlight - this.total;
+    if (free <= 0) return;
+    const slots: Record<string, number> = {};
+    for (const [company, n] of this.inFlight) slots[company] = Math.max(0, config.notifierEndpointConcurrency - n);
+    const token = randomUUID();
+    const rows = await rawTransaction(this.o.sequelize, (exec: Exec) =>
+      exec<ClaimedEvent>(CLAIM, [JSON.stringify(slots), config.notifierEndpointConcurrency, free, config.notifierLeaseMs, token]),
+    );
+    for (const row of rows) this.begin(row, token);
+    // A full claim means more may be due: look again at once.
+    if (rows.length === free) this.again = true;
+  }
+
+  private begin(ev: ClaimedEvent, token: string): void {
+    this.total++;
+    this.inFlight.set(ev.company_id, (this.inFlight.get(ev.company_id) ?? 0) + 1);
+    const abort = new AbortController();
+    this.aborts.set(ev.id, { abort, token });
+    const p = this.attempt(ev, token, abort.signal)
+      .catch((err) => this.o.logger.error({ err }, "notifier attempt failed unexpectedly"))
+      .finally(() => {
+        this.aborts.delete(ev.id);
+        this.attempts.delete(p);
+        this.total--;
+        const n = (this.inFlight.get(ev.company_id) ?? 1) - 1;
+        if (n > 0) this.inFlight.set(ev.company_id, n);
+        else this.inFlight.delete(ev.company_id);
+        this.wake();
+      });
+    this.attempts.add(p);
+  }
+
+  private async attempt(ev: ClaimedEvent, token: string, signal: AbortSignal): Promise<void> {
+    const n = ev.attempts + 1;
+    const sentAt = new Date(ev.sent_at).getTime();
+    const startedAt = Date.now();
+    const base: OutcomeRow = {
+      id: ev.id,
+      token,
+      c: ev.company_id,
+      ch: ev.channel,
+      et: ev.event_type,
+      mid: ev.message_id,
+      np: ev.num_part,
+      n,
+      at: new Date(startedAt).toISOString(),
+      hs: null,
+      ms: null,
+      err: null,
+      next: null,
+      outcome: "EXPIRED",
+    };
+    // A retry (never a first attempt) of a message sent over 10 days ago is not made.
+    if (n > 1 && startedAt - sentAt > RETRY_WINDOW_MS) {
+      this.record({ ...base, err: "not attempted: the message was sent over 10 days ago" });
+      return;
+    }
+    const r: AttemptResult = await this.o.client.post(ev.callback_url, ev.payload, signal);
+    if (signal.aborted && !r.ok) return; // abandoned at shutdown: released, not counted
+    this.o.metrics.duration.observe(r.durationMs / 1000);
+    if (r.ok) {
+      this.o.metrics.latency.observe((Date.now() - new Date(ev.created_at).getTime()) / 1000);
+      this.record({ ...base, hs: r.httpStatus, ms: r.durationMs, outcome: "DELIVERED" });
+      return;
+    }
+    const baseMs = ev.channel === "SMS" ? this.o.config.notifierRetryDelaySmsMs : this.o.config.notifierRetryDelayRcsWhatsappMs;
+    const { outcome, next } = afterFailure(n, Date.now(), sentAt, baseMs);
+    const err = outcome === "EXPIRED" ? `${r.error}; not retried: the message was sent over 10 days ago` : r.error;
+    this.record({ ...base, hs: r.httpStatus, ms: r.durationMs, err, next: next === null ? null : new Date(next).toISOString(), outcome });
+  }
+
+  private record(row: OutcomeRow): void {
+    this.o.metrics.attempt(row.outcome);
+    this.outcomes.push(row);
+    if (this.outcomes.length >= FLUSH_AT) void this.flush();
+    else this.flushTimer ??= setTimeout(() => void this.flush(), FLUSH_DELAY_MS);
+  }
+
+  /** Writes the recorded outcomes, a group per statement; on a database error they are kept and tried again. */
+  flush(): Promise<void> {
+    if (this.flushTimer) {
+      clearTimeout(this.flushTimer);
+      this.flushTimer = null;
+    }
+    if (this.flushing) return this.flushing.then(() => (this.outcomes.length > 0 ? this.flush() : undefined));
+    if (this.outcomes.length === 0) return Promise.resolve();
+    const batch = this.outcomes;
+    this.outcomes = [];
+    this.flushing = rawTransaction(this.o.sequelize, (exec) => exec(RECORD, [JSON.stringify(batch)]))
+      .then(
+        () => undefined,
+        (err) => {
+          this.o.logger.warn({ err, outcomes: batch.length }, "could not record webhook outcomes; retrying");
+          this.outcomes = batch.concat(this.outcomes);
+          if (!this.stopped) this.flushTimer ??= setTimeout(() => void this.flush(), 1000);
+        },
+      )
+      .finally(() => {
+        this.flushing = null;
+      });
+    return this.flushing;
+  }
+
+  /** Attempts past 7 days, and events of accounts without a webhook, in bounded batches. */
+  async housekeeping(): Promise<{ attempts: number; orphans: number }> {
+    const seq = this.o.sequelize;
+    const drain = async (sql: string) => {
+      let total = 0;
+      for (;;) {
+        const [, meta] = await seq.query(sql, { bind: [BATCH] });
+        const n = (meta as { rowCount?: number }).rowCount ?? 0;
+        total += n;
+        if (n < BATCH || this.stopped) return total;
+      }
+    };
+    const attempts = await drain(
+      `DELETE FROM webhook_attempts WHERE id IN (SELECT id FROM webhook_attempts WHERE attempted_at < now() - interval '${ATTEMPTS_KEPT_DAYS} days' LIMIT $1)`,
+    );
+    const orphans = await drain(
+      `DELETE FROM outbox_events WHERE id IN (
+         SELECT o.id FROM outbox_events o WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = o.company_id) LIMIT $1 FOR UPDATE SKIP LOCKED)`,
+    );
+    return { attempts, orphans };
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * What an operator watches on a notifier node (GET /metrics of whichever listener the node has):
+ * attempts by outcome, how long an event took from its receipt to its delivery, and, read from the
+ * database at each scrape (the same on every replica), the outbox depth and the age of the oldest
+ * due event.
+ */
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { QueryTypes, type Sequelize } from "sequelize";
+
+export type Outcome = "DELIVERED" | "RETRYING" | "FAILED" | "EXPIRED";
+
+export class NotifierMetrics {
+  readonly registry = new Registry();
+  private readonly attempts = new Counter({
+    name: "webhook_attempts_total",
+    help: "Webhook attempts made by this notifier, by outcome (DELIVERED, RETRYING, FAILED, EXPIRED)",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+  private readonly byOutcome = new Map<Outcome, ReturnType<NotifierMetrics["attempts"]["labels"]>>();
+  readonly latency = new Histogram({
+    name: "webhook_delivery_latency_seconds",
+    help: "From the event's creation (the receipt accepted) to its successful delivery",
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 86400],
+    registers: [this.registry],
+  });
+  readonly duration = new Histogram({
+    name: "webhook_attempt_duration_seconds",
+    help: "Time of one attempt (connection and answer)",
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3, 5, 8.5],
+    registers: [this.registry],
+  });
+
+  constructor(sequelize: Sequelize) {
+    let depth: Gauge;
+    let oldest: Gauge;
+    let last: Promise<{ depth: string; oldest: number | null }> | null = null;
+    // Both gauges come from one query per scrape.
+    const read = () =>
+      (last ??= sequelize
+        .query<{ depth: string; oldest: number | null }>(
+          `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now()))::float8 AS oldest FROM outbox_events`,
+          { type: QueryTypes.SELECT },
+        )
+        .then((r) => r[0]!)
+        .finally(() => setTimeout(() => (last = null), 100)));
+    depth = new Gauge({
+      name: "webhook_outbox_depth",
+      help: "Events in the outbox not yet delivered, failed or expired (all replicas)",
+      registers: [this.registry],
+      async collect() {
+        depth.set(Number((await read()).depth));
+      },
+    });
+    oldest = new Gauge({
+      name: "webhook_outbox_oldest_due_age_seconds",
+      help: "How long the oldest due, unclaimed event has been due (0 when none)",
+      registers: [this.registry],
+      async collect() {
+        oldest.set(Math.max(0, Number((await read()).oldest ?? 0)));
+      },
+    });
+  }
+
+  attempt(outcome: Outcome): void {
+    let c = this.byOutcome.get(outcome);
+    if (!c) this.byOutcome.set(outcome, (c = this.attempts.labels(outcome)));
+    c.inc();
+  }
+}

@@ -1,0 +1,410 @@
+/**
+ * Webhook delivery end to end (spec part 6, contract "Event delivery"): receipts posted to the
+ * internal ingress reach a real HTTPS receiver on 127.0.0.1:8443 (a local CA handed to the notifier
+ * as NODE_EXTRA_CA_CERTS), with retries on short per-channel delays set through the configuration,
+ * the attempts log, isolation between accounts and two notifiers sharing the outbox.
+ */
+import { startApp, type App } from "../../lib/app";
+import { nodeRegistriesOf } from "../../lib/http-metrics";
+import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
+import { expectProblem } from "../helpers/expect";
+import { startReceiver, testCa, type Receiver } from "../helpers/receiver";
+
+const SMS_BASE = 200;
+const RCS_BASE = 1000;
+
+let t: TestApp;
+const receivers: Receiver[] = [];
+beforeAll(async () => {
+  const ca = await testCa();
+  t = await startTestApp({
+    services: ["gateway", "auth", "tracking", "notifier"],
+    config: {
+      webhookAllowPrivateTargets: true,
+      extraCaCerts: ca.file,
+      notifierRetryDelaySmsMs: SMS_BASE,
+      notifierRetryDelayRcsWhatsappMs: RCS_BASE,
+      notifierPollMs: 20,
+      notifierEndpointConcurrency: 4,
+    },
+  });
+});
+afterAll(async () => {
+  await t?.stop();
+  for (const r of receivers) await r.close();
+});
+
+async function receiver(): Promise<Receiver> {
+  const r = await startReceiver();
+  receivers.push(r);
+  return r;
+}
+
+/** An account with a webhook pointing at a fresh receiver. */
+async function subscribed(): Promise<{ a: Account; r: Receiver }> {
+  const r = await receiver();
+  const a = await t.newAccount(["WEBHOOKS", "SMS", "RCS", "WHATSAPP"]);
+  expect((await a.api.post("/webhooks/delivery-status", { callbackUrl: r.url() })).status).toBe(201);
+  return { a, r };
+}
+
+const now = () => new Date().toISOString();
+const phone = () => `+3519${String(Math.floor(Math.random() * 1e8)).padStart(8, "0")}`;
+
+async function ingest(path: string, body: unknown) {
+  const res = await t.ingress.post(path, body);
+  expect(res.status).toBe(202);
+}
+
+async function smsSentAndDelivered(companyId: string, o: { id?: string; status?: number; sentAt?: string } = {}) {
+  const id = o.id ?? uid("m");
+  const destination = phone();
+  await ingest("/messages", { companyId, channel: "SMS", customerMessageId: id, destination, sentAt: o.sentAt ?? now() });
+  const date = now();
+  await ingest("/receipts/sms", { companyId, MESSAGE_ID: id, DESTINATION: destination, DELIVERY_STATUS: o.status ?? 3, DELIVERY_DATE: date, PRICE: 0.05 });
+  return { id, destination, date };
+}
+
+async function attempts(a: Account, query = "") {
+  const res = await a.api.get(`/webhooks/delivery-status/attempts?limit=1000${query}`);
+  expect(res.status).toBe(200);
+  return res.body.data as Array<Record<string, any>>; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+/** Waits until the attempts log of `a` satisfies `ok`. */
+async function attemptsUntil(a: Account, ok: (rows: Array<Record<string, any>>) => boolean, timeoutMs = 20000, query = "") { // eslint-disable-line @typescript-eslint/no-explicit-any
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const rows = await attempts(a, query);
+    if (ok(rows)) return rows;
+    if (Date.now() > deadline) throw new Error(`attempts log never matched: ${JSON.stringify(rows)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("what is sent", () => {
+  it("POSTs the SMS DELIVERY event as JSON, fields of spec part 6, no signature or credentials", async () => {
+    const { a, r } = await subscribed();
+    const { id, destination, date } = await smsSentAndDelivered(a.companyId);
+    const [got] = await r.waitFor(1);
+    expect(got!.json).toEqual({
+      eventType: "DELIVERY",
+      channel: "SMS",
+      messageId: id,
+      destination,
+      statusCode: 3,
+      description: "delivered",
+      eventDate: date,
+      price: 0.05,
+      totalParts: 1,
+      numPart: 1,
+    });
+    expect(got!.headers["content-type"]).toBe("application/json");
+    expect(got!.headers["user-agent"]).toBe("partner-gateway-webhooks/1.0");
+    for (const h of ["authorization", "x-api-key", "x-signature", "x-hub-signature", "cookie"]) expect(got!.headers[h]).toBeUndefined();
+    const log = await attemptsUntil(a, (rows) => rows.length === 1);
+    expect(log[0]).toEqual({
+      eventType: "DELIVERY",
+      channel: "SMS",
+      messageId: id,
+      numPart: 1,
+      attempt: 1,
+      attemptedAt: expect.any(String),
+      httpStatus: 200,
+      durationMs: expect.any(Number),
+      error: null,
+      nextAttemptAt: null,
+      outcome: "DELIVERED",
+    });
+  });
+
+  it("sends RCS DELIVERY without parts, READ without statusCode, and INBOUND, omitting empty fields", async () => {
+    const { a, r } = await subscribed();
+    const id = uid("rcs");
+    const destination = phone();
+    await ingest("/messages", { companyId: a.companyId, channel: "RCS", customerMessageId: id, destination, sentAt: now() });
+    const d1 = now();
+    await ingest("/receipts/rcs", { companyId: a.companyId, messageId: id, destination, statusCode: 3, eventDate: d1 });
+    await r.waitFor(1);
+    const d2 = now();
+    await ingest("/reads/rcs", { companyId: a.companyId, messageId: id, destination, eventDate: d2 });
+    await r.waitFor(2);
+    const d3 = now();
+    await ingest("/inbound/whatsapp", { companyId: a.companyId, messageId: "in-1", source: destination, destination: "+351910000000", receivedDate: d3, messageType: "TEXT", text: "hi" });
+    const got = (await r.waitFor(3)).map((x) => x.json);
+    expect(got).toEqual([
+      { eventType: "DELIVERY", channel: "RCS", messageId: id, destination, statusCode: 3, description: "delivered", eventDate: d1 },
+      { eventType: "READ", channel: "RCS", messageId: id, destination, eventDate: d2 },
+      { eventType: "INBOUND", channel: "WHATSAPP", messageId: "in-1", source: destination, destination: "+351910000000", receivedDate: d3, messageType: "TEXT", text: "hi" },
+    ]);
+  });
+
+  it("sends one event per part of a multi-part SMS", async () => {
+    const { a, r } = await subscribed();
+    const id = uid("mp");
+    const destination = phone();
+    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: id, destination, sentAt: now(), totalParts: 3 });
+    for (const part of [1, 2, 3]) {
+      await ingest("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: id, DESTINATION: destination, DELIVERY_STATUS: 3, DELIVERY_DATE: now(), TOTAL_PARTS: 3, NUM_PART: part });
+    }
+    const got = await r.waitFor(3);
+    expect(got.map((x) => [x.json.numPart, x.json.totalParts]).sort()).toEqual([[1, 3], [2, 3], [3, 3]]);
+  });
+
+  it("sends nothing for a simulated message", async () => {
+    const { a, r } = await subscribed();
+    const sim = uid("sim");
+    const destination = phone();
+    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: sim, destination, sentAt: now(), simulation: true });
+    await ingest("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: sim, DESTINATION: destination, DELIVERY_STATUS: 3, DELIVERY_DATE: now() });
+    const real = await smsSentAndDelivered(a.companyId);
+    await r.waitFor(1);
+    await sleep(300);
+    expect(r.received.map((x) => x.json.messageId)).toEqual([real.id]);
+  });
+});
+
+describe("retries", () => {
+  it("retries after a 500 with the SMS gap doubling, then delivers; the log shows each attempt", async () => {
+    const { a, r } = await subscribed();
+    const times: number[] = [];
+    r.behave((_req, n) => {
+      times.push(Date.now());
+      return n <= 2 ? { status: 500 } : { status: 204 };
+    });
+    const { id } = await smsSentAndDelivered(a.companyId);
+    await r.waitFor(1);
+    expect(times).toHaveLength(3);
+    // Attempt n+1 no sooner than base * 2^(n-1) after attempt n; jitter at most 20 % (plus polling).
+    expect(times[1]! - times[0]!).toBeGreaterThanOrEqual(SMS_BASE);
+    expect(times[1]! - times[0]!).toBeLessThan(SMS_BASE * 1.2 + 400);
+    expect(times[2]! - times[1]!).toBeGreaterThanOrEqual(SMS_BASE * 2);
+    expect(times[2]! - times[1]!).toBeLessThan(SMS_BASE * 2 * 1.2 + 400);
+    const log = await attemptsUntil(a, (rows) => rows.length === 3);
+    expect(log.map((x) => [x.attempt, x.httpStatus, x.outcome, x.error])).toEqual([
+      [3, 204, "DELIVERED", null],
+      [2, 500, "RETRYING", "HTTP 500"],
+      [1, 500, "RETRYING", "HTTP 500"],
+    ]);
+    expect(log.every((x) => x.messageId === id)).toBe(true);
+    for (const x of log.filter((y) => y.outcome === "RETRYING")) {
+      const gap = Date.parse(x.nextAttemptAt) - Date.parse(x.attemptedAt);
+      expect(gap).toBeGreaterThanOrEqual(SMS_BASE * 2 ** (x.attempt - 1));
+    }
+  });
+
+  it("makes 5 attempts in all, then the event is FAILED and never sent again", async () => {
+    const { a, r } = await subscribed();
+    r.behave(() => ({ status: 503 }));
+    await smsSentAndDelivered(a.companyId);
+    const log = await attemptsUntil(a, (rows) => rows.some((x) => x.outcome === "FAILED"), 30000);
+    expect(log.map((x) => x.outcome)).toEqual(["FAILED", "RETRYING", "RETRYING", "RETRYING", "RETRYING"]);
+    expect(log[0]).toMatchObject({ attempt: 5, httpStatus: 503, nextAttemptAt: null });
+    await sleep(SMS_BASE * 16 * 1.2 + 300);
+    expect(r.seen).toBe(5);
+    const left = await t.db.sequelize.query(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true });
+    expect(left).toEqual({ n: 0 });
+  });
+
+  it("waits the RCS and WhatsApp gap on those channels", async () => {
+    const { a, r } = await subscribed();
+    const times: number[] = [];
+    r.behave((_req, n) => {
+      times.push(Date.now());
+      return n === 1 ? { status: 500 } : { status: 200 };
+    });
+    const id = uid("wa");
+    const destination = phone();
+    await ingest("/messages", { companyId: a.companyId, channel: "WHATSAPP", customerMessageId: id, destination, sentAt: now() });
+    await ingest("/receipts/whatsapp", { companyId: a.companyId, messageId: id, destination, statusCode: 12, eventDate: now() });
+    await r.waitFor(1);
+    expect(times[1]! - times[0]!).toBeGreaterThanOrEqual(RCS_BASE);
+  });
+
+  it.each([
+    ["a redirect", (): "hang" | { redirect: string } => ({ redirect: "/elsewhere" }), /redirect \(HTTP 302\) not followed/, 302],
+    ["a dropped connection", (): "close" => "close", /connection closed before an answer/, null],
+  ])("counts %s as a failure and retries", async (_name, first, why, status) => {
+    const { a, r } = await subscribed();
+    const paths: string[] = [];
+    r.behave((req, n) => {
+      paths.push(req.url ?? "");
+      return n === 1 ? first() : { status: 200 };
+    });
+    await smsSentAndDelivered(a.companyId);
+    await r.waitFor(1);
+    expect(paths).toEqual(["/hook", "/hook"]); // the redirect was not followed
+    const log = await attemptsUntil(a, (rows) => rows.length === 2);
+    expect(log[1]).toMatchObject({ attempt: 1, outcome: "RETRYING", httpStatus: status, error: expect.stringMatching(why) });
+  });
+
+  it("gives up on an answer that takes over 5 s, and retries", async () => {
+    const { a, r } = await subscribed();
+    r.behave((_req, n) => (n === 1 ? "hang" : { status: 200 }));
+    await smsSentAndDelivered(a.companyId);
+    await r.waitFor(1, 15000);
+    const log = await attemptsUntil(a, (rows) => rows.length === 2);
+    expect(log[1]).toMatchObject({ attempt: 1, outcome: "RETRYING", httpStatus: null, error: "no answer within 5 s" });
+    expect(log[1]!.durationMs).toBeGreaterThanOrEqual(4900);
+    expect(log[1]!.durationMs).toBeLessThan(8600);
+  }, 30000);
+
+  it("records a refused connection and retries", async () => {
+    const a = await t.newAccount(["WEBHOOKS"]);
+    // A loopback address where nothing listens on 8443.
+    expect((await a.api.post("/webhooks/delivery-status", { callbackUrl: "https://127.9.9.9:8443/hook" })).status).toBe(201);
+    await smsSentAndDelivered(a.companyId);
+    const log = await attemptsUntil(a, (rows) => rows.length >= 2);
+    expect(log.at(-1)).toMatchObject({ attempt: 1, outcome: "RETRYING", httpStatus: null, error: "connection refused" });
+  });
+
+  it("makes the first attempt for an old message but no retry past 10 days after sending", async () => {
+    const { a, r } = await subscribed();
+    r.behave(() => ({ status: 500 }));
+    const old = new Date(Date.now() - 11 * 86400_000).toISOString();
+    const { id } = await smsSentAndDelivered(a.companyId, { sentAt: old });
+    const log = await attemptsUntil(a, (rows) => rows.length === 1, 5000, `&messageId=${id}`);
+    expect(log[0]).toMatchObject({ attempt: 1, outcome: "EXPIRED", httpStatus: 500, nextAttemptAt: null, error: expect.stringMatching(/10 days/) });
+    // A message sent 10 days ago less 1.5 s: the first retry (after ~1 s) is made, the second would fall past the window.
+    const edge = uid("edge");
+    const destination = phone();
+    await ingest("/messages", { companyId: a.companyId, channel: "RCS", customerMessageId: edge, destination, sentAt: new Date(Date.now() - 10 * 86400_000 + 1500).toISOString() });
+    await ingest("/receipts/rcs", { companyId: a.companyId, messageId: edge, destination, statusCode: 4, eventDate: now() });
+    const edgeLog = await attemptsUntil(a, (rows) => rows.some((x) => x.outcome === "EXPIRED"), 10000, `&messageId=${edge}`);
+    expect(edgeLog.map((x) => [x.attempt, x.outcome])).toEqual([
+      [2, "EXPIRED"],
+      [1, "RETRYING"],
+    ]);
+    await sleep(500);
+    expect(r.seen).toBe(3);
+  });
+
+  it("does not make a due retry of a message that has meanwhile passed 10 days", async () => {
+    const { a, r } = await subscribed();
+    const id = uid("late");
+    // A retry left due while no notifier ran, of a message sent 11 days ago.
+    await t.db.sequelize.query(
+      `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at, attempts)
+       VALUES ($1, 'SMS', 'DELIVERY', $2, 1, '{"eventType":"DELIVERY"}', now() - interval '11 days', 2)`,
+      { bind: [a.companyId, id] },
+    );
+    const log = await attemptsUntil(a, (rows) => rows.length === 1);
+    expect(log[0]).toMatchObject({ messageId: id, attempt: 3, outcome: "EXPIRED", httpStatus: null, error: expect.stringMatching(/not attempted/) });
+    expect(r.seen).toBe(0);
+  });
+});
+
+describe("isolation", () => {
+  it("keeps delivering other accounts' events while one endpoint hangs", async () => {
+    const slow = await subscribed();
+    slow.r.behave(() => "hang");
+    const fast = await subscribed();
+    for (let i = 0; i < 12; i++) await smsSentAndDelivered(slow.a.companyId);
+    await sleep(200);
+    const started = Date.now();
+    for (let i = 0; i < 10; i++) await smsSentAndDelivered(fast.a.companyId);
+    await fast.r.waitFor(10, 3000);
+    expect(Date.now() - started).toBeLessThan(3000);
+    // The hanging endpoint holds at most its own concurrency limit.
+    expect(slow.r.seen).toBeLessThanOrEqual(4);
+  }, 30000);
+
+  it("keeps an account's fresh events flowing while one of its events waits for a retry", async () => {
+    const { a, r } = await subscribed();
+    const firstId = uid("first");
+    r.behave((req, n) => (n === 1 ? { status: 500 } : { status: 200 }));
+    await smsSentAndDelivered(a.companyId, { id: firstId });
+    await attemptsUntil(a, (rows) => rows.length === 1);
+    const later = await smsSentAndDelivered(a.companyId);
+    await r.waitFor(2, 5000);
+    expect(r.received.map((x) => x.json.messageId)).toEqual([later.id, firstId]);
+  });
+});
+
+describe("attempts log", () => {
+  it("pages newest first, filters by message and outcome, and shows only the caller's account", async () => {
+    const { a, r } = await subscribed();
+    r.behave((_req, n) => (n === 1 ? { status: 500 } : { status: 200 }));
+    const first = await smsSentAndDelivered(a.companyId);
+    await r.waitFor(1);
+    const second = await smsSentAndDelivered(a.companyId);
+    await r.waitFor(2);
+    await attemptsUntil(a, (rows) => rows.length === 3);
+    const page = await a.api.get("/webhooks/delivery-status/attempts?limit=2&page=0");
+    expect(page.body).toMatchObject({ page: 0, limit: 2, total: 3, totalPages: 2 });
+    expect(page.body.data.map((x: { messageId: string }) => x.messageId)).toEqual([second.id, first.id]);
+    const p1 = await a.api.get("/webhooks/delivery-status/attempts?limit=2&page=1");
+    expect(p1.body.data.map((x: { messageId: string; outcome: string }) => [x.messageId, x.outcome])).toEqual([[first.id, "RETRYING"]]);
+    expect((await attempts(a, `&messageId=${first.id}`)).map((x) => x.outcome)).toEqual(["DELIVERED", "RETRYING"]);
+    expect((await attempts(a, "&outcome=RETRYING")).map((x) => x.messageId)).toEqual([first.id]);
+    const other = await t.newAccount(["WEBHOOKS"]);
+    expect((await other.api.get("/webhooks/delivery-status/attempts")).body).toEqual({ data: [], page: 0, limit: 10, total: 0, totalPages: 0 });
+  });
+
+  it("refuses bad queries with 400 and keys without WEBHOOKS with 401", async () => {
+    const a = await t.newAccount(["WEBHOOKS"]);
+    for (const q of ["limit=1001", "limit=0", "page=-1", "outcome=LOST", "sortBy=attempt", "messageId="]) {
+      expectProblem(await a.api.get(`/webhooks/delivery-status/attempts?${q}`), 400);
+    }
+    const b = await t.newAccount(["SMS"]);
+    expectProblem(await b.api.get("/webhooks/delivery-status/attempts"), 401);
+  });
+});
+
+describe("accounts without a webhook, metrics", () => {
+  it("sends nothing for an account without a webhook and clears its events", async () => {
+    const a = await t.newAccount(["SMS"]);
+    await smsSentAndDelivered(a.companyId);
+    const count = () => t.db.sequelize.query<{ n: number }>(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true });
+    expect(await count()).toEqual({ n: 1 });
+    const swept = await t.app.broker.call<{ orphans: number }>("notifier.housekeep");
+    expect(swept.orphans).toBeGreaterThanOrEqual(1);
+    expect(await count()).toEqual({ n: 0 });
+  });
+
+  it("exports attempts by outcome, delivery latency, outbox depth and oldest due age", async () => {
+    const { a, r } = await subscribed();
+    await smsSentAndDelivered(a.companyId);
+    await r.waitFor(1);
+    await attemptsUntil(a, (rows) => rows.length === 1);
+    const text = (await t.root.get("/metrics")).text;
+    expect(text).toMatch(/^webhook_attempts_total\{outcome="DELIVERED"\} [1-9]/m);
+    expect(text).toMatch(/^webhook_delivery_latency_seconds_count [1-9]/m);
+    expect(text).toMatch(/^webhook_outbox_depth \d+/m);
+    expect(text).toMatch(/^webhook_outbox_oldest_due_age_seconds [\d.e+-]+/m);
+  });
+});
+
+describe("two notifiers", () => {
+  let second: App;
+  afterAll(async () => second?.stop());
+
+  it("share the outbox: every event is attempted once", async () => {
+    const ca = await testCa();
+    second = await startApp(
+      testConfig({ webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierPollMs: 20, notifierEndpointConcurrency: 4 }),
+      { services: ["notifier"], db: t.db, broker: { namespace: uid("t2") } },
+    );
+    const { a, r } = await subscribed();
+    r.behave(() => ({ status: 200, delayMs: 5 }));
+    const items = Array.from({ length: 200 }, (_, i) => ({ companyId: a.companyId, channel: "SMS", customerMessageId: `two-${i}`, destination: "+351912345678", sentAt: now() }));
+    await ingest("/messages", items);
+    await ingest(
+      "/receipts/sms",
+      items.map((m) => ({ companyId: a.companyId, MESSAGE_ID: m.customerMessageId, DESTINATION: m.destination, DELIVERY_STATUS: 3, DELIVERY_DATE: now() })),
+    );
+    await r.waitFor(200);
+    await sleep(300);
+    expect(r.seen).toBe(200);
+    expect(new Set(r.received.map((x) => x.json.messageId)).size).toBe(200);
+    const log = await attemptsUntil(a, (rows) => rows.length >= 200);
+    expect(log).toHaveLength(200);
+    // Both took part.
+    for (const broker of [t.app.broker, second.broker]) {
+      const text = (await Promise.all(nodeRegistriesOf(broker).map((reg) => reg.metrics()))).join("\n");
+      expect(text).toMatch(/^webhook_attempts_total\{outcome="DELIVERED"\} [1-9]/m);
+    }
+  });
+});
