@@ -4,6 +4,7 @@
  * as NODE_EXTRA_CA_CERTS), with retries on short per-channel delays set through the configuration,
  * the attempts log, isolation between accounts and two notifiers sharing the outbox.
  */
+import { QueryTypes } from "sequelize";
 import { startApp, type App } from "../../lib/app";
 import { nodeRegistriesOf } from "../../lib/http-metrics";
 import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
@@ -357,7 +358,7 @@ describe("accounts without a webhook, metrics", () => {
   it("sends nothing for an account without a webhook and clears its events", async () => {
     const a = await t.newAccount(["SMS"]);
     await smsSentAndDelivered(a.companyId);
-    const count = () => t.db.sequelize.query<{ n: number }>(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true });
+    const count = () => t.db.sequelize.query(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true, type: QueryTypes.SELECT });
     expect(await count()).toEqual({ n: 1 });
     const swept = await t.app.broker.call<{ orphans: number }>("notifier.housekeep");
     expect(swept.orphans).toBeGreaterThanOrEqual(1);

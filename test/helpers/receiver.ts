@@ -91,7 +91,7 @@ export async function startReceiver(opts: { port?: number } = {}): Promise<Recei
   let seen = 0;
   let behaviour: (req: IncomingMessage, n: number) => Behaviour = () => ({ status: 200 });
   const waiters: { n: number; resolve: () => void }[] = [];
-  const sockets = new Set<import("node:net").Socket>();
+  const sockets = new Set<import("node:stream").Duplex>();
 
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
