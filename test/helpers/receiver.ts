@@ -33,6 +33,9 @@ export interface Receiver {
   close(): Promise<void>;
 }
 
+/** A name in the receiver's certificate that no DNS knows: only a pinned lookup reaches it. */
+export const RECEIVER_NAME = "pgw-receiver.test";
+
 let caPromise: Promise<{ key: string; cert: string; file: string }> | null = null;
 
 /** The process's test CA; `file` holds its certificate (for NODE_EXTRA_CA_CERTS). */
@@ -68,7 +71,7 @@ async function serverCert(host: string) {
       { name: "basicConstraints", cA: false },
       { name: "keyUsage", digitalSignature: true, keyEncipherment: true },
       { name: "extKeyUsage", serverAuth: true },
-      { name: "subjectAltName", altNames: [{ type: 7, ip: host }, { type: 2, value: "localhost" }] },
+      { name: "subjectAltName", altNames: [{ type: 7, ip: host }, { type: 2, value: "localhost" }, { type: 2, value: RECEIVER_NAME }] },
     ],
   });
 }

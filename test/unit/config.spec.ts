@@ -33,6 +33,13 @@ describe("loadConfig", () => {
     expect(c.publicBaseUrl).toBe("http://localhost:8080");
   });
 
+  it("reads the notifier's settings, NODE_EXTRA_CA_CERTS among them", () => {
+    const c = loadConfig({ NOTIFIER_ENDPOINT_CONCURRENCY: "4", NOTIFIER_MAX_IN_FLIGHT: "64", NOTIFIER_POLL_MS: "50", NOTIFIER_LEASE_MS: "15000", NODE_EXTRA_CA_CERTS: "/etc/ca.pem" });
+    expect([c.notifierEndpointConcurrency, c.notifierMaxInFlight, c.notifierPollMs, c.notifierLeaseMs, c.extraCaCerts]).toEqual([4, 64, 50, 15000, "/etc/ca.pem"]);
+    const d = loadConfig({});
+    expect([d.notifierEndpointConcurrency, d.notifierMaxInFlight, d.notifierPollMs, d.notifierLeaseMs, d.extraCaCerts]).toEqual([16, 256, 100, 60000, null]);
+  });
+
   it.each([
     [{ PORT: "http" }, /PORT/],
     [{ PORT: "70000" }, /PORT/],
@@ -42,6 +49,9 @@ describe("loadConfig", () => {
     [{ MESSAGE_RETENTION_DAYS: "0" }, /MESSAGE_RETENTION_DAYS/],
     [{ LOG_LEVEL: "loud" }, /LOG_LEVEL/],
     [{ RATE_LIMIT_RPS: "0" }, /RATE_LIMIT_RPS/],
+    // A lease shorter than an attempt's own limits (3 s + 5 s) could let a slow attempt be taken twice.
+    [{ NOTIFIER_LEASE_MS: "8000" }, /NOTIFIER_LEASE_MS/],
+    [{ NOTIFIER_ENDPOINT_CONCURRENCY: "0" }, /NOTIFIER_ENDPOINT_CONCURRENCY/],
   ])("refuses %j naming the variable", (env, re) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(re);
