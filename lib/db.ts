@@ -119,6 +119,21 @@ interface RawConnectionManager {
 }
 
 /**
+ * One statement (atomic by itself) on a connection of Sequelize's own pool, driven with `pg`
+ * directly; see rawTransaction. With `name`, the statement is prepared once per connection and
+ * its plan reused (for statements a hot loop runs again and again).
+ */
+export async function rawQuery<T extends object>(sequelize: Sequelize, sql: string, params?: unknown[], name?: string): Promise<T[]> {
+  const cm = (sequelize as unknown as { connectionManager: RawConnectionManager }).connectionManager;
+  const client = await cm.getConnection({ type: "write" });
+  try {
+    return (await client.query<T>(name ? { name, text: sql, values: params } : { text: sql, values: params })).rows;
+  } finally {
+    cm.releaseConnection(client);
+  }
+}
+
+/**
  * A transaction on a connection of Sequelize's own pool, driven with `pg` directly: for hot paths
  * (the ingress) where Sequelize's per-query work (formatting, logging hooks, result mapping) would
  * cost more than the statement. A connection whose ROLLBACK failed is destroyed, not reused.

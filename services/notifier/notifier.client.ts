@@ -22,7 +22,8 @@ import { nonPublicReason } from "./notifier.url";
 
 export const CONNECT_TIMEOUT_MS = 3000;
 export const ANSWER_TIMEOUT_MS = 5000;
-const DEADLINE_MS = CONNECT_TIMEOUT_MS + ANSWER_TIMEOUT_MS + 500;
+/** No attempt lasts longer than this, whatever the endpoint does. */
+export const DEADLINE_MS = CONNECT_TIMEOUT_MS + ANSWER_TIMEOUT_MS + 500;
 export const USER_AGENT = "partner-gateway-webhooks/1.0";
 const DNS_TTL_MS = 30_000;
 const POOL_IDLE_MS = 60_000;
@@ -87,12 +88,13 @@ export function describeFailure(err: unknown): string {
 export class CallbackClient {
   private readonly pools = new Map<string, { pool: Pool; used: number }>();
   private readonly dns = new Map<string, { addresses: string[]; until: number }>();
-  private readonly ca: string[] | undefined;
+  /** Built once: a TLS context per connection would parse every root certificate again. */
+  private readonly secureContext: tls.SecureContext | undefined;
   private readonly resolve: (host: string) => Promise<string[]>;
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly opts: ClientOptions) {
-    this.ca = opts.extraCaFile ? [...tls.rootCertificates, readFileSync(opts.extraCaFile, "utf8")] : undefined;
+    this.secureContext = opts.extraCaFile ? tls.createSecureContext({ ca: [...tls.rootCertificates, readFileSync(opts.extraCaFile, "utf8")] }) : undefined;
     this.resolve = opts.resolve ?? systemResolve;
     this.sweeper = setInterval(() => this.closeIdle(), POOL_IDLE_MS).unref();
   }
@@ -134,7 +136,7 @@ export class CallbackClient {
           timeout: CONNECT_TIMEOUT_MS,
           lookup: pinned(address),
           ...(isIP(host) ? {} : { servername: host }),
-          ...(this.ca ? { ca: this.ca } : {}),
+          ...(this.secureContext ? { secureContext: this.secureContext } : {}),
         },
         headersTimeout: ANSWER_TIMEOUT_MS,
         bodyTimeout: ANSWER_TIMEOUT_MS,
@@ -146,8 +148,28 @@ export class CallbackClient {
     return entry.pool;
   }
 
-  /** POSTs `body` (event JSON) to `callbackUrl`; never throws. `signal` ends it early (shutdown). */
-  async post(callbackUrl: string, body: string, signal?: AbortSignal): Promise<AttemptResult> {
+  private readonly urls = new Map<string, URL | null>();
+
+  /** Parsed once per callback URL (a handful per replica). */
+  private parse(callbackUrl: string): URL | null {
+    let url = this.urls.get(callbackUrl);
+    if (url === undefined) {
+      try {
+        url = new URL(callbackUrl);
+      } catch {
+        url = null;
+      }
+      if (this.urls.size > 10_000) this.urls.clear();
+      this.urls.set(callbackUrl, url);
+    }
+    return url;
+  }
+
+  /**
+   * POSTs `body` (event JSON) to `callbackUrl`; never throws. Aborting `abort` ends it early
+   * (shutdown); the client aborts it itself at the overall deadline.
+   */
+  async post(callbackUrl: string, body: string, abort: AbortController = new AbortController()): Promise<AttemptResult> {
     const started = performance.now();
     const done = (ok: boolean, httpStatus: number | null, error: string | null): AttemptResult => ({
       ok,
@@ -155,23 +177,24 @@ export class CallbackClient {
       error,
       durationMs: Math.round(performance.now() - started),
     });
-    let url: URL;
-    try {
-      url = new URL(callbackUrl);
-    } catch {
-      return done(false, null, "the callback URL is not valid");
-    }
+    const url = this.parse(callbackUrl);
+    if (!url) return done(false, null, "the callback URL is not valid");
     const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
     const t = await this.target(host);
     if ("error" in t) return done(false, null, t.error);
-    const deadline = AbortSignal.timeout(DEADLINE_MS);
+    // One plain timer, cleared on the answer (AbortSignal.timeout would leave one per attempt behind).
+    let late = false;
+    const deadline = setTimeout(() => {
+      late = true;
+      abort.abort();
+    }, DEADLINE_MS);
     try {
       const res = await this.poolFor(url, host, t.address).request({
         path: url.pathname + url.search,
         method: "POST",
         headers: { "content-type": "application/json", "user-agent": USER_AGENT },
         body,
-        signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
+        signal: abort.signal,
       });
       await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
       const s = res.statusCode;
@@ -179,8 +202,11 @@ export class CallbackClient {
       if (s >= 300 && s < 400) return done(false, s, `redirect (HTTP ${s}) not followed`);
       return done(false, s, `HTTP ${s}`);
     } catch (err) {
-      if (signal?.aborted) return done(false, null, "abandoned: the notifier stopped");
+      if (late) return done(false, null, `no answer within ${ANSWER_TIMEOUT_MS / 1000} s`);
+      if (abort.signal.aborted) return done(false, null, "abandoned: the notifier stopped");
       return done(false, null, describeFailure(err));
+    } finally {
+      clearTimeout(deadline);
     }
   }
 

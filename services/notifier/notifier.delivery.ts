@@ -2,10 +2,10 @@
  * Delivery from the outbox (contract "Event delivery"; spec part 6 "Delivery to the callback").
  *
  * The schedule lives in the database, nowhere else:
- * - Claim: due rows of accounts that have a webhook, per account at most its free slots (the
- *   per-endpoint concurrency limit), under `FOR UPDATE SKIP LOCKED`; the claim moves `due_at` past
- *   the lease (NOTIFIER_LEASE_MS, longer than any attempt can take) and stamps a token of this
- *   claim. Any number of replicas share the work and none takes a row another holds; a claimant
+ * - Claim: due rows of accounts that have a webhook, per account at most its free slots (a
+ *   look-ahead over the per-endpoint concurrency limit), under `FOR UPDATE SKIP LOCKED`; the claim
+ *   sets `leased_until` (NOTIFIER_LEASE_MS, longer than any attempt can take) and stamps a token of
+ *   this claim. Any number of replicas share the work and none takes a row another holds; a claimant
  *   that dies leaves rows that fall due again when the lease ends (at least once).
  * - Attempt: at once, never queued behind another account's (a slow endpoint fills only its own
  *   slots; its account's fresh events still flow while failed ones wait for their retry).
@@ -21,8 +21,8 @@ import { randomUUID } from "node:crypto";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { rawTransaction, type Exec } from "../../lib/db";
-import type { CallbackClient, AttemptResult } from "./notifier.client";
+import { rawQuery } from "../../lib/db";
+import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
 import type { NotifierMetrics, Outcome } from "./notifier.metrics";
 
 export const MAX_ATTEMPTS = 5;
@@ -30,8 +30,13 @@ export const RETRY_WINDOW_MS = 10 * 24 * 3600 * 1000;
 export const ATTEMPTS_KEPT_DAYS = 7;
 const JITTER = 0.2;
 const FLUSH_AT = 500;
-const FLUSH_DELAY_MS = 5;
+const FLUSH_DELAY_MS = 20;
 const HOUSEKEEPING_MS = 60_000;
+const CLAIM_GATHER_MS = 5;
+/** Events held per endpoint (running or waiting), in multiples of its concurrency. */
+const LOOK_AHEAD = 4;
+/** The longest an attempt can take (the client's overall deadline) plus a margin. */
+const ATTEMPT_MAX_MS = DEADLINE_MS + 500;
 const BATCH = 5000;
 
 export interface ClaimedEvent {
@@ -44,8 +49,9 @@ export interface ClaimedEvent {
   /** The event JSON as stored (fields without a value already omitted). */
   payload: string;
   attempts: number;
-  sent_at: Date;
-  created_at: Date;
+  /** When the message was sent (the event's creation when unknown), epoch ms. */
+  sent_at_ms: number;
+  created_at_ms: number;
   callback_url: string;
 }
 
@@ -85,15 +91,16 @@ const CLAIM = `
       FROM (SELECT company_id, callback_url FROM webhooks ORDER BY random()) w
       CROSS JOIN LATERAL (
         SELECT o.id FROM outbox_events o
-         WHERE o.company_id = w.company_id AND o.due_at <= now()
+         WHERE o.company_id = w.company_id AND o.due_at <= now() AND (o.leased_until IS NULL OR o.leased_until <= now())
          ORDER BY o.due_at, o.id
          LIMIT COALESCE(($1::jsonb ->> w.company_id)::int, $2)
            FOR UPDATE SKIP LOCKED) e
      LIMIT $3)
-  UPDATE outbox_events o SET due_at = now() + make_interval(secs => $4::float8 / 1000), claim_token = $5
+  UPDATE outbox_events o SET leased_until = now() + make_interval(secs => $4::float8 / 1000), claim_token = $5
     FROM c WHERE o.id = c.id
   RETURNING o.id, o.company_id, o.channel, o.event_type, o.message_id, o.num_part, o.payload::text AS payload, o.attempts,
-            COALESCE(o.message_sent_at, o.created_at) AS sent_at, o.created_at, c.callback_url`;
+            EXTRACT(EPOCH FROM COALESCE(o.message_sent_at, o.created_at))::float8 * 1000 AS sent_at_ms,
+            EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`;
 
 const RECORD = `
   WITH r AS (
@@ -102,7 +109,7 @@ const RECORD = `
   gone AS (
     DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
   later AS (
-    UPDATE outbox_events o SET due_at = r.next, attempts = r.n, claim_token = NULL
+    UPDATE outbox_events o SET due_at = r.next, attempts = r.n, claim_token = NULL, leased_until = NULL
       FROM r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome = 'RETRYING' RETURNING 1)
   INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
   SELECT c, ch, et, mid, np, n, at, hs, ms, err, next, outcome FROM r`;
@@ -115,9 +122,17 @@ export interface DelivererOptions {
   logger: Service["logger"];
 }
 
+/** An account's endpoint on this replica: attempts running, and claimed events waiting for a slot. */
+interface Endpoint {
+  active: number;
+  queue: { ev: ClaimedEvent; token: string; claimedAt: number }[];
+}
+
 export class Deliverer {
-  private readonly inFlight = new Map<string, number>();
-  private total = 0;
+  private readonly endpoints = new Map<string, Endpoint>();
+  /** Events this replica holds a claim on (running or queued). */
+  private held = 0;
+  private active = 0;
   private readonly aborts = new Map<string, { abort: AbortController; token: string }>();
   private outcomes: OutcomeRow[] = [];
   private flushing: Promise<void> | null = null;
@@ -126,10 +141,21 @@ export class Deliverer {
   private again = false;
   private stopped = true;
   private poller: NodeJS.Timeout | null = null;
+  private soonTimer: NodeJS.Timeout | null = null;
   private housekeeper: NodeJS.Timeout | null = null;
   private readonly attempts = new Set<Promise<void>>();
 
   constructor(private readonly o: DelivererOptions) {}
+
+  /**
+   * Claims run ahead of the attempts: up to LOOK_AHEAD times an endpoint's concurrency is held, so
+   * a freed slot starts the next event at once instead of waiting for a claim round trip, and one
+   * claim serves many attempts (every statement costs system calls on both sides). A held event
+   * that could no longer finish inside its lease is handed back, never attempted late.
+   */
+  private get perEndpoint(): number {
+    return LOOK_AHEAD * this.o.config.notifierEndpointConcurrency;
+  }
 
   start(): void {
     this.stopped = false;
@@ -139,25 +165,39 @@ export class Deliverer {
     this.wake();
   }
 
-  /** Stops claiming, abandons attempts in flight (their events fall due again at once), records what finished. */
+  /** Stops claiming, abandons attempts in flight and queued events (they fall due again at once), records what finished. */
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
     if (this.poller) clearInterval(this.poller);
+    if (this.soonTimer) clearTimeout(this.soonTimer);
     if (this.housekeeper) clearInterval(this.housekeeper);
     await this.claiming;
     const abandoned = [...this.aborts.entries()].map(([id, a]) => ({ id, token: a.token }));
+    for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
     for (const a of this.aborts.values()) a.abort.abort();
     await Promise.all(this.attempts);
     await this.flush();
-    if (abandoned.length > 0) {
-      await this.o.sequelize
-        .query(
-          `UPDATE outbox_events o SET due_at = now(), claim_token = NULL FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, token text) WHERE o.id = x.id AND o.claim_token = x.token`,
-          { bind: [JSON.stringify(abandoned)] },
-        )
-        .catch((err) => this.o.logger.warn({ err }, "could not release abandoned claims; they fall due when their lease ends"));
-    }
+    await this.release(abandoned);
+  }
+
+  /** Hands claimed events back: due at once, for any replica. */
+  private async release(events: { id: string; token: string }[]): Promise<void> {
+    if (events.length === 0) return;
+    await rawQuery(
+      this.o.sequelize,
+      `UPDATE outbox_events o SET leased_until = NULL, claim_token = NULL FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, token text) WHERE o.id = x.id AND o.claim_token = x.token`,
+      [JSON.stringify(events)],
+    ).catch((err) => this.o.logger.warn({ err }, "could not release claimed events; they fall due when their lease ends"));
+  }
+
+  /** Completions that come close together free their slots for one claim, not one claim each. */
+  private soon(): void {
+    if (this.soonTimer || this.stopped) return;
+    this.soonTimer = setTimeout(() => {
+      this.soonTimer = null;
+      this.wake();
+    }, CLAIM_GATHER_MS);
   }
 
   /** Looks for due events now (a claim at a time; a wake during a claim runs one more after it). */
@@ -180,41 +220,70 @@ export class Deliverer {
 
   private async claim(): Promise<void> {
     const { config } = this.o;
-    const free = config.notifierMaxInFlight - this.total;
+    const free = LOOK_AHEAD * config.notifierMaxInFlight - this.held;
     if (free <= 0) return;
     const slots: Record<string, number> = {};
-    for (const [company, n] of this.inFlight) slots[company] = Math.max(0, config.notifierEndpointConcurrency - n);
+    for (const [company, e] of this.endpoints) slots[company] = Math.max(0, this.perEndpoint - e.active - e.queue.length);
     const token = randomUUID();
-    const rows = await rawTransaction(this.o.sequelize, (exec: Exec) =>
-      exec<ClaimedEvent>(CLAIM, [JSON.stringify(slots), config.notifierEndpointConcurrency, free, config.notifierLeaseMs, token]),
-    );
-    for (const row of rows) this.begin(row, token);
+    // One statement, atomic by itself: no transaction round trips around it.
+    const rows = await rawQuery<ClaimedEvent>(this.o.sequelize, CLAIM, [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token], "notifier-claim");
+    const claimedAt = Date.now();
+    const touched = new Set<string>();
+    for (const ev of rows) {
+      let e = this.endpoints.get(ev.company_id);
+      if (!e) this.endpoints.set(ev.company_id, (e = { active: 0, queue: [] }));
+      e.queue.push({ ev, token, claimedAt });
+      this.held++;
+      touched.add(ev.company_id);
+    }
+    for (const company of touched) this.pump(company);
     // A full claim means more may be due: look again at once.
     if (rows.length === free) this.again = true;
   }
 
-  private begin(ev: ClaimedEvent, token: string): void {
-    this.total++;
-    this.inFlight.set(ev.company_id, (this.inFlight.get(ev.company_id) ?? 0) + 1);
+  /** Starts the endpoint's queued events while it has free slots (and the replica too). */
+  private pump(company: string): void {
+    const e = this.endpoints.get(company);
+    if (!e) return;
+    const { notifierEndpointConcurrency, notifierMaxInFlight, notifierLeaseMs } = this.o.config;
+    const stale: { id: string; token: string }[] = [];
+    while (e.queue.length > 0 && e.active < notifierEndpointConcurrency && this.active < notifierMaxInFlight && !this.stopped) {
+      const q = e.queue.shift()!;
+      // The lease must outlast the attempt: one that could not finish inside it is handed back instead.
+      if (Date.now() - q.claimedAt > notifierLeaseMs - ATTEMPT_MAX_MS) {
+        this.held--;
+        stale.push({ id: q.ev.id, token: q.token });
+        continue;
+      }
+      this.begin(e, q.ev, q.token);
+    }
+    if (e.active === 0 && e.queue.length === 0) this.endpoints.delete(company);
+    void this.release(stale);
+  }
+
+  private begin(e: Endpoint, ev: ClaimedEvent, token: string): void {
+    e.active++;
+    this.active++;
     const abort = new AbortController();
     this.aborts.set(ev.id, { abort, token });
-    const p = this.attempt(ev, token, abort.signal)
+    const p = this.attempt(ev, token, abort)
       .catch((err) => this.o.logger.error({ err }, "notifier attempt failed unexpectedly"))
       .finally(() => {
         this.aborts.delete(ev.id);
         this.attempts.delete(p);
-        this.total--;
-        const n = (this.inFlight.get(ev.company_id) ?? 1) - 1;
-        if (n > 0) this.inFlight.set(ev.company_id, n);
-        else this.inFlight.delete(ev.company_id);
-        this.wake();
+        e.active--;
+        this.active--;
+        this.held--;
+        this.pump(ev.company_id);
+        // Claim more once an endpoint's look-ahead has run half down.
+        if (e.active + e.queue.length <= this.perEndpoint / 2) this.soon();
       });
     this.attempts.add(p);
   }
 
-  private async attempt(ev: ClaimedEvent, token: string, signal: AbortSignal): Promise<void> {
+  private async attempt(ev: ClaimedEvent, token: string, abort: AbortController): Promise<void> {
     const n = ev.attempts + 1;
-    const sentAt = new Date(ev.sent_at).getTime();
+    const sentAt = ev.sent_at_ms;
     const startedAt = Date.now();
     const base: OutcomeRow = {
       id: ev.id,
@@ -237,11 +306,11 @@ export class Deliverer {
       this.record({ ...base, err: "not attempted: the message was sent over 10 days ago" });
       return;
     }
-    const r: AttemptResult = await this.o.client.post(ev.callback_url, ev.payload, signal);
-    if (signal.aborted && !r.ok) return; // abandoned at shutdown: released, not counted
+    const r: AttemptResult = await this.o.client.post(ev.callback_url, ev.payload, abort);
+    if (this.stopped && !r.ok) return; // abandoned at shutdown: released, not counted
     this.o.metrics.duration.observe(r.durationMs / 1000);
     if (r.ok) {
-      this.o.metrics.latency.observe((Date.now() - new Date(ev.created_at).getTime()) / 1000);
+      this.o.metrics.latency.observe((Date.now() - ev.created_at_ms) / 1000);
       this.record({ ...base, hs: r.httpStatus, ms: r.durationMs, outcome: "DELIVERED" });
       return;
     }
@@ -268,7 +337,7 @@ export class Deliverer {
     if (this.outcomes.length === 0) return Promise.resolve();
     const batch = this.outcomes;
     this.outcomes = [];
-    this.flushing = rawTransaction(this.o.sequelize, (exec) => exec(RECORD, [JSON.stringify(batch)]))
+    this.flushing = rawQuery(this.o.sequelize, RECORD, [JSON.stringify(batch)], "notifier-record")
       .then(
         () => undefined,
         (err) => {

@@ -39,7 +39,7 @@ export class NotifierMetrics {
     const read = () =>
       (last ??= sequelize
         .query<{ depth: string; oldest: number | null }>(
-          `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now()))::float8 AS oldest FROM outbox_events`,
+          `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest FROM outbox_events`,
           { type: QueryTypes.SELECT },
         )
         .then((r) => r[0]!)

@@ -28,6 +28,10 @@ export interface Receiver {
   received: Received[];
   /** Requests seen, including those not answered 2xx. */
   seen: number;
+  /** Requests answered 2xx. */
+  delivered: number;
+  /** TLS connections accepted. */
+  connections: number;
   behave(fn: (req: IncomingMessage, n: number) => Behaviour): void;
   waitFor(n: number, timeoutMs?: number): Promise<Received[]>;
   close(): Promise<void>;
@@ -88,10 +92,13 @@ function listen(server: https.Server, host: string, port: number): Promise<boole
 }
 
 /** A free loopback address for port 8443 (127.0.0.1 first). */
-export async function startReceiver(opts: { port?: number } = {}): Promise<Receiver> {
+export async function startReceiver(opts: { port?: number; record?: boolean; onEvent?: (body: string, at: number) => void } = {}): Promise<Receiver> {
+  const record = opts.record ?? true;
   const port = opts.port ?? 8443;
   const received: Received[] = [];
   let seen = 0;
+  let delivered = 0;
+  let connections = 0;
   let behaviour: (req: IncomingMessage, n: number) => Behaviour = () => ({ status: 200 });
   const waiters: { n: number; resolve: () => void }[] = [];
   const sockets = new Set<import("node:stream").Duplex>();
@@ -110,7 +117,12 @@ export async function startReceiver(opts: { port?: number } = {}): Promise<Recei
         return res.end();
       }
       const answer = () => {
-        if (b.status >= 200 && b.status < 300) {
+        if (b.status >= 200 && b.status < 300 && !record) {
+          delivered++;
+          opts.onEvent?.(body, Date.now());
+          for (const w of [...waiters]) if (delivered >= w.n) w.resolve();
+        } else if (b.status >= 200 && b.status < 300) {
+          delivered++;
           let json: Record<string, unknown> = {};
           try {
             json = JSON.parse(body);
@@ -118,7 +130,8 @@ export async function startReceiver(opts: { port?: number } = {}): Promise<Recei
             json = {};
           }
           received.push({ body, json, headers: req.headers, at: Date.now() });
-          for (const w of [...waiters]) if (received.length >= w.n) w.resolve();
+          opts.onEvent?.(body, Date.now());
+          for (const w of [...waiters]) if (delivered >= w.n) w.resolve();
         }
         res.writeHead(b.status, { "content-type": "text/plain" });
         res.end("ok");
@@ -137,6 +150,7 @@ export async function startReceiver(opts: { port?: number } = {}): Promise<Recei
     if (await listen(s, host, port)) server = s;
   }
   if (!server) throw new Error("no loopback address with a free port 8443");
+  server.on("secureConnection", () => connections++);
   server.on("connection", (s) => {
     sockets.add(s);
     s.on("close", () => sockets.delete(s));
@@ -151,13 +165,19 @@ export async function startReceiver(opts: { port?: number } = {}): Promise<Recei
     get seen() {
       return seen;
     },
+    get delivered() {
+      return delivered;
+    },
+    get connections() {
+      return connections;
+    },
     behave(fn) {
       behaviour = fn;
     },
     waitFor(n, timeoutMs = 20000) {
-      if (received.length >= n) return Promise.resolve(received);
+      if (delivered >= n) return Promise.resolve(received);
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`receiver got ${received.length} of ${n} events in ${timeoutMs} ms`)), timeoutMs);
+        const timer = setTimeout(() => reject(new Error(`receiver got ${delivered} of ${n} events in ${timeoutMs} ms`)), timeoutMs);
         waiters.push({
           n,
           resolve: () => {

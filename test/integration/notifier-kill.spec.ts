@@ -60,7 +60,7 @@ const exited = (c: ChildProcess) => new Promise<number | null>((resolve) => (c.e
 
 async function outboxRow(companyId: string) {
   return t.db.sequelize.query<{ claim_token: string | null; due_in_ms: number; attempts: number }>(
-    `SELECT claim_token, (EXTRACT(EPOCH FROM due_at - now()) * 1000)::int AS due_in_ms, attempts FROM outbox_events WHERE company_id = $1`,
+    `SELECT claim_token, (EXTRACT(EPOCH FROM COALESCE(leased_until, due_at) - now()) * 1000)::int AS due_in_ms, attempts FROM outbox_events WHERE company_id = $1`,
     { bind: [companyId], type: QueryTypes.SELECT },
   );
 }
