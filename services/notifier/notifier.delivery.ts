@@ -120,6 +120,11 @@ export interface DelivererOptions {
   client: CallbackClient;
   metrics: NotifierMetrics;
   logger: Service["logger"];
+  /**
+   * Prepare the hot statements once per connection. Not on embedded PGlite: its socket serves every
+   * connection from one backend session, so a statement one client prepared exists for all.
+   */
+  prepare: boolean;
 }
 
 /** An account's endpoint on this replica: attempts running, and claimed events waiting for a slot. */
@@ -226,7 +231,7 @@ export class Deliverer {
     for (const [company, e] of this.endpoints) slots[company] = Math.max(0, this.perEndpoint - e.active - e.queue.length);
     const token = randomUUID();
     // One statement, atomic by itself: no transaction round trips around it.
-    const rows = await rawQuery<ClaimedEvent>(this.o.sequelize, CLAIM, [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token], "notifier-claim");
+    const rows = await rawQuery<ClaimedEvent>(this.o.sequelize, CLAIM, [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token], this.o.prepare ? "notifier-claim" : undefined);
     const claimedAt = Date.now();
     const touched = new Set<string>();
     for (const ev of rows) {
@@ -337,7 +342,7 @@ export class Deliverer {
     if (this.outcomes.length === 0) return Promise.resolve();
     const batch = this.outcomes;
     this.outcomes = [];
-    this.flushing = rawQuery(this.o.sequelize, RECORD, [JSON.stringify(batch)], "notifier-record")
+    this.flushing = rawQuery(this.o.sequelize, RECORD, [JSON.stringify(batch)], this.o.prepare ? "notifier-record" : undefined)
       .then(
         () => undefined,
         (err) => {

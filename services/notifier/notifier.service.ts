@@ -200,7 +200,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         extraCaFile: config.extraCaCerts,
         connections: config.notifierEndpointConcurrency,
       });
-      this.deliverer = new Deliverer({ config, sequelize, client: this.client, metrics, logger: this.logger });
+      this.deliverer = new Deliverer({ config, sequelize, client: this.client, metrics, logger: this.logger, prepare: !db.embedded });
     },
 
     started(this: NotifierThis) {
