@@ -17,7 +17,7 @@
  * Housekeeping (any replica, bounded batches): attempts older than 7 days, and events of accounts
  * that have no webhook (nobody to send them to).
  */
-import { randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
@@ -33,19 +33,17 @@ const FLUSH_AT = 500;
 const FLUSH_DELAY_MS = 20;
 const HOUSEKEEPING_MS = 60_000;
 const CLAIM_GATHER_MS = 5;
-/** Events held per endpoint (running or waiting), in multiples of its concurrency. */
-const LOOK_AHEAD = 4;
 /** The longest an attempt can take (the client's overall deadline) plus a margin. */
 const ATTEMPT_MAX_MS = DEADLINE_MS + 500;
+/** Events held per endpoint (running or waiting), in multiples of its concurrency. */
+const LOOK_AHEAD = 4;
+
 const BATCH = 5000;
 
 export interface ClaimedEvent {
   id: string;
   company_id: string;
   channel: string;
-  event_type: string;
-  message_id: string;
-  num_part: number | null;
   /** The event JSON as stored (fields without a value already omitted). */
   payload: string;
   attempts: number;
@@ -58,11 +56,6 @@ export interface ClaimedEvent {
 interface OutcomeRow {
   id: string;
   token: string;
-  c: string;
-  ch: string;
-  et: string;
-  mid: string;
-  np: number | null;
   n: number;
   at: string;
   hs: number | null;
@@ -98,21 +91,28 @@ const CLAIM = `
      LIMIT $3)
   UPDATE outbox_events o SET leased_until = now() + make_interval(secs => $4::float8 / 1000), claim_token = $5
     FROM c WHERE o.id = c.id
-  RETURNING o.id, o.company_id, o.channel, o.event_type, o.message_id, o.num_part, o.payload::text AS payload, o.attempts,
+  RETURNING o.id, o.company_id, o.channel, o.payload::text AS payload, o.attempts,
             EXTRACT(EPOCH FROM COALESCE(o.message_sent_at, o.created_at))::float8 * 1000 AS sent_at_ms,
             EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`;
 
+/**
+ * The outcomes of a group of attempts, in one statement. The event's own fields of the log row come
+ * from its outbox row (every part of the statement sees the rows as they were before it), which
+ * keeps what crosses to the database small; an attempt whose event another replica has meanwhile
+ * finished (its claim lost to an expired lease) leaves no log row.
+ */
 const RECORD = `
   WITH r AS (
-    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, c text, ch text, et text, mid text, np smallint, n smallint,
-                                                      at timestamptz, hs smallint, ms integer, err text, next timestamptz, outcome text)),
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, n smallint, at timestamptz, hs smallint, ms integer, err text, next timestamptz, outcome text)),
+  e AS (
+    SELECT r.*, o.company_id, o.channel, o.event_type, o.message_id, o.num_part FROM r JOIN outbox_events o ON o.id = r.id),
   gone AS (
     DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
   later AS (
     UPDATE outbox_events o SET due_at = r.next, attempts = r.n, claim_token = NULL, leased_until = NULL
       FROM r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome = 'RETRYING' RETURNING 1)
   INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
-  SELECT c, ch, et, mid, np, n, at, hs, ms, err, next, outcome FROM r`;
+  SELECT company_id, channel, event_type, message_id, num_part, n, at, hs, ms, err, next, outcome FROM e`;
 
 export interface DelivererOptions {
   config: Config;
@@ -229,7 +229,7 @@ export class Deliverer {
     if (free <= 0) return;
     const slots: Record<string, number> = {};
     for (const [company, e] of this.endpoints) slots[company] = Math.max(0, this.perEndpoint - e.active - e.queue.length);
-    const token = randomUUID();
+    const token = randomBytes(9).toString("base64url");
     // One statement, atomic by itself: no transaction round trips around it.
     const rows = await rawQuery<ClaimedEvent>(this.o.sequelize, CLAIM, [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token], this.o.prepare ? "notifier-claim" : undefined);
     const claimedAt = Date.now();
@@ -293,11 +293,6 @@ export class Deliverer {
     const base: OutcomeRow = {
       id: ev.id,
       token,
-      c: ev.company_id,
-      ch: ev.channel,
-      et: ev.event_type,
-      mid: ev.message_id,
-      np: ev.num_part,
       n,
       at: new Date(startedAt).toISOString(),
       hs: null,
