@@ -56,6 +56,14 @@ function pinned(address: string): LookupFunction {
   }) as unknown as LookupFunction;
 }
 
+function readExtraCa(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (e) {
+    throw new Error(`NODE_EXTRA_CA_CERTS=${file} cannot be read (${(e as NodeJS.ErrnoException).code ?? e})`);
+  }
+}
+
 /** A failure reason a partner understands, from undici's and Node's errors. */
 export function describeFailure(err: unknown): string {
   const e = err as { code?: string; name?: string; message?: string; cause?: { code?: string; message?: string } };
@@ -94,7 +102,7 @@ export class CallbackClient {
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly opts: ClientOptions) {
-    this.secureContext = opts.extraCaFile ? tls.createSecureContext({ ca: [...tls.rootCertificates, readFileSync(opts.extraCaFile, "utf8")] }) : undefined;
+    this.secureContext = opts.extraCaFile ? tls.createSecureContext({ ca: [...tls.rootCertificates, readExtraCa(opts.extraCaFile)] }) : undefined;
     this.resolve = opts.resolve ?? systemResolve;
     this.sweeper = setInterval(() => this.closeIdle(), POOL_IDLE_MS).unref();
   }
