@@ -22,7 +22,14 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
     res.setHeader("Content-Type", "application/json; charset=utf-8");
     res.end(JSON.stringify(body));
   };
-  const server = createServer(async (req, res) => {
+  const server = createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      broker.logger.error({ err }, "operator's listener failed a request");
+      if (!res.headersSent) writeProblem(res, toProblem(err, String(res.getHeader("X-Request-Id") ?? "")));
+      else res.destroy();
+    });
+  });
+  const handle = async (req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse) => {
     const requestId = tagRequest(req, res);
     const path = (req.url ?? "/").split("?")[0]!;
     const started = performance.now();
@@ -44,7 +51,7 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
     if (Object.values(checks).every((v) => v === "ok")) return json(res, { status: "ready", checks });
     const why = Object.entries(checks).filter(([, v]) => v !== "ok").map(([k, v]) => `${k} ${v}`).join(", ");
     writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", `Not ready: ${why}`, { checks }), requestId));
-  });
+  };
   server.on("clientError", answerClientError);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

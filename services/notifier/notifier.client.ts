@@ -10,8 +10,8 @@
  * - 3 s to connect (resolution included), 5 s for the answer's head; an overall deadline ends any
  *   attempt within 8.5 s, so the claim lease (NOTIFIER_LEASE_MS, at least 10 s) always outlasts it.
  * - Redirects are never followed (they count as failures); any 2xx is success.
- * - One undici Pool per (origin, address), `connections` sockets kept alive, closed after a minute
- *   unused.
+ * - One undici Pool per (account, origin, address), `connections` sockets kept alive, closed after
+ *   a minute unused.
  */
 import { lookup as dnsLookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";
@@ -26,6 +26,7 @@ export const ANSWER_TIMEOUT_MS = 5000;
 export const DEADLINE_MS = CONNECT_TIMEOUT_MS + ANSWER_TIMEOUT_MS + 500;
 export const USER_AGENT = "partner-gateway-webhooks/1.0";
 const DNS_TTL_MS = 30_000;
+const DNS_FAILURE_TTL_MS = 5_000;
 const POOL_IDLE_MS = 60_000;
 
 export interface AttemptResult {
@@ -46,6 +47,23 @@ export interface ClientOptions {
 }
 
 const systemResolve = async (host: string) => (await dnsLookup(host, { all: true, verbatim: true })).map((a) => a.address);
+
+/** `p`, or a rejection after `ms` or when `signal` aborts. */
+function withTimeout<T>(p: Promise<T>, ms: number, signal: AbortSignal): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("timeout")), ms);
+      onAbort = () => reject(new Error("aborted"));
+      signal.addEventListener("abort", onAbort, { once: true });
+    }),
+  ]).finally(() => {
+    clearTimeout(timer);
+    if (onAbort) signal.removeEventListener("abort", onAbort);
+  });
+}
 
 /** A lookup that answers only the one address that passed the check. */
 function pinned(address: string): LookupFunction {
@@ -95,7 +113,7 @@ export function describeFailure(err: unknown): string {
 
 export class CallbackClient {
   private readonly pools = new Map<string, { pool: Pool; used: number }>();
-  private readonly dns = new Map<string, { addresses: string[]; until: number }>();
+  private readonly dns = new Map<string, { addresses: string[] | null; until: number }>();
   /** Built once: a TLS context per connection would parse every root certificate again. */
   private readonly secureContext: tls.SecureContext | undefined;
   private readonly resolve: (host: string) => Promise<string[]>;
@@ -108,19 +126,25 @@ export class CallbackClient {
   }
 
   /** The checked address to connect to, or the reason there is none. */
-  private async target(host: string): Promise<{ address: string } | { error: string }> {
+  private async target(host: string, signal: AbortSignal): Promise<{ address: string } | { error: string }> {
     let addresses: string[];
     if (isIP(host)) addresses = [host];
     else {
       const cached = this.dns.get(host);
-      if (cached && cached.until > Date.now()) addresses = cached.addresses;
-      else {
-        try {
-          addresses = await this.resolve(host);
-        } catch {
+      if (cached && cached.until > Date.now()) {
+        if (!cached.addresses) return { error: `host ${host} does not resolve` };
+        addresses = cached.addresses;
+      } else {
+        // At most the connection's time: a resolver that hangs holds one attempt, not the lease.
+        const found = await withTimeout(this.resolve(host), CONNECT_TIMEOUT_MS, signal).catch(() => null);
+        if (signal.aborted) return { error: "abandoned" };
+        if (this.dns.size > 10_000) this.dns.clear();
+        if (!found || found.length === 0) {
+          // Failures are remembered briefly too, so a dead name costs one lookup, not one per event.
+          this.dns.set(host, { addresses: null, until: Date.now() + DNS_FAILURE_TTL_MS });
           return { error: `host ${host} does not resolve` };
         }
-        if (addresses.length === 0) return { error: `host ${host} does not resolve` };
+        addresses = found;
         this.dns.set(host, { addresses, until: Date.now() + DNS_TTL_MS });
       }
     }
@@ -133,8 +157,9 @@ export class CallbackClient {
     return { address: addresses[0]! };
   }
 
-  private poolFor(url: URL, host: string, address: string): Pool {
-    const key = `${url.origin}|${address}`;
+  private poolFor(account: string, url: URL, host: string, address: string): Pool {
+    // An account's own sockets: accounts that share a host never wait in each other's queue.
+    const key = `${account}|${url.origin}|${address}`;
     let entry = this.pools.get(key);
     if (!entry) {
       const pool = new Pool(url.origin, {
@@ -177,7 +202,7 @@ export class CallbackClient {
    * POSTs `body` (event JSON) to `callbackUrl`; never throws. Aborting `abort` ends it early
    * (shutdown); the client aborts it itself at the overall deadline.
    */
-  async post(callbackUrl: string, body: string, abort: AbortController = new AbortController()): Promise<AttemptResult> {
+  async post(account: string, callbackUrl: string, body: string, abort: AbortController = new AbortController()): Promise<AttemptResult> {
     const started = performance.now();
     const done = (ok: boolean, httpStatus: number | null, error: string | null): AttemptResult => ({
       ok,
@@ -187,17 +212,20 @@ export class CallbackClient {
     });
     const url = this.parse(callbackUrl);
     if (!url) return done(false, null, "the callback URL is not valid");
-    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
-    const t = await this.target(host);
-    if ("error" in t) return done(false, null, t.error);
-    // One plain timer, cleared on the answer (AbortSignal.timeout would leave one per attempt behind).
+    // The deadline covers everything, the resolution included.
     let late = false;
     const deadline = setTimeout(() => {
       late = true;
       abort.abort();
     }, DEADLINE_MS);
+    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+    const t = await this.target(host, abort.signal);
+    if ("error" in t) {
+      clearTimeout(deadline);
+      return done(false, null, abort.signal.aborted && !late ? "abandoned: the notifier stopped" : t.error);
+    }
     try {
-      const res = await this.poolFor(url, host, t.address).request({
+      const res = await this.poolFor(account, url, host, t.address).request({
         path: url.pathname + url.search,
         method: "POST",
         headers: { "content-type": "application/json", "user-agent": USER_AGENT },

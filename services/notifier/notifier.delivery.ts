@@ -61,7 +61,8 @@ interface OutcomeRow {
   hs: number | null;
   ms: number | null;
   err: string | null;
-  next: string | null;
+  /** RETRYING: ms after the outcome is written (the database's clock) that the next attempt is due. */
+  delay: number | null;
   outcome: Outcome;
 }
 
@@ -98,19 +99,21 @@ const CLAIM = `
 /**
  * The outcomes of a group of attempts, in one statement. The event's own fields of the log row come
  * from its outbox row (every part of the statement sees the rows as they were before it), which
- * keeps what crosses to the database small; an attempt whose event another replica has meanwhile
- * finished (its claim lost to an expired lease) leaves no log row.
+ * keeps what crosses to the database small. Only attempts whose claim still holds are written: one
+ * whose lease ran out (so another replica has the event now) changes nothing, in the log neither.
  */
 const RECORD = `
   WITH r AS (
-    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, n smallint, at timestamptz, hs smallint, ms integer, err text, next timestamptz, outcome text)),
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, n smallint, at timestamptz, hs smallint, ms integer, err text, delay float8, outcome text)),
+  d AS (
+    SELECT r.*, now() + make_interval(secs => r.delay / 1000) AS next FROM r),
   e AS (
-    SELECT r.*, o.company_id, o.channel, o.event_type, o.message_id, o.num_part FROM r JOIN outbox_events o ON o.id = r.id),
+    SELECT d.*, o.company_id, o.channel, o.event_type, o.message_id, o.num_part FROM d JOIN outbox_events o ON o.id = d.id AND o.claim_token = d.token),
   gone AS (
     DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
   later AS (
-    UPDATE outbox_events o SET due_at = r.next, attempts = r.n, claim_token = NULL, leased_until = NULL
-      FROM r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome = 'RETRYING' RETURNING 1)
+    UPDATE outbox_events o SET due_at = d.next, attempts = d.n, claim_token = NULL, leased_until = NULL
+      FROM d WHERE o.id = d.id AND o.claim_token = d.token AND d.outcome = 'RETRYING' RETURNING 1)
   INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
   SELECT company_id, channel, event_type, message_id, num_part, n, at, hs, ms, err, next, outcome FROM e`;
 
@@ -135,6 +138,8 @@ interface Endpoint {
 
 export class Deliverer {
   private readonly endpoints = new Map<string, Endpoint>();
+  /** Accounts with queued events that NOTIFIER_MAX_IN_FLIGHT held back, oldest first. */
+  private readonly waiting = new Set<string>();
   /** Events this replica holds a claim on (running or queued). */
   private held = 0;
   private active = 0;
@@ -164,7 +169,10 @@ export class Deliverer {
 
   start(): void {
     this.stopped = false;
-    this.poller = setInterval(() => this.wake(), this.o.config.notifierPollMs);
+    this.poller = setInterval(() => {
+      for (const company of [...this.endpoints.keys()]) this.pump(company);
+      this.wake();
+    }, this.o.config.notifierPollMs);
     this.housekeeper = setInterval(() => void this.housekeeping().catch((err) => this.o.logger.warn({ err }, "notifier housekeeping failed")), HOUSEKEEPING_MS);
     this.housekeeper.unref();
     this.wake();
@@ -182,7 +190,11 @@ export class Deliverer {
     for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
     for (const a of this.aborts.values()) a.abort.abort();
     await Promise.all(this.attempts);
-    await this.flush();
+    // The last outcomes: a few tries (an outcome not written means the event is sent again).
+    for (let i = 0; i < 5 && (this.outcomes.length > 0 || this.flushing); i++) {
+      await this.flush();
+      if (this.outcomes.length > 0) await new Promise((r) => setTimeout(r, 200));
+    }
     await this.release(abandoned);
   }
 
@@ -230,9 +242,10 @@ export class Deliverer {
     const slots: Record<string, number> = {};
     for (const [company, e] of this.endpoints) slots[company] = Math.max(0, this.perEndpoint - e.active - e.queue.length);
     const token = randomBytes(9).toString("base64url");
+    // The lease runs from the statement's start: measure from before it.
+    const claimedAt = Date.now();
     // One statement, atomic by itself: no transaction round trips around it.
     const rows = await rawQuery<ClaimedEvent>(this.o.sequelize, CLAIM, [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token], this.o.prepare ? "notifier-claim" : undefined);
-    const claimedAt = Date.now();
     const touched = new Set<string>();
     for (const ev of rows) {
       let e = this.endpoints.get(ev.company_id);
@@ -252,7 +265,13 @@ export class Deliverer {
     if (!e) return;
     const { notifierEndpointConcurrency, notifierMaxInFlight, notifierLeaseMs } = this.o.config;
     const stale: { id: string; token: string }[] = [];
-    while (e.queue.length > 0 && e.active < notifierEndpointConcurrency && this.active < notifierMaxInFlight && !this.stopped) {
+    this.waiting.delete(company);
+    while (e.queue.length > 0 && e.active < notifierEndpointConcurrency && !this.stopped) {
+      if (this.active >= notifierMaxInFlight) {
+        // The replica is full: this account waits its turn for the next free slot, whoever frees it.
+        this.waiting.add(company);
+        break;
+      }
       const q = e.queue.shift()!;
       // The lease must outlast the attempt: one that could not finish inside it is handed back instead.
       if (Date.now() - q.claimedAt > notifierLeaseMs - ATTEMPT_MAX_MS) {
@@ -279,7 +298,14 @@ export class Deliverer {
         e.active--;
         this.active--;
         this.held--;
-        this.pump(ev.company_id);
+        // The freed slot: accounts the replica's limit kept waiting go first, in turn; this one
+        // queues behind them when it has more.
+        if (e.queue.length > 0) this.waiting.add(ev.company_id);
+        for (const company of [...this.waiting]) {
+          if (this.active >= this.o.config.notifierMaxInFlight) break;
+          this.pump(company);
+        }
+        if (!this.waiting.has(ev.company_id)) this.pump(ev.company_id);
         // Claim more once an endpoint's look-ahead has run half down.
         if (e.active + e.queue.length <= this.perEndpoint / 2) this.soon();
       });
@@ -298,7 +324,7 @@ export class Deliverer {
       hs: null,
       ms: null,
       err: null,
-      next: null,
+      delay: null,
       outcome: "EXPIRED",
     };
     // A retry (never a first attempt) of a message sent over 10 days ago is not made.
@@ -306,8 +332,8 @@ export class Deliverer {
       this.record({ ...base, err: "not attempted: the message was sent over 10 days ago" });
       return;
     }
-    const r: AttemptResult = await this.o.client.post(ev.callback_url, ev.payload, abort);
-    if (this.stopped && !r.ok) return; // abandoned at shutdown: released, not counted
+    const r: AttemptResult = await this.o.client.post(ev.company_id, ev.callback_url, ev.payload, abort);
+    if (abort.signal.aborted && !r.ok) return; // abandoned at shutdown: released, not counted
     this.o.metrics.duration.observe(r.durationMs / 1000);
     if (r.ok) {
       this.o.metrics.latency.observe((Date.now() - ev.created_at_ms) / 1000);
@@ -315,9 +341,10 @@ export class Deliverer {
       return;
     }
     const baseMs = ev.channel === "SMS" ? this.o.config.notifierRetryDelaySmsMs : this.o.config.notifierRetryDelayRcsWhatsappMs;
-    const { outcome, next } = afterFailure(n, Date.now(), sentAt, baseMs);
+    const failedAt = Date.now();
+    const { outcome, next } = afterFailure(n, failedAt, sentAt, baseMs);
     const err = outcome === "EXPIRED" ? `${r.error}; not retried: the message was sent over 10 days ago` : r.error;
-    this.record({ ...base, hs: r.httpStatus, ms: r.durationMs, err, next: next === null ? null : new Date(next).toISOString(), outcome });
+    this.record({ ...base, hs: r.httpStatus, ms: r.durationMs, err, delay: next === null ? null : next - failedAt, outcome });
   }
 
   private record(row: OutcomeRow): void {

@@ -43,6 +43,8 @@ export class NotifierMetrics {
           { type: QueryTypes.SELECT },
         )
         .then((r) => r[0]!)
+        // A scrape never fails for it: with the database away, the gauges read NaN.
+        .catch(() => ({ depth: "NaN", oldest: Number.NaN }))
         .finally(() => setTimeout(() => (last = null), 100)));
     depth = new Gauge({
       name: "webhook_outbox_depth",
@@ -57,7 +59,8 @@ export class NotifierMetrics {
       help: "How long the oldest due, unclaimed event has been due (0 when none)",
       registers: [this.registry],
       async collect() {
-        oldest.set(Math.max(0, Number((await read()).oldest ?? 0)));
+        const age = (await read()).oldest;
+        oldest.set(age === null ? 0 : Number.isNaN(age) ? Number.NaN : Math.max(0, age));
       },
     });
   }

@@ -324,6 +324,39 @@ describe("isolation", () => {
   });
 });
 
+describe("the replica's own limit", () => {
+  let small: TestApp;
+  afterAll(async () => small?.stop());
+
+  it("shares NOTIFIER_MAX_IN_FLIGHT between accounts in turn: a hanging one cannot keep the slots", async () => {
+    const ca = await testCa();
+    small = await startTestApp({
+      services: ["gateway", "auth", "tracking", "notifier"],
+      config: { webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierRetryDelaySmsMs: 100, notifierPollMs: 20, notifierEndpointConcurrency: 2, notifierMaxInFlight: 2 },
+    });
+    const hang = await receiver();
+    hang.behave(() => "hang");
+    const ok = await receiver();
+    const a = await small.newAccount(["WEBHOOKS"]);
+    const b = await small.newAccount(["WEBHOOKS"]);
+    await a.api.post("/webhooks/delivery-status", { callbackUrl: hang.url() });
+    await b.api.post("/webhooks/delivery-status", { callbackUrl: ok.url() });
+    const send = async (companyId: string, n: number) => {
+      const items = Array.from({ length: n }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `${companyId}-${i}`, destination: "+351912345678", sentAt: now() }));
+      expect((await small.ingress.post("/messages", items)).status).toBe(202);
+      const receipts = items.map((m) => ({ companyId, MESSAGE_ID: m.customerMessageId, DESTINATION: m.destination, DELIVERY_STATUS: 3, DELIVERY_DATE: now() }));
+      expect((await small.ingress.post("/receipts/sms", receipts)).status).toBe(202);
+    };
+    await send(a.companyId, 6);
+    const deadline = Date.now() + 3000;
+    while (hang.seen < 2 && Date.now() < deadline) await sleep(20);
+    expect(hang.seen).toBe(2); // the replica is full of hanging attempts
+    await send(b.companyId, 2);
+    // When the hanging attempts end (5 s), the freed slots go to the waiting account first.
+    await ok.waitFor(2, 9000);
+  }, 30000);
+});
+
 describe("attempts log", () => {
   it("pages newest first, filters by message and outcome, and shows only the caller's account", async () => {
     const { a, r } = await subscribed();

@@ -26,11 +26,11 @@ describe("callback client", () => {
   it("refuses at send time a host that resolves to a non-public address, making no request", async () => {
     const c = await client(false);
     const before = r.seen;
-    const res = await c.post(r.url(), "{}");
+    const res = await c.post("acme", r.url(), "{}");
     expect(res).toMatchObject({ ok: false, httpStatus: null, error: expect.stringMatching(/refused at send time.*loopback/) });
     // A name that a later lookup (rebinding) points at a private address is refused the same way.
     const rebound = await client(false, async () => ["10.1.2.3"]);
-    expect((await rebound.post("https://hooks.example.test:8443/x", "{}")).error).toMatch(/resolves to 10\.1\.2\.3, which is a private address/);
+    expect((await rebound.post("acme", "https://hooks.example.test:8443/x", "{}")).error).toMatch(/resolves to 10\.1\.2\.3, which is a private address/);
     expect(r.seen).toBe(before);
   });
 
@@ -41,15 +41,31 @@ describe("callback client", () => {
       asked.push(host);
       return [r.host];
     });
-    const res = await c.post(`https://${RECEIVER_NAME}:${r.port}/pinned`, '{"a":1}');
+    const res = await c.post("acme", `https://${RECEIVER_NAME}:${r.port}/pinned`, '{"a":1}');
     expect(res).toMatchObject({ ok: true, httpStatus: 200, error: null });
     expect(asked).toEqual([RECEIVER_NAME]);
     expect(r.received.at(-1)!.body).toBe('{"a":1}');
   });
 
+  it("gives a resolver that hangs the connection's 3 s, and remembers the failure briefly", async () => {
+    let asked = 0;
+    const c = await client(false, () => {
+      asked++;
+      return new Promise<string[]>(() => undefined);
+    });
+    const res = await c.post("acme", "https://hangs.example.test/hook", "{}");
+    expect(res).toMatchObject({ ok: false, httpStatus: null, error: "host hangs.example.test does not resolve" });
+    expect(res.durationMs).toBeGreaterThanOrEqual(2900);
+    expect(res.durationMs).toBeLessThan(4000);
+    const again = await c.post("acme", "https://hangs.example.test/hook", "{}");
+    expect(again.error).toMatch(/does not resolve/);
+    expect(again.durationMs).toBeLessThan(100);
+    expect(asked).toBe(1);
+  });
+
   it("fails the TLS check without the local CA", async () => {
     const c = await client(true, undefined, false);
-    const res = await c.post(r.url(), "{}");
+    const res = await c.post("acme", r.url(), "{}");
     expect(res.ok).toBe(false);
     expect(res.error).toMatch(/^TLS: /);
   });
