@@ -138,7 +138,7 @@ interface Endpoint {
 
 export class Deliverer {
   private readonly endpoints = new Map<string, Endpoint>();
-  /** Accounts with queued events that NOTIFIER_MAX_IN_FLIGHT held back, oldest first. */
+  /** Accounts with queued events waiting for a slot of the replica, in turn. */
   private readonly waiting = new Set<string>();
   /** Events this replica holds a claim on (running or queued). */
   private held = 0;
@@ -170,7 +170,7 @@ export class Deliverer {
   start(): void {
     this.stopped = false;
     this.poller = setInterval(() => {
-      for (const company of [...this.endpoints.keys()]) this.pump(company);
+      for (const company of this.endpoints.keys()) this.schedule(company);
       this.wake();
     }, this.o.config.notifierPollMs);
     this.housekeeper = setInterval(() => void this.housekeeping().catch((err) => this.o.logger.warn({ err }, "notifier housekeeping failed")), HOUSEKEEPING_MS);
@@ -254,21 +254,36 @@ export class Deliverer {
       this.held++;
       touched.add(ev.company_id);
     }
-    for (const company of touched) this.pump(company);
+    for (const company of touched) this.schedule(company);
     // A full claim means more may be due: look again at once.
     if (rows.length === free) this.again = true;
   }
 
-  /** Starts the endpoint's queued events while it has free slots (and the replica too). */
+  /**
+   * Puts an account with queued events in line for the replica's slots and serves the line: the
+   * replica's limit (NOTIFIER_MAX_IN_FLIGHT) is shared in turn, so an account whose attempts hang
+   * cannot keep every slot; an account already in line keeps its place.
+   */
+  private schedule(company: string): void {
+    const e = this.endpoints.get(company);
+    if (e && e.queue.length > 0) this.waiting.add(company);
+    else if (e && e.active === 0) this.endpoints.delete(company);
+    for (const next of [...this.waiting]) {
+      if (this.active >= this.o.config.notifierMaxInFlight) break;
+      this.waiting.delete(next);
+      this.pump(next);
+    }
+  }
+
+  /** Starts the endpoint's queued events while it and the replica have free slots (called in turn by schedule). */
   private pump(company: string): void {
     const e = this.endpoints.get(company);
     if (!e) return;
     const { notifierEndpointConcurrency, notifierMaxInFlight, notifierLeaseMs } = this.o.config;
     const stale: { id: string; token: string }[] = [];
-    this.waiting.delete(company);
     while (e.queue.length > 0 && e.active < notifierEndpointConcurrency && !this.stopped) {
       if (this.active >= notifierMaxInFlight) {
-        // The replica is full: this account waits its turn for the next free slot, whoever frees it.
+        // The replica is full: back of the line, for the next free slot whoever frees it.
         this.waiting.add(company);
         break;
       }
@@ -298,14 +313,8 @@ export class Deliverer {
         e.active--;
         this.active--;
         this.held--;
-        // The freed slot: accounts the replica's limit kept waiting go first, in turn; this one
-        // queues behind them when it has more.
-        if (e.queue.length > 0) this.waiting.add(ev.company_id);
-        for (const company of [...this.waiting]) {
-          if (this.active >= this.o.config.notifierMaxInFlight) break;
-          this.pump(company);
-        }
-        if (!this.waiting.has(ev.company_id)) this.pump(ev.company_id);
+        // The freed slot goes to the accounts already waiting first; this one queues behind them.
+        this.schedule(ev.company_id);
         // Claim more once an endpoint's look-ahead has run half down.
         if (e.active + e.queue.length <= this.perEndpoint / 2) this.soon();
       });

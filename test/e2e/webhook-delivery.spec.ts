@@ -8,6 +8,7 @@ import { QueryTypes } from "sequelize";
 import { startApp, type App } from "../../lib/app";
 import { nodeRegistriesOf } from "../../lib/http-metrics";
 import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
+import { TEST_DATABASE_URL } from "../helpers/db";
 import { expectProblem } from "../helpers/expect";
 import { startReceiver, testCa, type Receiver } from "../helpers/receiver";
 
@@ -352,9 +353,11 @@ describe("the replica's own limit", () => {
     while (hang.seen < 2 && Date.now() < deadline) await sleep(20);
     expect(hang.seen).toBe(2); // the replica is full of hanging attempts
     await send(b.companyId, 2);
-    // When the hanging attempts end (5 s), the freed slots go to the waiting account first.
-    await ok.waitFor(2, 9000);
-  }, 30000);
+    // Each time a hanging attempt ends (5 s), the freed slot goes to whichever account waited
+    // longest: the accounts take turns, and the hanging one never keeps both slots.
+    await ok.waitFor(1, 7000);
+    await ok.waitFor(2, 20000);
+  }, 45000);
 });
 
 describe("attempts log", () => {
@@ -411,11 +414,17 @@ describe("accounts without a webhook, metrics", () => {
   });
 });
 
+/**
+ * Needs PostgreSQL: embedded PGlite serves every connection from one backend session, where row
+ * locks do not separate two claimants (embedded mode is one process, so one notifier, by design).
+ */
+const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
+
 describe("two notifiers", () => {
   let second: App;
   afterAll(async () => second?.stop());
 
-  it("share the outbox: every event is attempted once", async () => {
+  itWithPostgres("share the outbox: every event is attempted once", async () => {
     const ca = await testCa();
     second = await startApp(
       testConfig({ webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierPollMs: 20, notifierEndpointConcurrency: 4 }),
