@@ -8,7 +8,7 @@ import { QueryTypes } from "sequelize";
 import { startApp, type App } from "../../lib/app";
 import { nodeRegistriesOf } from "../../lib/http-metrics";
 import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
-import { TEST_DATABASE_URL } from "../helpers/db";
+import { itWithPostgres } from "../helpers/db";
 import { expectProblem } from "../helpers/expect";
 import { startReceiver, testCa, type Receiver } from "../helpers/receiver";
 
@@ -418,7 +418,6 @@ describe("accounts without a webhook, metrics", () => {
  * Needs PostgreSQL: embedded PGlite serves every connection from one backend session, where row
  * locks do not separate two claimants (embedded mode is one process, so one notifier, by design).
  */
-const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
 
 describe("two notifiers", () => {
   let second: App;

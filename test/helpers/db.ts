@@ -10,6 +10,9 @@ export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
 export const TEST_NATS_URL = process.env.TEST_NATS_URL || null;
 export const REQUIRE_REAL = process.env.REQUIRE_REAL_SERVICES === "1";
 
+/** A test that needs the real PostgreSQL; without TEST_DATABASE_URL it is listed as a todo, visibly not run. */
+export const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown, _timeout?: number) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
+
 export interface TestDatabase {
   /** postgres:// URL of the fresh database, or null for the in-memory PGlite. */
   url: string | null;

@@ -8,12 +8,11 @@ import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
-import { createTestDatabase, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, itWithPostgres, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
 import { startReceiver, testCa, type Receiver } from "../helpers/receiver";
 
 const ROOT = path.join(__dirname, "../..");
 const LEASE_MS = 10_000;
-const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
 
 let tdb: TestDatabase;
 let t: TestApp;

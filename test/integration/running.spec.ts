@@ -13,13 +13,11 @@ import { startApp } from "../../lib/app";
 import { migrate, openDatabase } from "../../lib/db";
 import { openEmbedded } from "../../lib/embedded-db";
 import { testConfig, waitForRoutes } from "../helpers/app";
-import { createPgDatabase, TEST_DATABASE_URL } from "../helpers/db";
+import { createPgDatabase, itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
 import { Http } from "../helpers/http";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
-/** Runs with TEST_DATABASE_URL; without it the test is listed as a todo, visibly not run. */
-const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
 const tmpDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "pgw-data-"));
 
 interface Run {
