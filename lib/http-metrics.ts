@@ -1,11 +1,11 @@
 /**
- * /metrics of a listener (the partner gateway, the internal ingress): HTTP request counts by route
+ * /metrics of a listener (the partner gateway, the internal ingress, a node's ops listener): HTTP request counts by route
  * and status and a latency histogram (prom-client, in a registry of the listener's own), then any
- * registries the listener adds, then Moleculer's own metrics in the Prometheus format.
+ * registries the node's services added (addNodeRegistry), then Moleculer's own metrics in the Prometheus format.
  */
-import { MetricReporters, type MetricRegistry } from "moleculer";
-import type { ServiceBroker } from "moleculer";
+import { MetricReporters, type MetricRegistry, type ServiceBroker } from "moleculer";
 import { Counter, Histogram, Registry } from "prom-client";
+import { requestMetricsOf } from "./request-metrics";
 
 const nodeRegistries = new WeakMap<ServiceBroker, Registry[]>();
 
@@ -49,12 +49,9 @@ export class HttpMetrics {
   });
   private readonly moleculer: InlinePrometheusReporter | null;
 
-  constructor(
-    metrics: MetricRegistry | null | undefined,
-    private readonly requests_: Registry | undefined,
-    /** Further registries, read at each render (services may add theirs after the listener starts). */
-    private readonly extra: () => Registry[] = () => [],
-  ) {
+  /** Everything else a listener renders comes from its broker: services may add registries after the listener starts. */
+  constructor(private readonly broker: ServiceBroker) {
+    const metrics = broker.metrics as MetricRegistry | null | undefined;
     this.moleculer = metrics ? new InlinePrometheusReporter({}) : null;
     if (metrics) this.moleculer!.init(metrics);
   }
@@ -76,8 +73,9 @@ export class HttpMetrics {
 
   async render(): Promise<string> {
     const own = await this.registry.metrics();
-    const calls = this.requests_ ? await this.requests_.metrics() : "";
-    const extra = (await Promise.all(this.extra().map((r) => r.metrics()))).join("\n");
+    const requests = requestMetricsOf(this.broker);
+    const calls = requests ? await requests.metrics() : "";
+    const extra = (await Promise.all(nodeRegistriesOf(this.broker).map((r) => r.metrics()))).join("\n");
     let mol = "";
     try {
       mol = this.moleculer ? this.moleculer.generatePrometheusResponse() : "";

@@ -9,15 +9,14 @@ import { createServer, type Server } from "node:http";
 import type { ServiceBroker } from "moleculer";
 import type { Database } from "./db";
 import { ApiError } from "./errors";
-import { HttpMetrics, nodeRegistriesOf } from "./http-metrics";
+import { HttpMetrics } from "./http-metrics";
 import { answerClientError, tagRequest, writeProblem } from "./http";
 import { toProblem } from "./problem";
-import { requestMetricsOf } from "./request-metrics";
 
 const PATHS = new Set(["/healthz/live", "/healthz/ready", "/metrics"]);
 
 export async function startOpsServer(broker: ServiceBroker, db: Database, port: number, host: string): Promise<Server> {
-  const metrics = new HttpMetrics(broker.metrics, requestMetricsOf(broker), () => nodeRegistriesOf(broker));
+  const metrics = new HttpMetrics(broker);
   const json = (res: import("node:http").ServerResponse, body: unknown) => {
     res.setHeader("Content-Type", "application/json; charset=utf-8");
     res.end(JSON.stringify(body));

@@ -14,9 +14,8 @@ import ApiGateway from "moleculer-web";
 import type { Deps } from "../../lib/deps";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
-import { HttpMetrics, nodeRegistriesOf } from "../../lib/http-metrics";
+import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
-import { requestMetricsOf } from "../../lib/request-metrics";
 import { toProblem } from "../../lib/problem";
 import { checkText } from "../../lib/text";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
@@ -293,7 +292,8 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     created(this: IngressThis) {
       this.server.on("clientError", answerClientError);
       this.ingestMetrics = new IngestMetrics();
-      this.httpMetrics = new HttpMetrics(this.broker.metrics, requestMetricsOf(this.broker), () => [this.ingestMetrics.registry, ...nodeRegistriesOf(this.broker)]);
+      addNodeRegistry(this.broker, this.ingestMetrics.registry);
+      this.httpMetrics = new HttpMetrics(this.broker);
     },
   };
 }
