@@ -11,6 +11,7 @@
  *     notifier runs; latency = event received - receipt accepted (the 202). Target: p99 < 1 s.
  *
  *   npm run bench:notifier [-- --events 100000 --rate 500 --seconds 20]
+ *   BENCH_NOTIFIER_NODE_OPTIONS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the notifier process.
  */
 import { execFile } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
