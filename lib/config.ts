@@ -3,9 +3,10 @@
  * once and freezes it; a bad variable stops the process at start with a one-line message naming it.
  */
 import Ajv from "ajv";
+import os from "node:os";
 import path from "node:path";
 
-export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier"] as const;
+export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
 export interface Config {
@@ -47,6 +48,18 @@ export interface Config {
   readonly messageRetentionDays: number;
   /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
   readonly validateResponses: boolean;
+  /** Where an exports node writes its files (default DATA_DIR/exports); a shared volume lets any exports node serve any file. */
+  readonly exportDir: string;
+  /** Worker threads (piscina) writing exports on one node; jobs beyond wait QUEUED. */
+  readonly exportWorkers: number;
+  /** HMAC key of download URLs; null: generated once into DATA_DIR (one node only). */
+  readonly exportSigningKey: string | null;
+  /** Seconds a download URL stays valid. */
+  readonly exportUrlTtlS: number;
+  /** Seconds a finished export's file is kept; then it is deleted and the job reads EXPIRED. */
+  readonly exportRetentionS: number;
+  /** How long a running export stays with its node without a heartbeat before another node runs it again. */
+  readonly exportLeaseMs: number;
 }
 
 /** One row per variable: its name, the config field, its JSON schema and its default (README and k8s follow it). */
@@ -80,12 +93,19 @@ export const VARIABLES = {
   IMPORT_DIR: { field: "importDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
   MESSAGE_RETENTION_DAYS: { field: "messageRetentionDays", schema: { type: "integer", minimum: 1, maximum: 36500 }, default: 400 },
+  EXPORT_DIR: { field: "exportDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  // null: the cores of this machine but one (at least one), leaving a core to the service's own thread.
+  EXPORT_WORKERS: { field: "exportWorkers", schema: { type: ["integer", "null"], minimum: 1, maximum: 64 }, default: null },
+  EXPORT_SIGNING_KEY: { field: "exportSigningKey", schema: { type: ["string", "null"], minLength: 32 }, default: null },
+  EXPORT_URL_TTL_S: { field: "exportUrlTtlS", schema: { type: "integer", minimum: 10, maximum: 604800 }, default: 900 },
+  EXPORT_RETENTION_S: { field: "exportRetentionS", schema: { type: "integer", minimum: 10, maximum: 31536000 }, default: 86400 },
+  EXPORT_LEASE_MS: { field: "exportLeaseMs", schema: { type: "integer", minimum: 3000, maximum: 3600000 }, default: 60000 },
 } as const;
 
 export type EnvName = keyof typeof VARIABLES;
 
 /** Never echoed in an error message (they may carry passwords or tokens). */
-const SECRET_VARIABLES = new Set<string>(["INTERNAL_TOKEN", "DATABASE_URL", "TRANSPORTER"]);
+const SECRET_VARIABLES = new Set<string>(["INTERNAL_TOKEN", "DATABASE_URL", "TRANSPORTER", "EXPORT_SIGNING_KEY"]);
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -126,6 +146,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   out.services = [...new Set(services)];
   out.dataDir = path.resolve(String(out.dataDir));
   out.importDir = path.resolve(out.importDir == null ? path.join(String(out.dataDir), "imports") : String(out.importDir));
+  out.exportDir = path.resolve(out.exportDir == null ? path.join(String(out.dataDir), "exports") : String(out.exportDir));
+  if (out.exportWorkers == null) out.exportWorkers = Math.max(1, os.availableParallelism() - 1);
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
   if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
 
@@ -133,6 +155,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (config.transporter && !config.databaseUrl && opts.runsServices !== false) {
     throw new ConfigError(
       "Cluster mode refused: TRANSPORTER is set but DATABASE_URL is not; every node of a cluster must share one PostgreSQL (set DATABASE_URL=postgres://...)",
+    );
+  }
+  if (config.transporter && !config.exportSigningKey && config.services.includes("exports") && opts.runsServices !== false) {
+    throw new ConfigError(
+      "Cluster mode refused: TRANSPORTER is set but EXPORT_SIGNING_KEY is not; every exports node must sign download URLs with the same key (set EXPORT_SIGNING_KEY to 32 or more random characters)",
     );
   }
   return Object.freeze(config);

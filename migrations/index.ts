@@ -10,6 +10,7 @@ import * as m0004 from "./20261122-0004-contact-imports";
 import * as m0005 from "./20261122-0005-tracking";
 import * as m0006 from "./20261123-0006-webhooks";
 import * as m0007 from "./20261123-0007-webhook-delivery";
+import * as m0008 from "./20261123-0008-exports";
 
 export interface Migration {
   name: string;
@@ -25,4 +26,5 @@ export const migrations: Migration[] = [
   { name: "20261122-0005-tracking", ...m0005 },
   { name: "20261123-0006-webhooks", ...m0006 },
   { name: "20261123-0007-webhook-delivery", ...m0007 },
+  { name: "20261123-0008-exports", ...m0008 },
 ];

@@ -4,6 +4,7 @@ import type { ServiceName } from "../lib/config";
 import type { Deps } from "../lib/deps";
 import { createAuthService } from "./auth/auth.service";
 import { createContactsService } from "./contacts/contacts.service";
+import { createExportsService } from "./exports/exports.service";
 import { createGatewayService } from "./gateway/gateway.service";
 import { createNotifierService } from "./notifier/notifier.service";
 import { createTrackingService } from "./tracking/tracking.service";
@@ -15,4 +16,5 @@ export const SERVICE_FACTORIES: Record<ServiceName, (deps: Deps) => ServiceSchem
   contacts: createContactsService,
   tracking: createTrackingService,
   notifier: createNotifierService,
+  exports: createExportsService,
 };

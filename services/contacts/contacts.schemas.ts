@@ -144,7 +144,7 @@ export const contactFilterProperties = {
   listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Contacts in any of these lists." },
 } as const;
 
-const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
+export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
 
 export const listContactsIn = {
   $id: "ListContactsIn",

@@ -10,6 +10,7 @@ import http from "node:http";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import os from "node:os";
 import path from "node:path";
+import { Readable } from "node:stream";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { API_KEY_RE, hashApiKey } from "../../lib/api-key";
@@ -30,6 +31,7 @@ import { HttpMetrics } from "../../lib/http-metrics";
 import { coerceStrings, mergeParams } from "./gateway.params";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { TokenBuckets } from "./gateway.ratelimit";
+import { decodeForClient } from "./gateway.encoding";
 
 
 /** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
@@ -148,9 +150,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           authentication: true,
           mergeParams: true,
           callOptions: { timeout: config.requestTimeoutMs },
-          onAfterCall(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, _res: ServerResponse, data: unknown) {
+          onAfterCall(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse, data: unknown) {
             this.checkResponse(req, ctx.meta.$statusCode ?? 200, data);
-            return data;
+            // moleculer-web sends $location with 201 and redirects only; a 202 names its job too.
+            const location = (ctx.meta as { $location?: string }).$location;
+            if (location && ctx.meta.$statusCode === 202) res.setHeader("Location", location);
+            return data instanceof Readable ? decodeForClient(req, ctx.meta, data) : data;
           },
         },
         { name: "ops", path: "/", mappingPolicy: "restrict", bodyParsers: false, aliases: ops },
@@ -418,6 +423,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         this.checkResponse(req, status, data);
         const location = (ctx.meta as { $location?: string }).$location;
         await this.storeAnswer(companyId, key, status, data, location ? { Location: location } : {}, sealer);
+        if (location && status === 202) res.setHeader("Location", location);
         this.sendResponse(req, res, data, (req.$endpoint as { action: unknown }).action);
         return true;
       },
@@ -483,6 +489,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (schema === undefined) throw new Error(`${req.$action.name} answered ${status}, which it does not declare`);
         if (schema === null) {
           if (data != null) throw new Error(`${req.$action.name} answered a body with ${status}, declared without one`);
+          return;
+        }
+        if (data instanceof Readable) {
+          if (schema.format !== "binary") throw new Error(`${req.$action.name} answered a stream where its schema declares JSON`);
           return;
         }
         const validate = compileSchema(schema);

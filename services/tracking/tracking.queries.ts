@@ -6,6 +6,7 @@ import { QueryTypes, type Sequelize } from "sequelize";
 import { CHANNELS, statusByCode, statusByName, type Channel } from "../../lib/channels";
 import { badRequest } from "../../lib/errors";
 import type { HistoryIn, HistoryItemOut, HistoryOut, MessageStatusOut } from "./tracking.schemas";
+import { dateError } from "./tracking.ingress";
 import { iso } from "./tracking.store";
 
 interface StatusRow {
@@ -102,23 +103,45 @@ function decodeCursor(raw: string): Cursor {
  * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
  * index that starts with the filter's equality columns (company, then destination or campaign).
  */
-export async function historyPage(sequelize: Sequelize, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
-  const where = ["m.company_id = $1", "m.sent_at IS NOT NULL"];
-  const bind: unknown[] = [companyId];
-  const add = (sql: (n: string) => string, value: unknown) => {
-    bind.push(value);
-    where.push(sql(`$${bind.length}`));
-  };
-  const allowed = q.channel ? [q.channel] : channels;
-  if (allowed.length < CHANNELS.length) add((n) => `m.channel = ANY (${n}::text[])`, allowed);
-  if (q.status) add((n) => `m.status_code = ${n}`, statusByName(q.status)!.code);
-  if (q.destination) add((n) => `m.destination = ${n}`, q.destination);
-  if (q.campaignId) {
-    add((n) => `m.campaign_id = ${n}`, q.campaignId);
-    where.push("m.campaign_id IS NOT NULL");
+/** The history filters (GET /messages/history, its export and delivery reports). */
+export type HistoryFilters = Pick<HistoryIn, "channel" | "status" | "destination" | "campaignId" | "from" | "to">;
+
+/** `from` and `to` must be dates PostgreSQL can store, `from` before `to` (400 otherwise). */
+export function checkHistoryRange(q: HistoryFilters): void {
+  for (const field of ["from", "to"] as const) {
+    const bad = dateError(q[field], field);
+    if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
   }
-  if (q.from) add((n) => `m.sent_at >= ${n}::timestamptz`, new Date(q.from).toISOString());
-  if (q.to) add((n) => `m.sent_at < ${n}::timestamptz`, new Date(q.to).toISOString());
+  if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to)) throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
+}
+
+/**
+ * The history filters as SQL conditions on `messages m` of one account. `param` places each value:
+ * a bind placeholder for a query, an inlined literal for a COPY (which takes no parameters).
+ */
+export function historyConditions(companyId: string, channels: readonly Channel[], q: HistoryFilters, param: (value: unknown, cast: string) => string): string[] {
+  const where = [`m.company_id = ${param(companyId, "text")}`];
+  const allowed = q.channel ? [q.channel] : channels;
+  if (allowed.length < CHANNELS.length) where.push(`m.channel = ANY (${param(allowed, "text[]")})`);
+  if (q.status) where.push(`m.status_code = ${param(statusByName(q.status)!.code, "smallint")}`);
+  if (q.destination) where.push(`m.destination = ${param(q.destination, "text")}`);
+  if (q.campaignId) where.push(`m.campaign_id = ${param(q.campaignId, "text")}`, "m.campaign_id IS NOT NULL");
+  if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
+  if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
+  return where;
+}
+
+/**
+ * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
+ * index that starts with the filter's equality columns (company, then destination or campaign).
+ */
+export async function historyPage(sequelize: Sequelize, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
+  const bind: unknown[] = [];
+  const param = (value: unknown, cast: string) => {
+    bind.push(value);
+    return `$${bind.length}::${cast}`;
+  };
+  const where = [...historyConditions(companyId, channels, q, param), "m.sent_at IS NOT NULL"];
   if (q.cursor) {
     const c = decodeCursor(q.cursor);
     bind.push(c.s, c.i);

@@ -11,8 +11,8 @@ import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { badRequest } from "../../lib/errors";
 import { DbMixin } from "../../mixins/db.mixin";
-import { dateError, IngressMixin, parseIngest } from "./tracking.ingress";
-import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
+import { IngressMixin, parseIngest } from "./tracking.ingress";
+import { checkHistoryRange, historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
   historyIn,
   historyOut,
@@ -116,13 +116,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         responses: { 200: historyOut },
         errors: [400],
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
-          const q = ctx.params;
-          for (const field of ["from", "to"] as const) {
-            const bad = dateError(q[field], field);
-            if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
-          }
-          if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to)) throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
-          return historyPage(sequelize, ctx.meta.companyId, keyChannels(ctx.meta), q);
+          checkHistoryRange(ctx.params);
+          return historyPage(sequelize, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params);
         },
       }),
 

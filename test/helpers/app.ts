@@ -49,12 +49,19 @@ export interface TestAppOptions {
   db?: Database;
 }
 
+/** One key for every node of a test cluster (as operators set EXPORT_SIGNING_KEY). */
+export const TEST_SIGNING_KEY = randomBytes(32).toString("base64url");
+
 export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("hex")}`;
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return loadConfig(
     { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_PRETTY: "false" },
-    { port: 0, internalPort: 0, host: "127.0.0.1", validateResponses: true, importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")), ...overrides },
+    { port: 0, internalPort: 0, host: "127.0.0.1", validateResponses: true, importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")),
+      exportDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-exports-")),
+      exportSigningKey: TEST_SIGNING_KEY,
+      ...overrides,
+    },
   );
 }
 

@@ -1,3 +1,4 @@
+import os from "node:os";
 import path from "node:path";
 import { ConfigError, loadConfig } from "../../lib/config";
 
@@ -11,7 +12,7 @@ describe("loadConfig", () => {
       databaseUrl: null,
       dataDir: path.resolve("./data"),
       transporter: null,
-      services: ["gateway", "auth", "contacts", "tracking", "notifier"],
+      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports"],
       publicBaseUrl: "http://localhost:3000",
       notifierRetryDelaySmsMs: 300000,
       notifierRetryDelayRcsWhatsappMs: 600000,
@@ -20,7 +21,13 @@ describe("loadConfig", () => {
       logLevel: "info",
       rateLimitRps: 50,
       messageRetentionDays: 400,
+      exportDir: path.resolve("./data/exports"),
+      exportSigningKey: null,
+      exportUrlTtlS: 900,
+      exportRetentionS: 86400,
+      exportLeaseMs: 60000,
     });
+    expect(c.exportWorkers).toBe(Math.max(1, os.availableParallelism() - 1));
     expect(Object.isFrozen(c)).toBe(true);
   });
 
@@ -69,6 +76,24 @@ describe("loadConfig", () => {
 
   it("refuses cluster mode without DATABASE_URL", () => {
     expect(() => loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222" })).toThrow(/TRANSPORTER is set but DATABASE_URL is not/);
-    expect(loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db" }).transporter).toBe("nats://127.0.0.1:4222");
+    expect(loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db", SERVICES: "gateway,auth" }).transporter).toBe("nats://127.0.0.1:4222");
+  });
+
+  it("refuses an exports node in a cluster without EXPORT_SIGNING_KEY (every node must sign alike)", () => {
+    const cluster = { TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db" };
+    expect(() => loadConfig({ ...cluster, SERVICES: "exports" })).toThrow(/EXPORT_SIGNING_KEY/);
+    expect(loadConfig({ ...cluster, SERVICES: "gateway" }).exportSigningKey).toBeNull();
+    expect(loadConfig({ ...cluster, SERVICES: "exports", EXPORT_SIGNING_KEY: "k".repeat(32) }).exportSigningKey).toBe("k".repeat(32));
+    // Embedded (one process): the key is generated into DATA_DIR.
+    expect(loadConfig({ SERVICES: "exports" }).exportSigningKey).toBeNull();
+  });
+
+  it("reads the exports settings and refuses bad ones, never echoing the signing key", () => {
+    const c = loadConfig({ EXPORT_DIR: "/srv/exports", EXPORT_WORKERS: "3", EXPORT_URL_TTL_S: "60", EXPORT_RETENTION_S: "3600", EXPORT_LEASE_MS: "5000" });
+    expect([c.exportDir, c.exportWorkers, c.exportUrlTtlS, c.exportRetentionS, c.exportLeaseMs]).toEqual(["/srv/exports", 3, 60, 3600, 5000]);
+    for (const [name, value] of [["EXPORT_WORKERS", "0"], ["EXPORT_URL_TTL_S", "1"], ["EXPORT_LEASE_MS", "100"], ["EXPORT_RETENTION_S", "x"]]) {
+      expect(() => loadConfig({ [name!]: value })).toThrow(new RegExp(name!));
+    }
+    expect(() => loadConfig({ EXPORT_SIGNING_KEY: "too-short-secret" })).toThrow(/EXPORT_SIGNING_KEY=\(value not shown\)/);
   });
 });

@@ -20,7 +20,7 @@ const known = new Set(Object.keys(VARIABLES));
 it("sets only variables the service reads", () => {
   const configMap = base.find((d) => d.kind === "ConfigMap");
   for (const name of Object.keys(configMap.data)) expect({ name, known: known.has(name) }).toEqual({ name, known: true });
-  for (const d of base.filter((x) => x.kind === "Deployment")) {
+  for (const d of base.filter((x) => ["Deployment", "StatefulSet"].includes(x.kind))) {
     for (const c of d.spec.template.spec.containers) {
       for (const e of c.env ?? []) expect({ name: e.name, known: known.has(e.name) }).toEqual({ name: e.name, known: true });
     }
@@ -29,7 +29,7 @@ it("sets only variables the service reads", () => {
 
 it("runs every service somewhere, and only services that exist", () => {
   const run = base
-    .filter((d) => d.kind === "Deployment")
+    .filter((d) => ["Deployment", "StatefulSet"].includes(d.kind))
     .flatMap((d) => d.spec.template.spec.containers.flatMap((c: any) => (c.env ?? []).filter((e: any) => e.name === "SERVICES").flatMap((e: any) => String(e.value).split(","))));
   for (const s of run) expect(ALL_SERVICES).toContain(s);
   expect([...new Set(run)].sort()).toEqual([...ALL_SERVICES].sort());

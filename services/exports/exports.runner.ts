@@ -1,0 +1,288 @@
+/**
+ * Runs export jobs on one exports node: claims QUEUED jobs (and PROCESSING ones whose node stopped
+ * renewing its lease) from the database, at most EXPORT_WORKERS at a time and one per account at a
+ * time across the cluster, runs each on the piscina pool (exports.worker.ts), keeps their leases
+ * alive, records the outcome, and sweeps expired files. The database is the queue: a job waits
+ * QUEUED there, not in memory, so nothing is lost when a node stops or dies.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, rm } from "node:fs/promises";
+import path from "node:path";
+import { Piscina } from "piscina";
+import { QueryTypes, type Sequelize } from "sequelize";
+import type { Config } from "../../lib/config";
+import { ApiError } from "../../lib/errors";
+import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
+import { contactExportSql, messageExportSql } from "./exports.sql";
+import type { ExportResult, ExportTask } from "./exports.worker";
+
+/** Runs of one job before it ends FAILED (a worker that died, a node that died, a failed query). */
+export const MAX_ATTEMPTS = 3;
+const POLL_MS = 1000;
+const SWEEP_MS = 60_000;
+/** A finished file's name: `<id>.<run>.csv.gz`; a file being written: `<id>.<run>.<random>.tmp`. */
+const FILE_RE = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(\d{1,9})\.(csv\.gz|[0-9a-f]{12}\.tmp)$/;
+
+export const fileName = (id: string, run: number) => `${id}.${run}.csv.gz`;
+
+interface ClaimedJob {
+  id: string;
+  company_id: string;
+  type: ExportType;
+  filters: Record<string, unknown>;
+  run: number;
+  attempts: number;
+}
+
+interface Active {
+  job: ClaimedJob;
+  abort: AbortController;
+  tmpPath: string;
+}
+
+export class ExportRunner {
+  private pool: Piscina | null = null;
+  private readonly active = new Map<string, Active>();
+  private timers: NodeJS.Timeout[] = [];
+  private claiming: Promise<void> | null = null;
+  private again = false;
+  private stopping = false;
+
+  constructor(
+    private readonly config: Config,
+    private readonly sequelize: Sequelize,
+    private readonly dbUrl: string,
+    private readonly nodeId: string,
+    private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void },
+  ) {}
+
+  get dir(): string {
+    return this.config.exportDir;
+  }
+
+  /** The worker threads (tests reach in to kill one mid-export). */
+  get threads() {
+    return this.pool?.threads ?? [];
+  }
+
+  async start(): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    const every = (ms: number, fn: () => Promise<unknown>, what: string) => {
+      const t = setInterval(() => fn().catch((err) => this.log.warn({ err }, `${what} failed`)), ms);
+      t.unref();
+      this.timers.push(t);
+    };
+    every(POLL_MS, async () => this.kick(), "export claim");
+    every(Math.floor(this.config.exportLeaseMs / 3), () => this.heartbeat(), "export heartbeat");
+    every(SWEEP_MS, () => this.sweep(), "export sweep");
+    this.kick();
+    this.sweep().catch((err) => this.log.warn({ err }, "export sweep failed"));
+  }
+
+  /** Looks for work now (a job was just queued here); repeated calls while a claim runs coalesce. */
+  kick(): void {
+    if (this.stopping) return;
+    if (this.claiming) {
+      this.again = true;
+      return;
+    }
+    this.claiming = this.claimAll()
+      .catch((err) => this.log.warn({ err }, "export claim failed"))
+      .finally(() => {
+        this.claiming = null;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  private async claimAll(): Promise<void> {
+    // Jobs whose node died on their last allowed attempt end here, whichever node notices.
+    await this.sequelize.query(
+      `UPDATE export_jobs SET status = 'FAILED', completed_at = now(), node_id = NULL, leased_until = NULL,
+              error = 'The export was interrupted ${MAX_ATTEMPTS} times (its node stopped); run it again with POST /exports/{exportId}.'
+        WHERE status = 'PROCESSING' AND leased_until < now() AND attempts >= ${MAX_ATTEMPTS}`,
+    );
+    while (!this.stopping && this.active.size < this.config.exportWorkers) {
+      const job = await this.claimOne();
+      if (!job) return;
+      this.launch(job);
+    }
+  }
+
+  /**
+   * The oldest job waiting (or abandoned) of an account that has no export running: one export per
+   * account at a time, so one account's burst never holds every worker of the cluster.
+   */
+  private async claimOne(): Promise<ClaimedJob | null> {
+    const [row] = await this.sequelize.query<ClaimedJob>(
+      `WITH next AS (
+         SELECT j.id FROM export_jobs j
+          WHERE (j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND j.leased_until < now()))
+            AND NOT EXISTS (SELECT 1 FROM export_jobs p
+                             WHERE p.company_id = j.company_id AND p.id <> j.id AND p.status = 'PROCESSING' AND p.leased_until >= now())
+          ORDER BY j.created_at, j.id
+          LIMIT 1
+          FOR UPDATE SKIP LOCKED)
+       UPDATE export_jobs j
+          SET status = 'PROCESSING', node_id = $1, leased_until = now() + $2::integer * interval '1 millisecond',
+              attempts = j.attempts + 1, started_at = now()
+         FROM next WHERE j.id = next.id
+       RETURNING j.id, j.company_id, j.type, j.filters, j.run, j.attempts`,
+      { bind: [this.nodeId, this.config.exportLeaseMs], type: QueryTypes.SELECT },
+    );
+    return row ?? null;
+  }
+
+  private workers(): Piscina {
+    if (!this.pool) {
+      const filename = path.resolve(__dirname, `exports.worker${path.extname(__filename)}`);
+      // TypeScript sources (npm start, tests) are loaded through tsx in the worker too.
+      const tsx = filename.endsWith(".ts") && !process.execArgv.some((a) => a.includes("tsx")) ? ["--import", "tsx"] : [];
+      this.pool = new Piscina({
+        filename,
+        minThreads: 0,
+        maxThreads: this.config.exportWorkers,
+        idleTimeout: 60_000,
+        execArgv: [...process.execArgv, ...tsx],
+        // The worker holds a few buffers in flight, never rows: a small heap keeps memory flat.
+        resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 16 },
+      });
+    }
+    return this.pool;
+  }
+
+  private launch(job: ClaimedJob): void {
+    const entry: Active = { job, abort: new AbortController(), tmpPath: path.join(this.dir, `${job.id}.${job.run}.${randomBytes(6).toString("hex")}.tmp`) };
+    this.active.set(job.id, entry);
+    this.runJob(entry)
+      .catch((err) => this.log.error({ err, exportId: job.id }, "export bookkeeping failed"))
+      .finally(() => {
+        this.active.delete(job.id);
+        this.kick();
+      });
+  }
+
+  private async runJob({ job, abort, tmpPath }: Active): Promise<void> {
+    const started = Date.now();
+    let sql: string;
+    try {
+      sql =
+        job.type === "CONTACTS"
+          ? await contactExportSql(this.sequelize, job.company_id, job.filters as ContactExportIn)
+          : messageExportSql(job.type, job.company_id, job.filters as MessageExportIn);
+    } catch (err) {
+      // The filters were valid when the job was made; one no longer is (a custom field was removed).
+      if (!(err instanceof ApiError)) throw err;
+      const fields = ((err.data as { errors?: Array<{ path: string; message: string }> } | undefined)?.errors ?? []).map((e) => `${e.path} ${e.message}`);
+      await this.finish(job, "FAILED", null, [err.message, ...fields].join(" "));
+      return;
+    }
+    const finalPath = path.join(this.dir, fileName(job.id, job.run));
+    const task: ExportTask = { url: this.dbUrl, sql, tmpPath, finalPath };
+    let result: ExportResult;
+    try {
+      result = (await this.workers().run(task, { signal: abort.signal })) as ExportResult;
+    } catch (err) {
+      await rm(tmpPath, { force: true });
+      if (this.stopping || abort.signal.aborted) return; // handed back at stop, or taken from us (regenerated, lease lost)
+      const died = /terminat|exit/i.test((err as Error).message);
+      this.log.warn({ err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts }, "export run failed");
+      const why = died ? "the export worker stopped" : "the file could not be written";
+      if (job.attempts < MAX_ATTEMPTS) await this.finish(job, "QUEUED", null, `Attempt ${job.attempts} of ${MAX_ATTEMPTS} failed (${why}); it is retried.`);
+      else await this.finish(job, "FAILED", null, `The export failed ${MAX_ATTEMPTS} times (last: ${why}); run it again with POST /exports/{exportId}.`);
+      return;
+    }
+    const kept = await this.finish(job, "COMPLETED", result, null);
+    if (!kept) await rm(finalPath, { force: true });
+    else this.log.info({ exportId: job.id, type: job.type, rows: result.rowCount, bytes: result.bytes, ms: Date.now() - started }, "export completed");
+  }
+
+  /** Records a run's outcome while the job is still this node's run; false when it no longer is. */
+  private async finish(job: ClaimedJob, status: "COMPLETED" | "FAILED" | "QUEUED", result: ExportResult | null, error: string | null): Promise<boolean> {
+    const rows = await this.sequelize.query<{ id: string }>(
+      `UPDATE export_jobs
+          SET status = $4::text, node_id = CASE WHEN $4::text = 'COMPLETED' THEN node_id END, leased_until = NULL,
+              row_count = $5::bigint, file_bytes = $6::bigint, error = $7::text,
+              completed_at = CASE WHEN $4::text = 'QUEUED' THEN NULL ELSE now() END,
+              expires_at = CASE WHEN $4::text = 'COMPLETED' THEN now() + $8::integer * interval '1 second' END
+        WHERE id = $1::uuid AND run = $2::integer AND node_id = $3::text AND status = 'PROCESSING'
+       RETURNING id`,
+      {
+        bind: [job.id, job.run, this.nodeId, status, result?.rowCount ?? null, result?.bytes ?? null, error, this.config.exportRetentionS],
+        type: QueryTypes.SELECT,
+      },
+    );
+    return rows.length === 1;
+  }
+
+  /** Renews the leases of the runs in progress; a run whose job is no longer ours is stopped. */
+  private async heartbeat(): Promise<void> {
+    if (this.active.size === 0) return;
+    const ids = [...this.active.keys()];
+    const rows = await this.sequelize.query<{ id: string; run: number }>(
+      `UPDATE export_jobs SET leased_until = now() + $3::integer * interval '1 millisecond'
+        WHERE id = ANY ($1::uuid[]) AND node_id = $2 AND status = 'PROCESSING' RETURNING id, run`,
+      { bind: [ids, this.nodeId, this.config.exportLeaseMs], type: QueryTypes.SELECT },
+    );
+    const ours = new Map(rows.map((r) => [r.id, Number(r.run)]));
+    for (const [id, a] of this.active) {
+      if (ours.get(id) !== a.job.run) {
+        this.log.warn({ exportId: id }, "export no longer held by this node; its run is stopped");
+        a.abort.abort();
+      }
+    }
+  }
+
+  /**
+   * Completed jobs past their expiry become EXPIRED; every file of EXPORT_DIR that no job needs any
+   * more (expired, regenerated, failed, a temporary file of a dead run) is deleted.
+   */
+  async sweep(): Promise<void> {
+    await this.sequelize.query(`UPDATE export_jobs SET status = 'EXPIRED', node_id = NULL WHERE status = 'COMPLETED' AND expires_at <= now()`);
+    let names: string[];
+    try {
+      names = (await readdir(this.dir)).filter((n) => FILE_RE.test(n));
+    } catch {
+      return;
+    }
+    if (names.length === 0) return;
+    const ids = [...new Set(names.map((n) => FILE_RE.exec(n)![1]!))];
+    const jobs = await this.sequelize.query<{ id: string; run: number; status: string }>("SELECT id, run, status FROM export_jobs WHERE id = ANY ($1::uuid[])", {
+      bind: [ids],
+      type: QueryTypes.SELECT,
+    });
+    const byId = new Map(jobs.map((j) => [j.id, j]));
+    const doomed = names.filter((n) => {
+      const [, id, run, kind] = FILE_RE.exec(n)!;
+      const job = byId.get(id!);
+      if (kind === "csv.gz") return !(job && job.status === "COMPLETED" && Number(job.run) === Number(run));
+      if (this.active.get(id!)?.tmpPath === path.join(this.dir, n)) return false;
+      // Another node's run in progress (a shared EXPORT_DIR) keeps its temporary file.
+      return !(job && job.status === "PROCESSING" && Number(job.run) === Number(run));
+    });
+    await Promise.all(doomed.map((n) => rm(path.join(this.dir, n), { force: true })));
+  }
+
+  /** Stops claiming, stops the runs in progress and hands their jobs back at once (QUEUED, the attempt not counted). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    for (const t of this.timers) clearInterval(t);
+    await this.claiming?.catch(() => undefined);
+    const mine = [...this.active.values()];
+    for (const a of mine) a.abort.abort();
+    if (mine.length > 0) {
+      await this.sequelize
+        .query(
+          `UPDATE export_jobs SET status = 'QUEUED', node_id = NULL, leased_until = NULL, attempts = greatest(attempts - 1, 0)
+            WHERE id = ANY ($1::uuid[]) AND node_id = $2 AND status = 'PROCESSING'`,
+          { bind: [mine.map((a) => a.job.id), this.nodeId] },
+        )
+        .catch((err) => this.log.warn({ err }, "could not hand exports back"));
+    }
+    await this.pool?.destroy().catch(() => undefined);
+    this.pool = null;
+    await Promise.all(mine.map((a) => rm(a.tmpPath, { force: true })));
+  }
+}

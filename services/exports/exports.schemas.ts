@@ -1,0 +1,122 @@
+/**
+ * Export jobs on the wire (spec part 2 Export job, part 4 Exports; contract section 4).
+ */
+import { pageSchema, pagingProperties } from "../../lib/paging";
+import { CONTACT_SORTS, contactFilterProperties, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.schemas";
+import { historyFilterProperties } from "../tracking/tracking.schemas";
+import type { HistoryFilters } from "../tracking/tracking.queries";
+
+export const EXPORT_TYPES = ["CONTACTS", "DELIVERY_REPORTS", "MESSAGE_HISTORY"] as const;
+export type ExportType = (typeof EXPORT_TYPES)[number];
+export const EXPORT_STATUSES = ["QUEUED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"] as const;
+export type ExportStatus = (typeof EXPORT_STATUSES)[number];
+
+const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+const exportId = { type: "string", pattern: UUID, examples: ["6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"] };
+const nullableDate = { type: "string", format: "date-time", nullable: true };
+
+export interface ExportOut {
+  exportId: string;
+  type: ExportType;
+  status: ExportStatus;
+  isAvailableForDownload: boolean;
+  rowCount: number | null;
+  createdAt: string;
+  completedAt: string | null;
+  expiresAt: string | null;
+  error: string | null;
+}
+
+export const exportOut = {
+  $id: "ExportJob",
+  type: "object",
+  additionalProperties: false,
+  required: ["exportId", "type", "status", "isAvailableForDownload", "rowCount", "createdAt", "completedAt", "expiresAt", "error"],
+  properties: {
+    exportId,
+    type: { type: "string", enum: [...EXPORT_TYPES] },
+    status: {
+      type: "string",
+      enum: [...EXPORT_STATUSES],
+      description: "QUEUED (waiting for a worker), PROCESSING, COMPLETED (the file can be downloaded until expiresAt), FAILED (see error) or EXPIRED (the file was deleted; POST /exports/{exportId} runs it again).",
+    },
+    isAvailableForDownload: { type: "boolean", description: "True while the file can be downloaded (status COMPLETED); it reverts to false when the file expires." },
+    rowCount: { type: "integer", minimum: 0, nullable: true, description: "Data rows in the file (the header row not counted); null until the run completes." },
+    createdAt: { type: "string", format: "date-time" },
+    completedAt: { ...nullableDate, description: "When the last run completed (or failed)." },
+    expiresAt: { ...nullableDate, description: "When the file is deleted (EXPORT_RETENTION_S after completion)." },
+    error: { type: "string", nullable: true, description: "Why the last run failed (FAILED), or why an attempt was retried." },
+  },
+};
+
+export const exportPage = pageSchema("ExportJobPage", exportOut);
+
+export const listExportsIn = {
+  $id: "ListExportsIn",
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    page: pagingProperties([], "").page,
+    limit: pagingProperties([], "").limit,
+  },
+};
+
+export const exportIdIn = { $id: "ExportIdIn", type: "object", additionalProperties: false, required: ["exportId"], properties: { exportId } };
+
+export interface ExportLinkOut {
+  exportId: string;
+  downloadUrl: string;
+  expiresAt: string;
+}
+
+export const exportLinkOut = {
+  $id: "ExportDownload",
+  type: "object",
+  additionalProperties: false,
+  required: ["exportId", "downloadUrl", "expiresAt"],
+  properties: {
+    exportId,
+    downloadUrl: {
+      type: "string",
+      format: "uri",
+      description: "Signed, time-limited URL of the CSV file (UTF-8, header row); no API key needed. Answers gzip when the client accepts it.",
+    },
+    expiresAt: { type: "string", format: "date-time", description: "When the URL stops working (EXPORT_URL_TTL_S from now, never after the file's own expiry)." },
+  },
+};
+
+export type ContactExportIn = ContactFilters & { sortBy?: ContactSort; sortOrder?: "asc" | "desc" };
+
+const { sortBy, sortOrder } = pagingProperties(CONTACT_SORTS, "fullName");
+export const contactExportIn = {
+  $id: "ContactExportIn",
+  type: "object",
+  additionalProperties: false,
+  description: "The filters of GET /contacts (combined with AND; `customFields.<key>` for a declared custom field) and its sort. An empty body exports every contact.",
+  properties: { ...contactFilterProperties, sortBy, sortOrder },
+  patternProperties: customFieldFilter,
+};
+
+export type MessageExportIn = HistoryFilters;
+
+export const messageExportIn = {
+  $id: "MessageExportIn",
+  type: "object",
+  additionalProperties: false,
+  description: "The filters of GET /messages/history, every channel (the export is authorised by EXPORTS). An empty body exports everything kept.",
+  properties: { ...historyFilterProperties },
+};
+
+export const downloadIn = {
+  $id: "ExportFileIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["exportId", "expires", "signature"],
+  properties: {
+    exportId: { type: "string", maxLength: 200 },
+    expires: { type: "string", maxLength: 200 },
+    signature: { type: "string", maxLength: 200 },
+  },
+};
+
+export const downloadOut = { type: "string", format: "binary", contentMediaType: "text/csv", description: "The CSV file, streamed (Content-Disposition: attachment)." };

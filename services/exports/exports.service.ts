@@ -1,0 +1,325 @@
+/**
+ * exports: asynchronous CSV exports of contacts, delivery reports and the message history (spec
+ * parts 1, 2 and 4; contract section 4). Creating a job answers 202 at once; an exports node runs it
+ * (exports.runner.ts) and partners poll GET /exports until it is available, then ask GET
+ * /exports/{exportId} for a signed, time-limited URL that needs no key.
+ *
+ * Files stay on the node that wrote them (EXPORT_DIR, a volume); a download reaching another node
+ * is streamed from the writer through Moleculer (the job records its node), so any gateway replica
+ * serves any file. With a shared EXPORT_DIR every exports node reads the file directly.
+ */
+import { randomUUID } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { stat } from "node:fs/promises";
+import path from "node:path";
+import type { Readable } from "node:stream";
+import type { Context, Service, ServiceSchema } from "moleculer";
+import { QueryTypes } from "sequelize";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import type { Deps } from "../../lib/deps";
+import { ApiError } from "../../lib/errors";
+import { toPage, type Page } from "../../lib/paging";
+import { checkHistoryRange } from "../tracking/tracking.queries";
+import { ExportRunner, fileName } from "./exports.runner";
+import {
+  contactExportIn,
+  downloadIn,
+  downloadOut,
+  exportIdIn,
+  exportLinkOut,
+  exportOut,
+  exportPage,
+  listExportsIn,
+  messageExportIn,
+  type ContactExportIn,
+  type ExportLinkOut,
+  type ExportOut,
+  type ExportStatus,
+  type ExportType,
+  type MessageExportIn,
+} from "./exports.schemas";
+import { signingKey, UrlSigner } from "./exports.signing";
+import { contactExportSql } from "./exports.sql";
+
+interface JobRow {
+  id: string;
+  company_id: string;
+  type: ExportType;
+  status: ExportStatus;
+  run: number;
+  node_id: string | null;
+  row_count: string | null;
+  file_bytes: string | null;
+  error: string | null;
+  created_at: Date;
+  completed_at: Date | null;
+  expires_at: Date | null;
+}
+
+const JOB_COLUMNS = "id, company_id, type, status, run, node_id, row_count, file_bytes, error, created_at, completed_at, expires_at";
+const iso = (d: Date | null) => (d ? new Date(d).toISOString() : null);
+
+/** Available: COMPLETED and not past its expiry (the sweeper may not have run yet). */
+const available = (r: JobRow) => r.status === "COMPLETED" && r.expires_at !== null && new Date(r.expires_at).getTime() > Date.now();
+
+function toExportOut(r: JobRow): ExportOut {
+  const ok = available(r);
+  return {
+    exportId: r.id,
+    type: r.type,
+    status: r.status === "COMPLETED" && !ok ? "EXPIRED" : r.status,
+    isAvailableForDownload: ok,
+    rowCount: r.row_count === null ? null : Number(r.row_count),
+    createdAt: iso(r.created_at)!,
+    completedAt: iso(r.completed_at),
+    expiresAt: iso(r.expires_at),
+    error: r.error,
+  };
+}
+
+const FILE_TITLES: Record<ExportType, string> = { CONTACTS: "contacts", DELIVERY_REPORTS: "delivery-reports", MESSAGE_HISTORY: "message-history" };
+
+interface ExportsVars {
+  runner: ExportRunner;
+  signer: UrlSigner;
+  createJob(ctx: Context<unknown, AuthMeta & { $location?: string }>, type: ExportType, filters: object): Promise<ExportOut>;
+  jobOf(companyId: string | null, id: string): Promise<JobRow | null>;
+  openFile(ctx: Context, job: JobRow): Promise<Readable>;
+}
+type ExportsThis = Service<ApiServiceSettings> & ExportsVars;
+type Ctx<P> = Context<P, AuthMeta & { $location?: string; $responseType?: string }>;
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, ExportsVars> {
+  const { config, db } = deps;
+  const sequelize = db.sequelize;
+  const notFound = (id: string) => new ApiError("EXPORT_NOT_FOUND", `No export ${id} in this account.`);
+  const refused = (why: string) => new ApiError("DOWNLOAD_REFUSED", why);
+
+  return {
+    name: "exports",
+    settings: { rest: "/" },
+
+    actions: {
+      contacts: apiAction({
+        rest: "POST /exports/contacts",
+        operation: "EXPORTS",
+        summary: "Export contacts (CSV)",
+        description:
+          "Queues an export of the account's contacts: every contact field, then one `customFields.<key>` column per declared custom field. The body takes the filters and sort of GET /contacts. Answers 202 with the job; poll GET /exports.",
+        params: contactExportIn,
+        responses: { 202: exportOut },
+        errors: [400],
+        async handler(this: ExportsThis, ctx: Ctx<ContactExportIn>) {
+          // Checked now (unknown custom fields, bad values: 400), built again when the job runs.
+          await contactExportSql(sequelize, ctx.meta.companyId, ctx.params);
+          return this.createJob(ctx, "CONTACTS", ctx.params);
+        },
+      }),
+
+      deliveryReports: apiAction({
+        rest: "POST /exports/delivery-reports",
+        operation: "EXPORTS",
+        summary: "Export delivery reports (CSV)",
+        description:
+          "Queues an export of the messages that have a receipt (final status), newest receipt first, with their status fields, parts, price and campaign. The body takes the filters of GET /messages/history, on every channel. Answers 202 with the job.",
+        params: messageExportIn,
+        responses: { 202: exportOut },
+        errors: [400],
+        async handler(this: ExportsThis, ctx: Ctx<MessageExportIn>) {
+          checkHistoryRange(ctx.params);
+          return this.createJob(ctx, "DELIVERY_REPORTS", ctx.params);
+        },
+      }),
+
+      history: apiAction({
+        rest: "POST /messages/history/export",
+        operation: "EXPORTS",
+        summary: "Export the message history (CSV)",
+        description:
+          "Queues an export of the sent messages with their status fields, text and campaign, newest first, as GET /messages/history lists them (its filters, every channel). Answers 202 with a job of type MESSAGE_HISTORY.",
+        params: messageExportIn,
+        responses: { 202: exportOut },
+        errors: [400],
+        async handler(this: ExportsThis, ctx: Ctx<MessageExportIn>) {
+          checkHistoryRange(ctx.params);
+          return this.createJob(ctx, "MESSAGE_HISTORY", ctx.params);
+        },
+      }),
+
+      list: apiAction({
+        rest: "GET /exports",
+        operation: "EXPORTS",
+        summary: "Export jobs",
+        description: "The account's export jobs, newest first. Poll every 5 to 10 seconds until `isAvailableForDownload` is true, then call GET /exports/{exportId}.",
+        params: listExportsIn,
+        responses: { 200: exportPage },
+        errors: [400],
+        async handler(ctx: Ctx<{ page: number; limit: number }>): Promise<Page<ExportOut>> {
+          const { page, limit } = ctx.params;
+          const [rows, [count]] = await Promise.all([
+            sequelize.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM export_jobs WHERE company_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`, {
+              bind: [ctx.meta.companyId, limit, page * limit],
+              type: QueryTypes.SELECT,
+            }),
+            sequelize.query<{ total: string }>("SELECT count(*) AS total FROM export_jobs WHERE company_id = $1", { bind: [ctx.meta.companyId], type: QueryTypes.SELECT }),
+          ]);
+          return toPage(rows.map(toExportOut), Number(count!.total), page, limit);
+        },
+      }),
+
+      get: apiAction({
+        rest: "GET /exports/:exportId",
+        operation: "EXPORTS",
+        summary: "Download URL of an export",
+        description: `Once the export is available: a signed URL of its file, valid ${config.exportUrlTtlS} s (EXPORT_URL_TTL_S) and never past the file's expiry; each call gives a fresh one. 409 while the export is queued, running, failed or expired.`,
+        params: exportIdIn,
+        responses: { 200: exportLinkOut },
+        errors: [400, 404, 409],
+        async handler(this: ExportsThis, ctx: Ctx<{ exportId: string }>): Promise<ExportLinkOut> {
+          const job = await this.jobOf(ctx.meta.companyId, ctx.params.exportId);
+          if (!job) throw notFound(ctx.params.exportId);
+          if (!available(job)) {
+            const status = toExportOut(job).status;
+            const why =
+              status === "FAILED"
+                ? `The export failed: ${job.error ?? "see its error"}`
+                : status === "EXPIRED"
+                  ? "The export's file has expired; POST /exports/{exportId} runs it again."
+                  : `The export is ${status}; poll GET /exports until isAvailableForDownload is true.`;
+            throw new ApiError("EXPORT_NOT_READY", why, { status });
+          }
+          // Whole seconds (the URL carries seconds), never past the file's own expiry.
+          const until = Math.min(Date.now() + config.exportUrlTtlS * 1000, new Date(job.expires_at!).getTime());
+          const expiresAt = new Date(Math.floor(until / 1000) * 1000);
+          return { exportId: job.id, downloadUrl: this.signer.url(job.id, job.run, expiresAt), expiresAt: expiresAt.toISOString() };
+        },
+      }),
+
+      regenerate: apiAction({
+        rest: "POST /exports/:exportId",
+        operation: "EXPORTS",
+        summary: "Run an export again",
+        description:
+          "Starts a fresh run of the same export (same type and filters, today's data) and answers 202 with the job; URLs of the earlier file stop working. A job still queued or running is answered as it is (that run is the fresh one).",
+        params: exportIdIn,
+        responses: { 202: exportOut },
+        errors: [400, 404],
+        async handler(this: ExportsThis, ctx: Ctx<{ exportId: string }>): Promise<ExportOut> {
+          const { companyId } = ctx.meta;
+          const [row] = await sequelize.query<JobRow>(
+            `UPDATE export_jobs
+                SET status = 'QUEUED', run = run + 1, attempts = 0, node_id = NULL, leased_until = NULL, row_count = NULL, file_bytes = NULL,
+                    error = NULL, started_at = NULL, completed_at = NULL, expires_at = NULL
+              WHERE id = $1 AND company_id = $2 AND status NOT IN ('QUEUED', 'PROCESSING')
+             RETURNING ${JOB_COLUMNS}`,
+            { bind: [ctx.params.exportId, companyId], type: QueryTypes.SELECT },
+          );
+          const job = row ?? (await this.jobOf(companyId, ctx.params.exportId));
+          if (!job) throw notFound(ctx.params.exportId);
+          if (row) this.runner.kick();
+          ctx.meta.$statusCode = 202;
+          ctx.meta.$location = `${API_PREFIX}/exports/${job.id}`;
+          return toExportOut(job);
+        },
+      }),
+
+      /** The signed download: no key; 403 for an altered or expired URL; the file streamed as stored (gzip). */
+      download: apiAction({
+        rest: "GET /exports/:exportId/download/:expires/:signature",
+        operation: null,
+        summary: "Download an export file (signed URL)",
+        description:
+          "The URL given by GET /exports/{exportId}; needs no key. 403 once it has expired or when any part of it was changed. The CSV (UTF-8, header row) is sent gzip-encoded to clients that accept gzip, plain otherwise.",
+        params: downloadIn,
+        responses: { 200: downloadOut },
+        errors: [403, 404, 503],
+        async handler(this: ExportsThis, ctx: Ctx<{ exportId: string; expires: string; signature: string }>): Promise<Readable> {
+          const { exportId, expires, signature } = ctx.params;
+          // Nothing about the export is told before the signature holds: every refusal looks alike.
+          const job = UUID_RE.test(exportId) ? await this.jobOf(null, exportId.toLowerCase()) : null;
+          if (!job || exportId !== job.id || !this.signer.verify(job.id, job.run, expires, signature)) throw refused("The download URL is not valid.");
+          if (Number(expires) * 1000 <= Date.now()) throw refused("The download URL has expired; GET /exports/{exportId} gives a fresh one.");
+          if (!available(job)) throw refused("The export's file has expired; POST /exports/{exportId} runs it again.");
+          const stream = await this.openFile(ctx, job);
+          const day = iso(job.completed_at)!.slice(0, 10);
+          ctx.meta.$responseType = "text/csv; charset=utf-8";
+          ctx.meta.$responseHeaders = {
+            "Content-Disposition": `attachment; filename="${FILE_TITLES[job.type]}-${day}-${job.id.slice(0, 8)}.csv"`,
+            "Content-Encoding": "gzip",
+            "Content-Length": String(job.file_bytes),
+            "Cache-Control": "private, no-store",
+            "X-Content-Type-Options": "nosniff",
+          };
+          return stream;
+        },
+      }),
+
+      /** The bytes of a file this node holds: how another node streams a download it cannot read itself. */
+      file: {
+        visibility: "public",
+        params: { exportId: { type: "uuid" }, run: { type: "number", integer: true, positive: true } },
+        async handler(this: ExportsThis, ctx: Context<{ exportId: string; run: number }>): Promise<Readable> {
+          const file = path.join(config.exportDir, fileName(ctx.params.exportId, ctx.params.run));
+          if (!(await stat(file).catch(() => null))) throw new ApiError("EXPORT_FILE_GONE", "The export file is no longer on its node; POST /exports/{exportId} runs it again.");
+          return createReadStream(file, { highWaterMark: 256 * 1024 });
+        },
+      },
+
+      /** REPL: `call exports.sweep` expires and deletes what is due now. */
+      sweep: {
+        visibility: "public",
+        async handler(this: ExportsThis) {
+          await this.runner.sweep();
+          return { ok: true };
+        },
+      },
+    },
+
+    methods: {
+      async createJob(this: ExportsThis, ctx: Ctx<unknown>, type: ExportType, filters: object): Promise<ExportOut> {
+        const [row] = await sequelize.query<JobRow>(
+          `INSERT INTO export_jobs (id, company_id, type, filters, status) VALUES ($1, $2, $3, $4, 'QUEUED') RETURNING ${JOB_COLUMNS}`,
+          { bind: [randomUUID(), ctx.meta.companyId, type, JSON.stringify(filters)], type: QueryTypes.SELECT },
+        );
+        this.runner.kick();
+        ctx.meta.$statusCode = 202;
+        ctx.meta.$location = `${API_PREFIX}/exports/${row!.id}`;
+        return toExportOut(row!);
+      },
+
+      /** One job (of the account, when `companyId` is given). */
+      async jobOf(companyId: string | null, id: string): Promise<JobRow | null> {
+        const [row] = await sequelize.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM export_jobs WHERE id = $1${companyId === null ? "" : " AND company_id = $2"}`, {
+          bind: companyId === null ? [id] : [id, companyId],
+          type: QueryTypes.SELECT,
+        });
+        return row ?? null;
+      },
+
+      /** The file here (this node wrote it, or EXPORT_DIR is shared), else from the node that wrote it. */
+      async openFile(this: ExportsThis, ctx: Context, job: JobRow): Promise<Readable> {
+        const local = path.join(config.exportDir, fileName(job.id, job.run));
+        if (await stat(local).catch(() => null)) return createReadStream(local, { highWaterMark: 256 * 1024 });
+        if (!job.node_id || job.node_id === this.broker.nodeID || !this.broker.registry.nodes.get(job.node_id)?.available) {
+          throw new ApiError("EXPORT_FILE_GONE", "The export file is not reachable (its node is gone); POST /exports/{exportId} runs it again.");
+        }
+        return (await ctx.call("exports.file", { exportId: job.id, run: job.run }, { nodeID: job.node_id, timeout: 0 })) as Readable;
+      },
+    },
+
+    created(this: ExportsThis) {
+      this.signer = new UrlSigner(signingKey(config), config.publicBaseUrl);
+      this.runner = new ExportRunner(config, sequelize, db.url, this.broker.nodeID, this.logger);
+    },
+
+    async started(this: ExportsThis) {
+      await this.runner.start();
+    },
+
+    async stopped(this: ExportsThis) {
+      await this.runner.stop();
+    },
+  };
+}
