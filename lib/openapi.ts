@@ -264,13 +264,13 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
         responses[status] = { description: STATUS_CODES[Number(status)] ?? "Success", headers };
       } else {
         const s = toOas(schema, components);
-        // A file (format binary) goes out as its own media type, with no JSON example.
+        // A file (format binary) goes out as its own media type.
         const binary = schema.format === "binary";
         const type = (schema.contentType as string | undefined) ?? (binary ? ((schema.contentMediaType as string | undefined) ?? "application/octet-stream") : "application/json");
         responses[status] = {
           description: STATUS_CODES[Number(status)] ?? "Success",
           headers,
-          content: { [type]: binary ? { schema: s } : { schema: s, example: sampleOf(s, components) } },
+          content: { [type]: { schema: s, example: sampleOf(s, components) } },
         };
       }
     }

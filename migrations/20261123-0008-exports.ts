@@ -8,7 +8,7 @@ import type { Sequelize } from "sequelize";
  * QUEUED until an exports node claims it: PROCESSING, `node_id` the claimant, `leased_until` kept
  * ahead by the node's heartbeat; a job whose lease ran out (its node died) is claimed again, at most
  * `attempts` 3 times in all. COMPLETED jobs name the node whose EXPORT_DIR holds the file
- * (`<id>.<run>.csv.gz`) and `expires_at`, when the sweeper deletes it and the job reads EXPIRED.
+ * (`file_name`, `<id>.<run>.<attempt token>.csv.gz`: every attempt writes a file of its own) and `expires_at`, when the sweeper deletes it and the job reads EXPIRED.
  *
  * `csv_cell(text)`: the formula-injection rule of the contract, applied by PostgreSQL inside the
  * export's COPY: a cell beginning with =, +, -, @, tab or carriage return gets a leading '.
@@ -27,6 +27,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       node_id       text,
       leased_until  timestamptz,
       row_count     bigint,
+      file_name     text,
       file_bytes    bigint,
       error         text,
       created_at    timestamptz NOT NULL DEFAULT now(),

@@ -20,10 +20,12 @@ import type { ExportResult, ExportTask } from "./exports.worker";
 export const MAX_ATTEMPTS = 3;
 const POLL_MS = 1000;
 const SWEEP_MS = 60_000;
-/** A finished file's name: `<id>.<run>.csv.gz`; a file being written: `<id>.<run>.<random>.tmp`. */
-const FILE_RE = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(\d{1,9})\.(csv\.gz|[0-9a-f]{12}\.tmp)$/;
-
-export const fileName = (id: string, run: number) => `${id}.${run}.csv.gz`;
+/**
+ * Every attempt writes files of its own, `<id>.<run>.<token>.tmp` renamed to `<id>.<run>.<token>.csv.gz`,
+ * so that two attempts of one run (a lease lost and taken over, on a shared EXPORT_DIR) never touch
+ * each other's file; the job names the one that completed (`file_name`).
+ */
+export const FILE_RE = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(\d{1,9})\.([0-9a-f]{12})\.(csv\.gz|tmp)$/;
 
 interface ClaimedJob {
   id: string;
@@ -38,6 +40,7 @@ interface Active {
   job: ClaimedJob;
   abort: AbortController;
   tmpPath: string;
+  finalPath: string;
 }
 
 export class ExportRunner {
@@ -122,6 +125,8 @@ export class ExportRunner {
           WHERE (j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND j.leased_until < now()))
             AND NOT EXISTS (SELECT 1 FROM export_jobs p
                              WHERE p.company_id = j.company_id AND p.id <> j.id AND p.status = 'PROCESSING' AND p.leased_until >= now())
+            -- Two nodes claiming at once would each miss the other's uncommitted claim: one account, one claimant.
+            AND pg_try_advisory_xact_lock(hashtext('pgw-export:' || j.company_id))
           ORDER BY j.created_at, j.id
           LIMIT 1
           FOR UPDATE SKIP LOCKED)
@@ -154,7 +159,8 @@ export class ExportRunner {
   }
 
   private launch(job: ClaimedJob): void {
-    const entry: Active = { job, abort: new AbortController(), tmpPath: path.join(this.dir, `${job.id}.${job.run}.${randomBytes(6).toString("hex")}.tmp`) };
+    const base = path.join(this.dir, `${job.id}.${job.run}.${randomBytes(6).toString("hex")}`);
+    const entry: Active = { job, abort: new AbortController(), tmpPath: `${base}.tmp`, finalPath: `${base}.csv.gz` };
     this.active.set(job.id, entry);
     this.runJob(entry)
       .catch((err) => this.log.error({ err, exportId: job.id }, "export bookkeeping failed"))
@@ -164,7 +170,7 @@ export class ExportRunner {
       });
   }
 
-  private async runJob({ job, abort, tmpPath }: Active): Promise<void> {
+  private async runJob({ job, abort, tmpPath, finalPath }: Active): Promise<void> {
     const started = Date.now();
     let sql: string;
     try {
@@ -179,13 +185,12 @@ export class ExportRunner {
       await this.finish(job, "FAILED", null, [err.message, ...fields].join(" "));
       return;
     }
-    const finalPath = path.join(this.dir, fileName(job.id, job.run));
     const task: ExportTask = { url: this.dbUrl, sql, tmpPath, finalPath };
     let result: ExportResult;
     try {
       result = (await this.workers().run(task, { signal: abort.signal })) as ExportResult;
     } catch (err) {
-      await rm(tmpPath, { force: true });
+      await Promise.all([rm(tmpPath, { force: true }), rm(finalPath, { force: true })]);
       if (this.stopping || abort.signal.aborted) return; // handed back at stop, or taken from us (regenerated, lease lost)
       const died = /terminat|exit/i.test((err as Error).message);
       this.log.warn({ err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts }, "export run failed");
@@ -194,23 +199,23 @@ export class ExportRunner {
       else await this.finish(job, "FAILED", null, `The export failed ${MAX_ATTEMPTS} times (last: ${why}); run it again with POST /exports/{exportId}.`);
       return;
     }
-    const kept = await this.finish(job, "COMPLETED", result, null);
+    const kept = await this.finish(job, "COMPLETED", result, null, path.basename(finalPath));
     if (!kept) await rm(finalPath, { force: true });
     else this.log.info({ exportId: job.id, type: job.type, rows: result.rowCount, bytes: result.bytes, ms: Date.now() - started }, "export completed");
   }
 
   /** Records a run's outcome while the job is still this node's run; false when it no longer is. */
-  private async finish(job: ClaimedJob, status: "COMPLETED" | "FAILED" | "QUEUED", result: ExportResult | null, error: string | null): Promise<boolean> {
+  private async finish(job: ClaimedJob, status: "COMPLETED" | "FAILED" | "QUEUED", result: ExportResult | null, error: string | null, file: string | null = null): Promise<boolean> {
     const rows = await this.sequelize.query<{ id: string }>(
       `UPDATE export_jobs
           SET status = $4::text, node_id = CASE WHEN $4::text = 'COMPLETED' THEN node_id END, leased_until = NULL,
-              row_count = $5::bigint, file_bytes = $6::bigint, error = $7::text,
+              row_count = $5::bigint, file_bytes = $6::bigint, error = $7::text, file_name = $9::text,
               completed_at = CASE WHEN $4::text = 'QUEUED' THEN NULL ELSE now() END,
               expires_at = CASE WHEN $4::text = 'COMPLETED' THEN now() + $8::integer * interval '1 second' END
         WHERE id = $1::uuid AND run = $2::integer AND node_id = $3::text AND status = 'PROCESSING'
        RETURNING id`,
       {
-        bind: [job.id, job.run, this.nodeId, status, result?.rowCount ?? null, result?.bytes ?? null, error, this.config.exportRetentionS],
+        bind: [job.id, job.run, this.nodeId, status, result?.rowCount ?? null, result?.bytes ?? null, error, this.config.exportRetentionS, file],
         type: QueryTypes.SELECT,
       },
     );
@@ -220,18 +225,18 @@ export class ExportRunner {
   /** Renews the leases of the runs in progress; a run whose job is no longer ours is stopped. */
   private async heartbeat(): Promise<void> {
     if (this.active.size === 0) return;
-    const ids = [...this.active.keys()];
+    const runs = [...this.active.values()];
     const rows = await this.sequelize.query<{ id: string; run: number }>(
       `UPDATE export_jobs SET leased_until = now() + $3::integer * interval '1 millisecond'
         WHERE id = ANY ($1::uuid[]) AND node_id = $2 AND status = 'PROCESSING' RETURNING id, run`,
-      { bind: [ids, this.nodeId, this.config.exportLeaseMs], type: QueryTypes.SELECT },
+      { bind: [runs.map((a) => a.job.id), this.nodeId, this.config.exportLeaseMs], type: QueryTypes.SELECT },
     );
     const ours = new Map(rows.map((r) => [r.id, Number(r.run)]));
-    for (const [id, a] of this.active) {
-      if (ours.get(id) !== a.job.run) {
-        this.log.warn({ exportId: id }, "export no longer held by this node; its run is stopped");
-        a.abort.abort();
-      }
+    // Only the runs this renewal covered (one claimed meanwhile is not judged by it).
+    for (const a of runs) {
+      if (this.active.get(a.job.id) !== a || ours.get(a.job.id) === a.job.run) continue;
+      this.log.warn({ exportId: a.job.id }, "export no longer held by this node; its run is stopped");
+      a.abort.abort();
     }
   }
 
@@ -249,18 +254,20 @@ export class ExportRunner {
     }
     if (names.length === 0) return;
     const ids = [...new Set(names.map((n) => FILE_RE.exec(n)![1]!))];
-    const jobs = await this.sequelize.query<{ id: string; run: number; status: string }>("SELECT id, run, status FROM export_jobs WHERE id = ANY ($1::uuid[])", {
+    const jobs = await this.sequelize.query<{ id: string; run: number; status: string; file_name: string | null }>("SELECT id, run, status, file_name FROM export_jobs WHERE id = ANY ($1::uuid[])", {
       bind: [ids],
       type: QueryTypes.SELECT,
     });
     const byId = new Map(jobs.map((j) => [j.id, j]));
+    const mine = new Set([...this.active.values()].flatMap((a) => [a.tmpPath, a.finalPath]));
     const doomed = names.filter((n) => {
-      const [, id, run, kind] = FILE_RE.exec(n)!;
+      const [, id, run] = FILE_RE.exec(n)!;
       const job = byId.get(id!);
-      if (kind === "csv.gz") return !(job && job.status === "COMPLETED" && Number(job.run) === Number(run));
-      if (this.active.get(id!)?.tmpPath === path.join(this.dir, n)) return false;
-      // Another node's run in progress (a shared EXPORT_DIR) keeps its temporary file.
-      return !(job && job.status === "PROCESSING" && Number(job.run) === Number(run));
+      if (mine.has(path.join(this.dir, n))) return false;
+      if (job?.status === "COMPLETED") return job.file_name !== n;
+      // A run in progress (here or, on a shared EXPORT_DIR, on another node) keeps its files, the
+      // renamed one too until its outcome is written.
+      return !(job?.status === "PROCESSING" && Number(job.run) === Number(run));
     });
     await Promise.all(doomed.map((n) => rm(path.join(this.dir, n), { force: true })));
   }

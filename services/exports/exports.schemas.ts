@@ -113,10 +113,17 @@ export const downloadIn = {
   additionalProperties: false,
   required: ["exportId", "expires", "signature"],
   properties: {
-    exportId: { type: "string", maxLength: 200 },
-    expires: { type: "string", maxLength: 200 },
-    signature: { type: "string", maxLength: 200 },
+    // No length limits: whatever was altered is a 403 from the signature check, never a 400.
+    exportId: { type: "string" },
+    expires: { type: "string" },
+    signature: { type: "string" },
   },
 };
 
-export const downloadOut = { type: "string", format: "binary", contentMediaType: "text/csv", description: "The CSV file, streamed (Content-Disposition: attachment)." };
+export const downloadOut = {
+  type: "string",
+  format: "binary",
+  contentMediaType: "text/csv",
+  description: "The CSV file, streamed (Content-Disposition: attachment).",
+  examples: ["customerMessageId,channel,destination,sentAt,deliveryStatus,statusCode,description,deliveryDate,readAt,text,campaignId,totalParts,price,simulation\norder-1,SMS,'+351912345678,2026-11-20T10:00:00.000Z,DELIVERED,3,delivered,2026-11-20T10:00:04.000Z,,Your code is 1234,,1,0.045,false\n"],
+};

@@ -20,7 +20,7 @@ import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
 import { checkHistoryRange } from "../tracking/tracking.queries";
-import { ExportRunner, fileName } from "./exports.runner";
+import { ExportRunner, FILE_RE } from "./exports.runner";
 import {
   contactExportIn,
   downloadIn,
@@ -48,6 +48,7 @@ interface JobRow {
   status: ExportStatus;
   run: number;
   node_id: string | null;
+  file_name: string | null;
   row_count: string | null;
   file_bytes: string | null;
   error: string | null;
@@ -56,7 +57,7 @@ interface JobRow {
   expires_at: Date | null;
 }
 
-const JOB_COLUMNS = "id, company_id, type, status, run, node_id, row_count, file_bytes, error, created_at, completed_at, expires_at";
+const JOB_COLUMNS = "id, company_id, type, status, run, node_id, file_name, row_count, file_bytes, error, created_at, completed_at, expires_at";
 const iso = (d: Date | null) => (d ? new Date(d).toISOString() : null);
 
 /** Available: COMPLETED and not past its expiry (the sweeper may not have run yet). */
@@ -210,7 +211,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
           const { companyId } = ctx.meta;
           const [row] = await sequelize.query<JobRow>(
             `UPDATE export_jobs
-                SET status = 'QUEUED', run = run + 1, attempts = 0, node_id = NULL, leased_until = NULL, row_count = NULL, file_bytes = NULL,
+                SET status = 'QUEUED', run = run + 1, attempts = 0, node_id = NULL, leased_until = NULL, row_count = NULL, file_bytes = NULL, file_name = NULL,
                     error = NULL, started_at = NULL, completed_at = NULL, expires_at = NULL
               WHERE id = $1 AND company_id = $2 AND status NOT IN ('QUEUED', 'PROCESSING')
              RETURNING ${JOB_COLUMNS}`,
@@ -259,10 +260,11 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** The bytes of a file this node holds: how another node streams a download it cannot read itself. */
       file: {
         visibility: "public",
-        params: { exportId: { type: "uuid" }, run: { type: "number", integer: true, positive: true } },
-        async handler(this: ExportsThis, ctx: Context<{ exportId: string; run: number }>): Promise<Readable> {
-          const file = path.join(config.exportDir, fileName(ctx.params.exportId, ctx.params.run));
-          if (!(await stat(file).catch(() => null))) throw new ApiError("EXPORT_FILE_GONE", "The export file is no longer on its node; POST /exports/{exportId} runs it again.");
+        params: { fileName: { type: "string", max: 100 } },
+        async handler(this: ExportsThis, ctx: Context<{ fileName: string }>): Promise<Readable> {
+          const name = ctx.params.fileName;
+          const file = FILE_RE.test(name) && name.endsWith(".csv.gz") ? path.join(config.exportDir, name) : null;
+          if (!file || !(await stat(file).catch(() => null))) throw new ApiError("EXPORT_FILE_GONE", "The export file is no longer on its node; POST /exports/{exportId} runs it again.");
           return createReadStream(file, { highWaterMark: 256 * 1024 });
         },
       },
@@ -300,12 +302,14 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
 
       /** The file here (this node wrote it, or EXPORT_DIR is shared), else from the node that wrote it. */
       async openFile(this: ExportsThis, ctx: Context, job: JobRow): Promise<Readable> {
-        const local = path.join(config.exportDir, fileName(job.id, job.run));
+        const name = job.file_name;
+        if (!name || !FILE_RE.test(name)) throw new ApiError("EXPORT_FILE_GONE", "The export file is not available; POST /exports/{exportId} runs it again.");
+        const local = path.join(config.exportDir, name);
         if (await stat(local).catch(() => null)) return createReadStream(local, { highWaterMark: 256 * 1024 });
         if (!job.node_id || job.node_id === this.broker.nodeID || !this.broker.registry.nodes.get(job.node_id)?.available) {
           throw new ApiError("EXPORT_FILE_GONE", "The export file is not reachable (its node is gone); POST /exports/{exportId} runs it again.");
         }
-        return (await ctx.call("exports.file", { exportId: job.id, run: job.run }, { nodeID: job.node_id, timeout: 0 })) as Readable;
+        return (await ctx.call("exports.file", { fileName: name }, { nodeID: job.node_id, timeout: 0 })) as Readable;
       },
     },
 

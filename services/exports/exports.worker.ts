@@ -35,11 +35,21 @@ try {
   // not permitted here: run at the normal priority
 }
 
+/** The longest an export's COPY may run (2 hours): past it, the run fails and is retried. */
+const MAX_RUN_MS = 2 * 3600_000;
+
 /** Fast gzip: the file is written at the speed PostgreSQL produces it; level 1 still shrinks CSV 4-6x. */
 const GZIP_LEVEL = 1;
 
 export default async function runExport(task: ExportTask): Promise<ExportResult> {
-  const client = new pg.Client({ connectionString: task.url, application_name: "partner-gateway-export" });
+  const client = new pg.Client({
+    connectionString: task.url,
+    application_name: "partner-gateway-export",
+    client_encoding: "UTF8",
+    // A dead peer (failover, partition) is noticed, and no export runs for ever.
+    keepAlive: true,
+    statement_timeout: MAX_RUN_MS,
+  });
   await client.connect();
   let written = false;
   try {

@@ -4,7 +4,7 @@
  * gzip, and is decoded here, as it streams, for those that do not.
  */
 import type { IncomingMessage } from "node:http";
-import type { Readable } from "node:stream";
+import { pipeline, type Readable } from "node:stream";
 import { createGunzip } from "node:zlib";
 import Negotiator from "negotiator";
 
@@ -19,8 +19,6 @@ export function decodeForClient(req: IncomingMessage, meta: { $responseHeaders?:
   if (acceptsGzip(req)) return data;
   delete headers["Content-Encoding"];
   delete headers["Content-Length"];
-  const gunzip = createGunzip();
-  data.once("error", (err) => gunzip.destroy(err));
-  gunzip.once("close", () => data.destroy());
-  return data.pipe(gunzip);
+  // pipeline: an error or an early close on either side ends both (moleculer-web logs what reaches it).
+  return pipeline(data, createGunzip(), () => undefined);
 }

@@ -5,7 +5,7 @@
  */
 import { parse } from "csv-parse/sync";
 import { randomUUID } from "node:crypto";
-import { existsSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { gunzipSync } from "node:zlib";
@@ -72,6 +72,12 @@ async function exportAndDownload(a: Account, createPath: string, body: unknown =
   const rows: string[][] = parse(file.body, { bom: false, relax_column_count: false });
   return { job, link: link.body, file, header: rows[0]!, rows: rows.slice(1) };
 }
+
+/** The file of an export's completed run in the test node's EXPORT_DIR. */
+const fileOf = (exportId: string) => {
+  const name = readdirSync(t.config.exportDir).find((n) => n.startsWith(`${exportId}.`) && n.endsWith(".csv.gz"));
+  return name ? path.join(t.config.exportDir, name) : null;
+};
 
 const HISTORY_HEADER = ["customerMessageId", "channel", "destination", "sentAt", "deliveryStatus", "statusCode", "description", "deliveryDate", "readAt", "text", "campaignId", "totalParts", "price", "simulation"];
 
@@ -448,7 +454,8 @@ describe("expiry and the sweeper", () => {
   it("an expired export reads EXPIRED, not available, 409 on GET, 403 on its URL, and its file is deleted", async () => {
     const a = await t.newAccount(["EXPORTS"]);
     const { job, link } = await exportAndDownload(a, "/messages/history/export");
-    const file = path.join(t.config.exportDir, `${job.exportId}.1.csv.gz`);
+    const file = fileOf(job.exportId)!;
+    expect(path.basename(file)).toMatch(new RegExp(`^${job.exportId}\\.1\\.[0-9a-f]{12}\\.csv\\.gz$`));
     expect(existsSync(file)).toBe(true);
     await t.db.sequelize.query("UPDATE export_jobs SET expires_at = now() - interval '1 second' WHERE id = $1", { bind: [job.exportId] });
     // Past its expiry it is no longer offered, even before the sweeper has run.
@@ -465,28 +472,30 @@ describe("expiry and the sweeper", () => {
     // Regenerating brings it back.
     expect((await a.api.post(`/exports/${job.exportId}`)).status).toBe(202);
     expect((await settled(a, job.exportId)).status).toBe("COMPLETED");
-    expect(existsSync(path.join(t.config.exportDir, `${job.exportId}.2.csv.gz`))).toBe(true);
+    expect(path.basename(fileOf(job.exportId)!)).toMatch(new RegExp(`^${job.exportId}\\.2\\.`));
   });
 
   it("deletes stray files no job needs (a dead run's temporary file, a regenerated run's file), keeps the live ones", async () => {
     const a = await t.newAccount(["EXPORTS"]);
     const { job } = await exportAndDownload(a, "/messages/history/export");
     const dir = t.config.exportDir;
-    const stray = [`${randomUUID()}.1.csv.gz`, `${job.exportId}.7.csv.gz`, `${job.exportId}.1.0123456789ab.tmp`];
+    const live = path.basename(fileOf(job.exportId)!);
+    // An unknown job's file, another attempt's file of this run, a later run's, a dead attempt's temporary file.
+    const stray = [`${randomUUID()}.1.0123456789ab.csv.gz`, `${job.exportId}.1.0123456789ab.csv.gz`, `${job.exportId}.7.0123456789ab.csv.gz`, `${job.exportId}.1.0123456789ab.tmp`];
     for (const n of stray) rmSync(path.join(dir, n), { force: true });
-    for (const n of stray) require("node:fs").writeFileSync(path.join(dir, n), "x");
-    require("node:fs").writeFileSync(path.join(dir, "notes.txt"), "not ours");
+    for (const n of stray) writeFileSync(path.join(dir, n), "x");
+    writeFileSync(path.join(dir, "notes.txt"), "not ours");
     await t.app.broker.call("exports.sweep");
     const left = readdirSync(dir);
     for (const n of stray) expect(left).not.toContain(n);
-    expect(left).toContain(`${job.exportId}.1.csv.gz`);
+    expect(left).toContain(live);
     expect(left).toContain("notes.txt");
   });
 
   it("a file missing from its node is a 404 problem on download, never a 500", async () => {
     const a = await t.newAccount(["EXPORTS"]);
     const { job, link } = await exportAndDownload(a, "/messages/history/export");
-    rmSync(path.join(t.config.exportDir, `${job.exportId}.1.csv.gz`));
+    rmSync(fileOf(job.exportId)!);
     const res = await fetchRaw(pathOf(link.downloadUrl));
     expect(res.status).toBe(404);
     expect(res.headers["content-type"]).toMatch(/problem\+json/);
