@@ -19,6 +19,7 @@ import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import type { Config } from "../../lib/config";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { Meter, type UploadedFile } from "../../lib/upload";
+import { workerPool } from "../../lib/worker-pool";
 import { targetOf, type ImportRow, type RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.import-worker";
 import {
@@ -179,15 +180,9 @@ export class Importer {
 
   private workers(): Piscina {
     if (!this.pool) {
-      const filename = path.resolve(__dirname, `contacts.import-worker${path.extname(__filename)}`);
-      // TypeScript sources (npm start, tests) are loaded through tsx in the worker too.
-      const tsx = filename.endsWith(".ts") && !process.execArgv.some((a) => a.includes("tsx")) ? ["--import", "tsx"] : [];
-      this.pool = new Piscina({
-        filename,
-        minThreads: 0,
+      this.pool = workerPool(__dirname, "contacts.import-worker", {
         maxThreads: this.config.importWorkers,
         idleTimeout: 30_000,
-        execArgv: [...process.execArgv, ...tsx],
         // A parser needs little heap; a small cap keeps V8 from growing it lazily (flat memory).
         resourceLimits: { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 8 },
         // Spreadsheet readers spill to TMPDIR: keep that on the import volume, not the container's /tmp.

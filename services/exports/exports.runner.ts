@@ -11,6 +11,7 @@ import path from "node:path";
 import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
+import { workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
 import { contactExportSql, messageExportSql } from "./exports.sql";
@@ -142,15 +143,9 @@ export class ExportRunner {
 
   private workers(): Piscina {
     if (!this.pool) {
-      const filename = path.resolve(__dirname, `exports.worker${path.extname(__filename)}`);
-      // TypeScript sources (npm start, tests) are loaded through tsx in the worker too.
-      const tsx = filename.endsWith(".ts") && !process.execArgv.some((a) => a.includes("tsx")) ? ["--import", "tsx"] : [];
-      this.pool = new Piscina({
-        filename,
-        minThreads: 0,
+      this.pool = workerPool(__dirname, "exports.worker", {
         maxThreads: this.config.exportWorkers,
         idleTimeout: 60_000,
-        execArgv: [...process.execArgv, ...tsx],
         // The worker holds a few buffers in flight, never rows: a small heap keeps memory flat.
         resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 16 },
       });

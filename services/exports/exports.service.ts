@@ -90,6 +90,22 @@ interface ExportsVars {
 type ExportsThis = Service<ApiServiceSettings> & ExportsVars;
 type Ctx<P> = Context<P, AuthMeta & { $location?: string; $responseType?: string }>;
 
+/** The two message exports: the history filters (dates checked as the history checks them), a 202 with the job. */
+const messageExport = (type: "DELIVERY_REPORTS" | "MESSAGE_HISTORY", rest: string, summary: string, description: string) =>
+  apiAction({
+    rest,
+    operation: "EXPORTS",
+    summary,
+    description,
+    params: messageExportIn,
+    responses: { 202: exportOut },
+    errors: [400],
+    async handler(this: ExportsThis, ctx: Ctx<MessageExportIn>) {
+      checkHistoryRange(ctx.params);
+      return this.createJob(ctx, type, ctx.params);
+    },
+  });
+
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, ExportsVars> {
@@ -119,35 +135,19 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         },
       }),
 
-      deliveryReports: apiAction({
-        rest: "POST /exports/delivery-reports",
-        operation: "EXPORTS",
-        summary: "Export delivery reports (CSV)",
-        description:
-          "Queues an export of the messages that have a receipt (final status), newest receipt first, with their status fields, parts, price and campaign. The body takes the filters of GET /messages/history, on every channel. Answers 202 with the job.",
-        params: messageExportIn,
-        responses: { 202: exportOut },
-        errors: [400],
-        async handler(this: ExportsThis, ctx: Ctx<MessageExportIn>) {
-          checkHistoryRange(ctx.params);
-          return this.createJob(ctx, "DELIVERY_REPORTS", ctx.params);
-        },
-      }),
+      deliveryReports: messageExport(
+        "DELIVERY_REPORTS",
+        "POST /exports/delivery-reports",
+        "Export delivery reports (CSV)",
+        "Queues an export of the messages that have a receipt (final status), newest receipt first, with their status fields, parts, price and campaign. The body takes the filters of GET /messages/history, on every channel. Answers 202 with the job.",
+      ),
 
-      history: apiAction({
-        rest: "POST /messages/history/export",
-        operation: "EXPORTS",
-        summary: "Export the message history (CSV)",
-        description:
-          "Queues an export of the sent messages with their status fields, text and campaign, newest first, as GET /messages/history lists them (its filters, every channel). Answers 202 with a job of type MESSAGE_HISTORY.",
-        params: messageExportIn,
-        responses: { 202: exportOut },
-        errors: [400],
-        async handler(this: ExportsThis, ctx: Ctx<MessageExportIn>) {
-          checkHistoryRange(ctx.params);
-          return this.createJob(ctx, "MESSAGE_HISTORY", ctx.params);
-        },
-      }),
+      history: messageExport(
+        "MESSAGE_HISTORY",
+        "POST /messages/history/export",
+        "Export the message history (CSV)",
+        "Queues an export of the sent messages with their status fields, text and campaign, newest first, as GET /messages/history lists them (its filters, every channel). Answers 202 with a job of type MESSAGE_HISTORY.",
+      ),
 
       list: apiAction({
         rest: "GET /exports",
