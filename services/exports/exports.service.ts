@@ -4,21 +4,21 @@
  * (exports.runner.ts) and partners poll GET /exports until it is available, then ask GET
  * /exports/{exportId} for a signed, time-limited URL that needs no key.
  *
- * Files stay on the node that wrote them (EXPORT_DIR, a volume); a download reaching another node
- * is streamed from the writer through Moleculer (the job records its node), so any gateway replica
- * serves any file. With a shared EXPORT_DIR every exports node reads the file directly.
+ * Files stay on the node that wrote them (EXPORT_DIR, a volume). A download answers where the file
+ * is (this node, or the writer the job records) and the gateway pulls it from there range by range
+ * over Moleculer as the client reads (lib/remote-file.ts), so any gateway replica serves any file
+ * with flat memory. With a shared EXPORT_DIR every exports node reads the file directly.
  */
 import { randomUUID } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { stat } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import path from "node:path";
-import type { Readable } from "node:stream";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { QueryTypes } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
+import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
 import { checkHistoryRange } from "../tracking/tracking.queries";
 import { ExportRunner, FILE_RE } from "./exports.runner";
 import {
@@ -85,7 +85,7 @@ interface ExportsVars {
   signer: UrlSigner;
   createJob(ctx: Context<unknown, AuthMeta & { $location?: string }>, type: ExportType, filters: object): Promise<ExportOut>;
   jobOf(companyId: string | null, id: string): Promise<JobRow | null>;
-  openFile(ctx: Context, job: JobRow): Promise<Readable>;
+  locate(ctx: Context, job: JobRow): Promise<RemoteFile>;
 }
 type ExportsThis = Service<ApiServiceSettings> & ExportsVars;
 type Ctx<P> = Context<P, AuthMeta & { $location?: string; $responseType?: string }>;
@@ -106,6 +106,12 @@ const messageExport = (type: "DELIVERY_REPORTS" | "MESSAGE_HISTORY", rest: strin
     },
   });
 
+/** A file of this node's EXPORT_DIR by its name, only when the name is one the runner writes (never a path). */
+const localFileIn = (dir: string) => (name: string) => {
+  if (!FILE_RE.test(name) || !name.endsWith(".csv.gz")) throw new ApiError("EXPORT_FILE_GONE", "No such export file.");
+  return path.join(dir, name);
+};
+
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, ExportsVars> {
@@ -113,6 +119,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
   const sequelize = db.sequelize;
   const notFound = (id: string) => new ApiError("EXPORT_NOT_FOUND", `No export ${id} in this account.`);
   const refused = (why: string) => new ApiError("DOWNLOAD_REFUSED", why);
+  const localFile = localFileIn(config.exportDir);
 
   return {
     name: "exports",
@@ -236,36 +243,51 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         params: downloadIn,
         responses: { 200: downloadOut },
         errors: [403, 404, 503],
-        async handler(this: ExportsThis, ctx: Ctx<{ exportId: string; expires: string; signature: string }>): Promise<Readable> {
+        async handler(this: ExportsThis, ctx: Ctx<{ exportId: string; expires: string; signature: string }>): Promise<RemoteFile> {
           const { exportId, expires, signature } = ctx.params;
           // Nothing about the export is told before the signature holds: every refusal looks alike.
           const job = UUID_RE.test(exportId) ? await this.jobOf(null, exportId.toLowerCase()) : null;
           if (!job || exportId !== job.id || !this.signer.verify(job.id, job.run, expires, signature)) throw refused("The download URL is not valid.");
           if (Number(expires) * 1000 <= Date.now()) throw refused("The download URL has expired; GET /exports/{exportId} gives a fresh one.");
           if (!available(job)) throw refused("The export's file has expired; POST /exports/{exportId} runs it again.");
-          const stream = await this.openFile(ctx, job);
+          const file = await this.locate(ctx, job);
           const day = iso(job.completed_at)!.slice(0, 10);
           ctx.meta.$responseType = "text/csv; charset=utf-8";
           ctx.meta.$responseHeaders = {
             "Content-Disposition": `attachment; filename="${FILE_TITLES[job.type]}-${day}-${job.id.slice(0, 8)}.csv"`,
             "Content-Encoding": "gzip",
-            "Content-Length": String(job.file_bytes),
+            "Content-Length": String(file.$remoteFile.size),
             "Cache-Control": "private, no-store",
             "X-Content-Type-Options": "nosniff",
           };
-          return stream;
+          return file;
         },
       }),
 
-      /** The bytes of a file this node holds: how another node streams a download it cannot read itself. */
-      file: {
+      /** The size of a file this node holds (404 when it does not): checked before a download is answered. */
+      fileSize: {
         visibility: "public",
         params: { fileName: { type: "string", max: 100 } },
-        async handler(this: ExportsThis, ctx: Context<{ fileName: string }>): Promise<Readable> {
-          const name = ctx.params.fileName;
-          const file = FILE_RE.test(name) && name.endsWith(".csv.gz") ? path.join(config.exportDir, name) : null;
-          if (!file || !(await stat(file).catch(() => null))) throw new ApiError("EXPORT_FILE_GONE", "The export file is no longer on its node; POST /exports/{exportId} runs it again.");
-          return createReadStream(file, { highWaterMark: 256 * 1024 });
+        async handler(ctx: Context<{ fileName: string }>): Promise<number> {
+          const st = await stat(localFile(ctx.params.fileName)).catch(() => null);
+          if (!st) throw new ApiError("EXPORT_FILE_GONE", "The export file is no longer on its node; POST /exports/{exportId} runs it again.");
+          return st.size;
+        },
+      },
+
+      /** A range of a file this node holds, base64: what the gateway pulls as the client reads (lib/remote-file.ts). */
+      range: {
+        visibility: "public",
+        params: { fileName: { type: "string", max: 100 }, offset: { type: "number", integer: true, min: 0 }, length: { type: "number", integer: true, min: 1, max: RANGE_BYTES } },
+        async handler(ctx: Context<{ fileName: string; offset: number; length: number }>): Promise<string> {
+          const fh = await open(localFile(ctx.params.fileName), "r");
+          try {
+            const buf = Buffer.allocUnsafe(ctx.params.length);
+            const { bytesRead } = await fh.read(buf, 0, ctx.params.length, ctx.params.offset);
+            return buf.subarray(0, bytesRead).toString("base64");
+          } finally {
+            await fh.close();
+          }
         },
       },
 
@@ -300,16 +322,16 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         return row ?? null;
       },
 
-      /** The file here (this node wrote it, or EXPORT_DIR is shared), else from the node that wrote it. */
-      async openFile(this: ExportsThis, ctx: Context, job: JobRow): Promise<Readable> {
-        const name = job.file_name;
-        if (!name || !FILE_RE.test(name)) throw new ApiError("EXPORT_FILE_GONE", "The export file is not available; POST /exports/{exportId} runs it again.");
-        const local = path.join(config.exportDir, name);
-        if (await stat(local).catch(() => null)) return createReadStream(local, { highWaterMark: 256 * 1024 });
-        if (!job.node_id || job.node_id === this.broker.nodeID || !this.broker.registry.nodes.get(job.node_id)?.available) {
-          throw new ApiError("EXPORT_FILE_GONE", "The export file is not reachable (its node is gone); POST /exports/{exportId} runs it again.");
-        }
-        return (await ctx.call("exports.file", { fileName: name }, { nodeID: job.node_id, timeout: 0 })) as Readable;
+      /** Where the file is: here (this node wrote it, or EXPORT_DIR is shared), else on the node that wrote it. */
+      async locate(this: ExportsThis, ctx: Context, job: JobRow): Promise<RemoteFile> {
+        const fileName = job.file_name;
+        const gone = () => new ApiError("EXPORT_FILE_GONE", "The export file is not reachable (its node is gone); POST /exports/{exportId} runs it again.");
+        if (!fileName || !FILE_RE.test(fileName)) throw gone();
+        const here = await stat(localFile(fileName)).catch(() => null);
+        if (here) return { $remoteFile: { action: "exports.range", nodeID: this.broker.nodeID, params: { fileName }, size: here.size } };
+        if (!job.node_id || job.node_id === this.broker.nodeID || !this.broker.registry.nodes.get(job.node_id)?.available) throw gone();
+        const size = (await ctx.call("exports.fileSize", { fileName }, { nodeID: job.node_id })) as number;
+        return { $remoteFile: { action: "exports.range", nodeID: job.node_id, params: { fileName }, size } };
       },
     },
 

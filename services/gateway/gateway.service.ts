@@ -32,6 +32,7 @@ import { coerceStrings, mergeParams } from "./gateway.params";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { TokenBuckets } from "./gateway.ratelimit";
 import { decodeForClient } from "./gateway.encoding";
+import { isRemoteFile, remoteFileStream } from "../../lib/remote-file";
 
 
 /** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
@@ -151,6 +152,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           mergeParams: true,
           callOptions: { timeout: config.requestTimeoutMs },
           onAfterCall(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse, data: unknown) {
+            // A file answered by reference is pulled from its node as the client reads it.
+            if (isRemoteFile(data)) {
+              // Each range is a call of its own (not a child of this request's context, whose time-out would cut a long download).
+              const ranges = { call: (action: string, params: unknown, opts: { nodeID: string }) => this.broker.call(action, params, { ...opts, requestID: ctx.requestID ?? undefined, timeout: config.requestTimeoutMs }) };
+              data = remoteFileStream(ranges, data.$remoteFile);
+            }
             this.checkResponse(req, ctx.meta.$statusCode ?? 200, data);
             // moleculer-web sends $location with 201 and redirects only; a 202 names its job too.
             const location = (ctx.meta as { $location?: string }).$location;

@@ -2,10 +2,11 @@
  * Exports split over real NATS, as operators run them: a gateway node (with auth and tracking) and
  * exports nodes, each with an EXPORT_DIR of its own. A file written by one exports node downloads
  * through the gateway whichever exports node the call reaches: another one streams it from the
- * writer through Moleculer. Once the writer is gone, the download is a 404 problem, never a 500.
+ * writer through Moleculer, range by range as the client reads. Once the writer is gone, the download is a 404 problem, never a 500.
  */
 import type { Readable } from "node:stream";
 import { gunzipSync } from "node:zlib";
+import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/remote-file";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, REQUIRE_REAL, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 
@@ -64,7 +65,7 @@ if (!TEST_NATS_URL) {
       const a = await core.newAccount(["EXPORTS"]);
       await core.db.sequelize.query(
         `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, status_code, text)
-         SELECT $1, 'SMS', 'c-' || i, '+35191' || lpad(i::text, 7, '0'), now() - (i || ' seconds')::interval, 1, repeat('x', i % 300) FROM generate_series(1, 20000) i`,
+         SELECT $1, 'SMS', 'c-' || i, '+35191' || lpad(i::text, 7, '0'), now() - (i || ' seconds')::interval, 1, md5(i::text) || repeat(md5((i * 7)::text), i % 10) FROM generate_series(1, 20000) i`,
         { bind: [a.companyId] },
       );
       const created = await a.api.post("/messages/history/export", {});
@@ -86,8 +87,11 @@ if (!TEST_NATS_URL) {
       reader = await startTestApp({ services: ["exports"], db: tdb.db, config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url }, broker: { namespace, nodeID: `${namespace}-x2` } });
       await waitForNodes(2);
       const [, expires, signature] = /\/download\/([^/]+)\/([^/]+)$/.exec(url)!;
-      const viaReader = (await core.app.broker.call("exports.download", { exportId: created.body.exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as Readable;
-      const gz = await bytesOf(viaReader);
+      const answer = (await core.app.broker.call("exports.download", { exportId: created.body.exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as RemoteFile;
+      // x2 has no such file: it points at the writer, and the file is pulled from there range by range.
+      expect(answer.$remoteFile).toMatchObject({ nodeID: `${namespace}-x1`, action: "exports.range" });
+      expect(answer.$remoteFile.size).toBeGreaterThan(RANGE_BYTES); // several ranges
+      const gz = await bytesOf(remoteFileStream(core.app.broker, answer.$remoteFile));
       expect(gunzipSync(gz).equals(plain)).toBe(true);
       // And through the gateway, whichever node the balancer picks, several times.
       for (let i = 0; i < 4; i++) {
