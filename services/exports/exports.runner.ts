@@ -156,11 +156,13 @@ export class ExportRunner {
   private launch(job: ClaimedJob): void {
     const base = path.join(this.dir, `${job.id}.${job.run}.${randomBytes(6).toString("hex")}`);
     const entry: Active = { job, abort: new AbortController(), tmpPath: `${base}.tmp`, finalPath: `${base}.csv.gz` };
+    // Claimed again while an earlier run of it is still here: that run lost its lease (its heartbeat failed), so it stops.
+    this.active.get(job.id)?.abort.abort();
     this.active.set(job.id, entry);
     this.runJob(entry)
       .catch((err) => this.log.error({ err, exportId: job.id }, "export bookkeeping failed"))
       .finally(() => {
-        this.active.delete(job.id);
+        if (this.active.get(job.id) === entry) this.active.delete(job.id);
         this.kick();
       });
   }

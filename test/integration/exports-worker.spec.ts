@@ -74,7 +74,8 @@ async function seed(t: TestApp, a: Account, n: number) {
 describeOnPostgres("the export pool (PostgreSQL)", () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp({ services: ["gateway", "auth", "exports"], db: tdb.db, config: { exportWorkers: 2 } });
+    // A short lease (renewed every second) so that a run outliving it shows the heartbeat at work.
+    t = await startTestApp({ services: ["gateway", "auth", "exports"], db: tdb.db, config: { exportWorkers: 2, exportLeaseMs: 3000 } });
   });
   afterAll(() => t?.stop());
 
@@ -112,6 +113,20 @@ describeOnPostgres("the export pool (PostgreSQL)", () => {
     // No temporary file is left behind.
     expect(readdirSync(t.config.exportDir).filter((n) => n.endsWith(".tmp"))).toEqual([]);
   }, 60_000);
+
+  it("keeps a long run's lease alive: a run outliving the lease several times over is never taken again", async () => {
+    const a = await t.newAccount(["EXPORTS"]);
+    await seed(t, a, 100);
+    const lock = await lockMessages(tdb.db.url);
+    const id = (await a.api.post("/messages/history/export", {})).body.exportId as string;
+    await until("the export blocked mid-run", async () => (await lock.waiting()) === 1);
+    await new Promise((r) => setTimeout(r, 7000)); // over twice the 3 s lease
+    expect(await jobRow(t, id)).toMatchObject({ status: "PROCESSING", attempts: 1, node_id: t.app.broker.nodeID });
+    expect(await lock.waiting()).toBe(1);
+    await lock.release();
+    await until("completion", async () => (await jobRow(t, id)).status === "COMPLETED");
+    expect(await jobRow(t, id)).toMatchObject({ attempts: 1 });
+  }, 30_000);
 
   it("runs at most EXPORT_WORKERS exports and one per account at a time; the rest wait QUEUED and then run", async () => {
     const a = await t.newAccount(["EXPORTS"]);
