@@ -15,6 +15,7 @@ import { workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
 import { contactExportSql, messageExportSql } from "./exports.sql";
+import type { ExportMetrics } from "./exports.metrics";
 import type { ExportResult, ExportTask } from "./exports.worker";
 
 /** Runs of one job before it ends FAILED (a worker that died, a node that died, a failed query). */
@@ -58,6 +59,7 @@ export class ExportRunner {
     private readonly dbUrl: string,
     private readonly nodeId: string,
     private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void },
+    private readonly metrics: ExportMetrics,
   ) {}
 
   get dir(): string {
@@ -179,7 +181,7 @@ export class ExportRunner {
       // The filters were valid when the job was made; one no longer is (a custom field was removed).
       if (!(err instanceof ApiError)) throw err;
       const fields = ((err.data as { errors?: Array<{ path: string; message: string }> } | undefined)?.errors ?? []).map((e) => `${e.path} ${e.message}`);
-      await this.finish(job, "FAILED", null, [err.message, ...fields].join(" "));
+      if (await this.finish(job, "FAILED", null, [err.message, ...fields].join(" "))) this.metrics.ended(job.type, "FAILED");
       return;
     }
     const task: ExportTask = { url: this.dbUrl, sql, tmpPath, finalPath };
@@ -192,13 +194,19 @@ export class ExportRunner {
       const died = /terminat|exit/i.test((err as Error).message);
       this.log.warn({ err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts }, "export run failed");
       const why = died ? "the export worker stopped" : "the file could not be written";
-      if (job.attempts < MAX_ATTEMPTS) await this.finish(job, "QUEUED", null, `Attempt ${job.attempts} of ${MAX_ATTEMPTS} failed (${why}); it is retried.`);
-      else await this.finish(job, "FAILED", null, `The export failed ${MAX_ATTEMPTS} times (last: ${why}); run it again with POST /exports/{exportId}.`);
+      const retry = job.attempts < MAX_ATTEMPTS;
+      const ended = retry
+        ? await this.finish(job, "QUEUED", null, `Attempt ${job.attempts} of ${MAX_ATTEMPTS} failed (${why}); it is retried.`)
+        : await this.finish(job, "FAILED", null, `The export failed ${MAX_ATTEMPTS} times (last: ${why}); run it again with POST /exports/{exportId}.`);
+      if (ended) this.metrics.ended(job.type, retry ? "RETRIED" : "FAILED");
       return;
     }
     const kept = await this.finish(job, "COMPLETED", result, null, path.basename(finalPath));
     if (!kept) await rm(finalPath, { force: true });
-    else this.log.info({ exportId: job.id, type: job.type, rows: result.rowCount, bytes: result.bytes, ms: Date.now() - started }, "export completed");
+    else {
+      this.metrics.ended(job.type, "COMPLETED", { rows: result.rowCount, seconds: (Date.now() - started) / 1000 });
+      this.log.info({ exportId: job.id, type: job.type, rows: result.rowCount, bytes: result.bytes, ms: Date.now() - started }, "export completed");
+    }
   }
 
   /** Records a run's outcome while the job is still this node's run; false when it no longer is. */

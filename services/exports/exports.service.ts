@@ -20,6 +20,8 @@ import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
 import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
 import { checkHistoryRange } from "../tracking/tracking.queries";
+import { addNodeRegistry } from "../../lib/http-metrics";
+import { ExportMetrics } from "./exports.metrics";
 import { ExportRunner, FILE_RE } from "./exports.runner";
 import {
   contactExportIn,
@@ -337,7 +339,9 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
 
     created(this: ExportsThis) {
       this.signer = new UrlSigner(signingKey(config), config.publicBaseUrl);
-      this.runner = new ExportRunner(config, sequelize, db.url, this.broker.nodeID, this.logger);
+      const metrics = new ExportMetrics(sequelize);
+      addNodeRegistry(this.broker, metrics.registry);
+      this.runner = new ExportRunner(config, sequelize, db.url, this.broker.nodeID, this.logger, metrics);
     },
 
     async started(this: ExportsThis) {

@@ -544,3 +544,19 @@ describe("jobs a dead node left behind", () => {
     expect(row).toEqual({ status: "PROCESSING", node_id: "busy-node" });
   });
 });
+
+describe("metrics", () => {
+  it("counts runs, rows and durations, and shows the queue from the database", async () => {
+    const a = await t.newAccount(["EXPORTS"]);
+    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: "q-1", destination: "+351916000001", sentAt: "2026-11-20T10:00:00.000Z" });
+    const value = (text: string, series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, "\\$&")} (\\S+)$`, "m").exec(text)?.[1] ?? "0");
+    const before = (await t.root.get("/metrics")).text;
+    await exportAndDownload(a, "/messages/history/export");
+    const after = (await t.root.get("/metrics")).text;
+    expect(value(after, 'export_runs_total{type="MESSAGE_HISTORY",outcome="COMPLETED"}')).toBe(value(before, 'export_runs_total{type="MESSAGE_HISTORY",outcome="COMPLETED"}') + 1);
+    expect(value(after, 'export_rows_total{type="MESSAGE_HISTORY"}')).toBe(value(before, 'export_rows_total{type="MESSAGE_HISTORY"}') + 1);
+    expect(after).toMatch(/^export_run_duration_seconds_count\{type="MESSAGE_HISTORY"\} \d+$/m);
+    expect(after).toMatch(/^export_jobs\{status="QUEUED"\} \d+$/m);
+    expect(after).toMatch(/^export_queue_oldest_age_seconds \d/m);
+  });
+});
