@@ -2,16 +2,18 @@
  * bench/export: the message-history export end to end, whole processes, on PostgreSQL.
  *
  * Seeds SMALL (100,000) and BIG (1,000,000) sent messages in two accounts with one set-based
- * INSERT each. Then, per size, a fresh `npm start` (gateway, auth, tracking and exports in one
- * process, EXPORT_WORKERS at its default) and:
+ * INSERT each. Then, per size, fresh `npm start` processes as k8s runs them: a gateway node
+ * (gateway, auth, tracking) and an exports node (EXPORT_WORKERS at its default), joined over the
+ * NATS at BENCH_NATS_URL (default nats://127.0.0.1:4222); with `--together`, every service in one
+ * process instead (embedded-style, the pool beside the gateway). Then:
  *  - export time: POST /messages/history/export to the moment GET /exports/{id} answers 200
  *    (polled every 20 ms), as rows/s;
  *  - floor, in the same run: `psql -c "\copy (<the same SELECT the export runs>) TO file CSV HEADER"`;
- *  - the service process's peak RSS (VmHWM: main thread and worker threads), at each size;
+ *  - the exports process's peak RSS (VmHWM: main thread and worker threads), at each size;
  *  - at BIG: p99 of GET /messages/status (one request at a time) while idle, then during the export.
  * Targets: ratio >= 0.5; peak RSS < 250 MB and within 10 % between sizes; p99 during <= 2x idle.
  *
- *   npm run bench:export [-- --small 100000 --big 1000000]
+ *   npm run bench:export [-- --small 100000 --big 1000000] [--together]
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  */
 import { execFile } from "node:child_process";
@@ -24,7 +26,9 @@ import { messageExportSql } from "../../services/exports/exports.sql";
 import { createBenchDatabase } from "../database";
 import { startService, type BenchService } from "../service";
 
-const { values } = parseArgs({ options: { small: { type: "string", default: "100000" }, big: { type: "string", default: "1000000" } } });
+const { values } = parseArgs({ options: { small: { type: "string", default: "100000" }, big: { type: "string", default: "1000000" }, together: { type: "boolean", default: false } } });
+const TOGETHER = values.together;
+const NATS = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const SMALL = Number(values.small);
 const BIG = Number(values.big);
 const API = "/api/partner-gateway/v1";
@@ -110,6 +114,9 @@ async function main() {
   const dir = mkdtempSync(path.join(os.tmpdir(), "pgw-bench-export-"));
   const db = new pg.Client({ connectionString: benchDb.url });
   let svc: BenchService | null = null;
+  let exportsNode: BenchService | null = null;
+  const cluster = { TRANSPORTER: NATS, EXPORT_SIGNING_KEY: "bench-export-signing-key-0123456789abcdef" };
+  console.log(TOGETHER ? "one process: every service" : "two processes over NATS: gateway,auth,tracking | exports");
   try {
     // Migrations first (a service start), then the seed.
     const port = 3900 + Math.floor(Math.random() * 40);
@@ -126,11 +133,14 @@ async function main() {
     const results: Record<string, { exportMs: number; psqlMs: number; rows: number; peakMb: number; startMb: number }> = {};
     for (const [company, rows] of [["bench-small", SMALL], ["bench-big", BIG]] as const) {
       const psqlMs = await psqlCopy(benchDb.url, company, dir);
-      svc = await startService(benchDb.url, port, env);
+      svc = await startService(benchDb.url, port, TOGETHER ? env : { ...env, ...cluster, SERVICES: "gateway,auth,tracking" });
+      exportsNode = TOGETHER ? svc : await startService(benchDb.url, port + 50, { ...env, ...cluster, SERVICES: "exports" });
       const key = svc.adminKey(company, "EXPORTS,SMS");
+      // The gateway has the exports routes once the exports node has joined.
+      while ((await get(svc.port, "/exports", key)).status !== 200) await new Promise((res) => setTimeout(res, 100));
       // Warm: the routes, the key cache and the status query.
       await pollLatencies(svc.port, key, 1000);
-      const startMb = kib(svc.pid, "VmRSS") / 1024;
+      const startMb = kib(exportsNode.pid, "VmRSS") / 1024;
       let idle: number[] = [];
       let busy: number[] = [];
       let run: { ms: number; rows: number };
@@ -150,14 +160,15 @@ async function main() {
         run = await exportOnce(svc, key);
       }
       if (run.rows !== rows) throw new Error(`export wrote ${run.rows} rows, expected ${rows}`);
-      const peakMb = kib(svc.pid, "VmHWM") / 1024;
+      const peakMb = kib(exportsNode.pid, "VmHWM") / 1024;
       await svc.stop();
-      svc = null;
+      await exportsNode.stop();
+      svc = exportsNode = null;
       results[company] = { exportMs: run.ms, psqlMs, rows, peakMb, startMb };
       const rs = (rows / run.ms) * 1000;
       const ps = (rows / psqlMs) * 1000;
       console.log(
-        `${rows} rows: export ${(run.ms / 1000).toFixed(2)} s = ${Math.round(rs)} rows/s; psql \\copy ${(psqlMs / 1000).toFixed(2)} s = ${Math.round(ps)} rows/s; ratio ${(rs / ps).toFixed(2)} (target >= 0.5); service RSS ${startMb.toFixed(0)} MB before, peak ${peakMb.toFixed(0)} MB`,
+        `${rows} rows: export ${(run.ms / 1000).toFixed(2)} s = ${Math.round(rs)} rows/s; psql \\copy ${(psqlMs / 1000).toFixed(2)} s = ${Math.round(ps)} rows/s; ratio ${(rs / ps).toFixed(2)} (target >= 0.5); exports process RSS ${startMb.toFixed(0)} MB before, peak ${peakMb.toFixed(0)} MB`,
       );
     }
     const s = results["bench-small"]!;
@@ -165,6 +176,7 @@ async function main() {
     console.log(`peak RSS ${s.peakMb.toFixed(0)} MB at ${SMALL} rows, ${b.peakMb.toFixed(0)} MB at ${BIG}: ${(((b.peakMb - s.peakMb) / s.peakMb) * 100).toFixed(1)} % apart (target < 250 MB, within 10 %)`);
   } finally {
     await svc?.stop().catch(() => undefined);
+    await exportsNode?.stop().catch(() => undefined);
     await db.end().catch(() => undefined);
     await benchDb.drop();
     rmSync(dir, { recursive: true, force: true });
