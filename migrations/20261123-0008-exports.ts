@@ -28,7 +28,6 @@ export async function up(sequelize: Sequelize): Promise<void> {
       leased_until  timestamptz,
       row_count     bigint,
       file_name     text,
-      file_bytes    bigint,
       error         text,
       created_at    timestamptz NOT NULL DEFAULT now(),
       started_at    timestamptz,

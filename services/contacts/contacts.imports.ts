@@ -19,6 +19,7 @@ import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import type { Config } from "../../lib/config";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { Meter, type UploadedFile } from "../../lib/upload";
+import { iso } from "../../lib/time";
 import { workerPool } from "../../lib/worker-pool";
 import { targetOf, type ImportRow, type RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.import-worker";
@@ -60,7 +61,6 @@ interface ImportDbRow {
   finished_at: Date | null;
 }
 
-const iso = (d: Date | null) => (d ? new Date(d).toISOString() : null);
 const toImportOut = (r: ImportDbRow): ImportOut => ({
   importId: r.id,
   status: r.status,

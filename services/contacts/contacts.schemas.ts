@@ -13,7 +13,7 @@ export type Gender = (typeof GENDERS)[number];
 export const CUSTOM_FIELD_TYPES = ["TEXT", "NUMBER", "DATE", "BOOLEAN"] as const;
 export type CustomFieldType = (typeof CUSTOM_FIELD_TYPES)[number];
 
-const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+export const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 export const CUSTOM_KEY = "^[A-Za-z][A-Za-z0-9_]{0,63}$";
 /** Bulk bodies name at most this many contacts. */
 export const MAX_BULK_IDS = 10000;

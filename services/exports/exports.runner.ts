@@ -214,13 +214,13 @@ export class ExportRunner {
     const rows = await this.sequelize.query<{ id: string }>(
       `UPDATE export_jobs
           SET status = $4::text, node_id = CASE WHEN $4::text = 'COMPLETED' THEN node_id END, leased_until = NULL,
-              row_count = $5::bigint, file_bytes = $6::bigint, error = $7::text, file_name = $9::text,
+              row_count = $5::bigint, error = $6::text, file_name = $8::text,
               completed_at = CASE WHEN $4::text = 'QUEUED' THEN NULL ELSE now() END,
-              expires_at = CASE WHEN $4::text = 'COMPLETED' THEN now() + $8::integer * interval '1 second' END
+              expires_at = CASE WHEN $4::text = 'COMPLETED' THEN now() + $7::integer * interval '1 second' END
         WHERE id = $1::uuid AND run = $2::integer AND node_id = $3::text AND status = 'PROCESSING'
        RETURNING id`,
       {
-        bind: [job.id, job.run, this.nodeId, status, result?.rowCount ?? null, result?.bytes ?? null, error, this.config.exportRetentionS, file],
+        bind: [job.id, job.run, this.nodeId, status, result?.rowCount ?? null, error, this.config.exportRetentionS, file],
         type: QueryTypes.SELECT,
       },
     );

@@ -2,7 +2,7 @@
  * Export jobs on the wire (spec part 2 Export job, part 4 Exports; contract section 4).
  */
 import { pageSchema, pagingProperties } from "../../lib/paging";
-import { CONTACT_SORTS, contactFilterProperties, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.schemas";
+import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.schemas";
 import { historyFilterProperties } from "../tracking/tracking.schemas";
 import type { HistoryFilters } from "../tracking/tracking.queries";
 
@@ -11,7 +11,6 @@ export type ExportType = (typeof EXPORT_TYPES)[number];
 export const EXPORT_STATUSES = ["QUEUED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"] as const;
 export type ExportStatus = (typeof EXPORT_STATUSES)[number];
 
-const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 const exportId = { type: "string", pattern: UUID, examples: ["6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"] };
 const nullableDate = { type: "string", format: "date-time", nullable: true };
 

@@ -17,7 +17,8 @@ import { QueryTypes } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { toPage, type Page } from "../../lib/paging";
+import { queryPage, type Page } from "../../lib/paging";
+import { iso } from "../../lib/time";
 import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
 import { checkHistoryRange } from "../tracking/tracking.queries";
 import { addNodeRegistry } from "../../lib/http-metrics";
@@ -41,6 +42,7 @@ import {
   type MessageExportIn,
 } from "./exports.schemas";
 import { signingKey, UrlSigner } from "./exports.signing";
+import { UUID } from "../contacts/contacts.schemas";
 import { contactExportSql } from "./exports.sql";
 
 interface JobRow {
@@ -52,15 +54,13 @@ interface JobRow {
   node_id: string | null;
   file_name: string | null;
   row_count: string | null;
-  file_bytes: string | null;
   error: string | null;
   created_at: Date;
   completed_at: Date | null;
   expires_at: Date | null;
 }
 
-const JOB_COLUMNS = "id, company_id, type, status, run, node_id, file_name, row_count, file_bytes, error, created_at, completed_at, expires_at";
-const iso = (d: Date | null) => (d ? new Date(d).toISOString() : null);
+const JOB_COLUMNS = "id, company_id, type, status, run, node_id, file_name, row_count, error, created_at, completed_at, expires_at";
 
 /** Available: COMPLETED and not past its expiry (the sweeper may not have run yet). */
 const available = (r: JobRow) => r.status === "COMPLETED" && r.expires_at !== null && new Date(r.expires_at).getTime() > Date.now();
@@ -114,7 +114,7 @@ const localFileIn = (dir: string) => (name: string) => {
   return path.join(dir, name);
 };
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const UUID_RE = new RegExp(UUID);
 
 export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, ExportsVars> {
   const { config, db } = deps;
@@ -167,15 +167,14 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         responses: { 200: exportPage },
         errors: [400],
         async handler(ctx: Ctx<{ page: number; limit: number }>): Promise<Page<ExportOut>> {
-          const { page, limit } = ctx.params;
-          const [rows, [count]] = await Promise.all([
-            sequelize.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM export_jobs WHERE company_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`, {
-              bind: [ctx.meta.companyId, limit, page * limit],
-              type: QueryTypes.SELECT,
-            }),
-            sequelize.query<{ total: string }>("SELECT count(*) AS total FROM export_jobs WHERE company_id = $1", { bind: [ctx.meta.companyId], type: QueryTypes.SELECT }),
-          ]);
-          return toPage(rows.map(toExportOut), Number(count!.total), page, limit);
+          return queryPage(sequelize, {
+            select: `SELECT ${JOB_COLUMNS} FROM export_jobs WHERE company_id = :companyId ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset`,
+            count: "SELECT count(*) AS total FROM export_jobs WHERE company_id = :companyId",
+            replacements: { companyId: ctx.meta.companyId },
+            page: ctx.params.page,
+            limit: ctx.params.limit,
+            map: toExportOut,
+          });
         },
       }),
 
@@ -220,7 +219,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
           const { companyId } = ctx.meta;
           const [row] = await sequelize.query<JobRow>(
             `UPDATE export_jobs
-                SET status = 'QUEUED', run = run + 1, attempts = 0, node_id = NULL, leased_until = NULL, row_count = NULL, file_bytes = NULL, file_name = NULL,
+                SET status = 'QUEUED', run = run + 1, attempts = 0, node_id = NULL, leased_until = NULL, row_count = NULL, file_name = NULL,
                     error = NULL, started_at = NULL, completed_at = NULL, expires_at = NULL
               WHERE id = $1 AND company_id = $2 AND status NOT IN ('QUEUED', 'PROCESSING')
              RETURNING ${JOB_COLUMNS}`,

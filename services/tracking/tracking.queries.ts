@@ -7,7 +7,7 @@ import { CHANNELS, statusByCode, statusByName, type Channel } from "../../lib/ch
 import { badRequest } from "../../lib/errors";
 import type { HistoryIn, HistoryItemOut, HistoryOut, MessageStatusOut } from "./tracking.schemas";
 import { dateError } from "./tracking.ingress";
-import { iso } from "./tracking.store";
+import { iso } from "../../lib/time";
 
 interface StatusRow {
   customer_message_id: string;

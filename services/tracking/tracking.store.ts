@@ -7,6 +7,7 @@
 import type { Sequelize } from "sequelize";
 import { rawTransaction, type Exec } from "../../lib/db";
 import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/channels";
+import { iso } from "../../lib/time";
 import type { InboundIn, RegistrationIn } from "./tracking.schemas";
 
 export interface ReceiptItem {
@@ -195,8 +196,6 @@ interface MessageRow {
   last_part_date: Date | null;
 }
 
-/** A timestamp as the API writes it (pg gives Dates; JSON gives strings). */
-export const iso = (d: Date | string | null) => (d === null ? null : d instanceof Date ? d.toISOString() : new Date(d).toISOString());
 
 function stateOf(r: MessageRow): MessageState {
   return {
