@@ -11,6 +11,7 @@ import path from "node:path";
 import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
+import { Coalesced } from "../../lib/coalesce";
 import { workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
@@ -49,8 +50,10 @@ export class ExportRunner {
   private pool: Piscina | null = null;
   private readonly active = new Map<string, Active>();
   private timers: NodeJS.Timeout[] = [];
-  private claiming: Promise<void> | null = null;
-  private again = false;
+  private readonly claims = new Coalesced(
+    () => this.claimAll(),
+    (err) => this.log.warn({ err }, "export claim failed"),
+  );
   private stopping = false;
 
   constructor(
@@ -87,20 +90,7 @@ export class ExportRunner {
 
   /** Looks for work now (a job was just queued here); repeated calls while a claim runs coalesce. */
   kick(): void {
-    if (this.stopping) return;
-    if (this.claiming) {
-      this.again = true;
-      return;
-    }
-    this.claiming = this.claimAll()
-      .catch((err) => this.log.warn({ err }, "export claim failed"))
-      .finally(() => {
-        this.claiming = null;
-        if (this.again) {
-          this.again = false;
-          this.kick();
-        }
-      });
+    if (!this.stopping) this.claims.request();
   }
 
   private async claimAll(): Promise<void> {
@@ -281,7 +271,7 @@ export class ExportRunner {
   async stop(): Promise<void> {
     this.stopping = true;
     for (const t of this.timers) clearInterval(t);
-    await this.claiming?.catch(() => undefined);
+    await this.claims.close();
     const mine = [...this.active.values()];
     for (const a of mine) a.abort.abort();
     if (mine.length > 0) {

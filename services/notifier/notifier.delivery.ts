@@ -20,6 +20,7 @@
 import { randomBytes } from "node:crypto";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
+import { Coalesced } from "../../lib/coalesce";
 import type { Config } from "../../lib/config";
 import { rawQuery } from "../../lib/db";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
@@ -147,8 +148,10 @@ export class Deliverer {
   private outcomes: OutcomeRow[] = [];
   private flushing: Promise<void> | null = null;
   private flushTimer: NodeJS.Timeout | null = null;
-  private claiming: Promise<void> | null = null;
-  private again = false;
+  private readonly claims = new Coalesced(
+    () => this.claim(),
+    (err) => this.o.logger.warn({ err }, "notifier claim failed; retrying at the next poll"),
+  );
   private stopped = true;
   private poller: NodeJS.Timeout | null = null;
   private soonTimer: NodeJS.Timeout | null = null;
@@ -185,7 +188,7 @@ export class Deliverer {
     if (this.poller) clearInterval(this.poller);
     if (this.soonTimer) clearTimeout(this.soonTimer);
     if (this.housekeeper) clearInterval(this.housekeeper);
-    await this.claiming;
+    await this.claims.close();
     const abandoned = [...this.aborts.entries()].map(([id, a]) => ({ id, token: a.token }));
     for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
     for (const a of this.aborts.values()) a.abort.abort();
@@ -219,20 +222,7 @@ export class Deliverer {
 
   /** Looks for due events now (a claim at a time; a wake during a claim runs one more after it). */
   wake(): void {
-    if (this.stopped) return;
-    if (this.claiming) {
-      this.again = true;
-      return;
-    }
-    this.claiming = this.claim()
-      .catch((err) => this.o.logger.warn({ err }, "notifier claim failed; retrying at the next poll"))
-      .finally(() => {
-        this.claiming = null;
-        if (this.again) {
-          this.again = false;
-          this.wake();
-        }
-      });
+    if (!this.stopped) this.claims.request();
   }
 
   private async claim(): Promise<void> {
@@ -256,7 +246,7 @@ export class Deliverer {
     }
     for (const company of touched) this.schedule(company);
     // A full claim means more may be due: look again at once.
-    if (rows.length === free) this.again = true;
+    if (rows.length === free) this.claims.repeat();
   }
 
   /**
