@@ -18,6 +18,18 @@ export function addNodeRegistry(broker: ServiceBroker, registry: Registry): void
 
 export const nodeRegistriesOf = (broker: ServiceBroker): Registry[] => nodeRegistries.get(broker) ?? [];
 
+/**
+ * A read shared by the gauges of one scrape (they collect at once: one query answers them all);
+ * it never fails a scrape: on an error the gauges read `fallback` (NaN, say).
+ */
+export function onePerScrape<T>(read: () => Promise<T>, fallback: T): () => Promise<T> {
+  let last: Promise<T> | null = null;
+  return () =>
+    (last ??= read()
+      .catch(() => fallback)
+      .finally(() => setTimeout(() => (last = null), 100)));
+}
+
 /** Moleculer's Prometheus formatter without the HTTP server it would start on its own port. */
 class InlinePrometheusReporter extends MetricReporters.Prometheus {
   override init(registry: MetricRegistry): void {

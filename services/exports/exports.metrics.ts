@@ -6,6 +6,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { QueryTypes, type Sequelize } from "sequelize";
+import { onePerScrape } from "../../lib/http-metrics";
 import type { ExportType } from "./exports.schemas";
 
 export type RunOutcome = "COMPLETED" | "RETRIED" | "FAILED";
@@ -28,19 +29,19 @@ export class ExportMetrics {
   });
 
   constructor(sequelize: Sequelize) {
-    let last: Promise<{ queued: number; processing: number; oldest: number | null }> | null = null;
-    // Every gauge comes from one query per scrape; with the database away they read NaN, the scrape still answers.
-    const read = () =>
-      (last ??= sequelize
-        .query<{ queued: number; processing: number; oldest: number | null }>(
-          `SELECT count(*) FILTER (WHERE status = 'QUEUED')::int AS queued, count(*) FILTER (WHERE status = 'PROCESSING')::int AS processing,
-                  EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'QUEUED'))::float8 AS oldest
-             FROM export_jobs WHERE status IN ('QUEUED', 'PROCESSING')`,
-          { type: QueryTypes.SELECT },
-        )
-        .then((r) => r[0]!)
-        .catch(() => ({ queued: Number.NaN, processing: Number.NaN, oldest: Number.NaN }))
-        .finally(() => setTimeout(() => (last = null), 100)));
+    // Every gauge comes from one query per scrape; with the database away they read NaN.
+    const read = onePerScrape(
+      () =>
+        sequelize
+          .query<{ queued: number; processing: number; oldest: number | null }>(
+            `SELECT count(*) FILTER (WHERE status = 'QUEUED')::int AS queued, count(*) FILTER (WHERE status = 'PROCESSING')::int AS processing,
+                    EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'QUEUED'))::float8 AS oldest
+               FROM export_jobs WHERE status IN ('QUEUED', 'PROCESSING')`,
+            { type: QueryTypes.SELECT },
+          )
+          .then((r) => r[0]!),
+      { queued: Number.NaN, processing: Number.NaN, oldest: Number.NaN },
+    );
     const jobs: Gauge<"status"> = new Gauge({
       name: "export_jobs",
       help: "Export jobs waiting (QUEUED) and running (PROCESSING), all nodes",

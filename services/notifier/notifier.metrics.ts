@@ -6,6 +6,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { QueryTypes, type Sequelize } from "sequelize";
+import { onePerScrape } from "../../lib/http-metrics";
 
 export type Outcome = "DELIVERED" | "RETRYING" | "FAILED" | "EXPIRED";
 
@@ -34,18 +35,17 @@ export class NotifierMetrics {
   constructor(sequelize: Sequelize) {
     let depth: Gauge;
     let oldest: Gauge;
-    let last: Promise<{ depth: string; oldest: number | null }> | null = null;
-    // Both gauges come from one query per scrape.
-    const read = () =>
-      (last ??= sequelize
-        .query<{ depth: string; oldest: number | null }>(
-          `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest FROM outbox_events`,
-          { type: QueryTypes.SELECT },
-        )
-        .then((r) => r[0]!)
-        // A scrape never fails for it: with the database away, the gauges read NaN.
-        .catch(() => ({ depth: "NaN", oldest: Number.NaN }))
-        .finally(() => setTimeout(() => (last = null), 100)));
+    // Both gauges come from one query per scrape; with the database away they read NaN.
+    const read = onePerScrape(
+      () =>
+        sequelize
+          .query<{ depth: string; oldest: number | null }>(
+            `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest FROM outbox_events`,
+            { type: QueryTypes.SELECT },
+          )
+          .then((r) => r[0]!),
+      { depth: "NaN", oldest: Number.NaN },
+    );
     depth = new Gauge({
       name: "webhook_outbox_depth",
       help: "Events in the outbox not yet delivered, failed or expired (all replicas)",
