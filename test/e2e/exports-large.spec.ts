@@ -8,6 +8,7 @@ import { parse } from "csv-parse/sync";
 import { QueryTypes } from "sequelize";
 import { statusByCode } from "../../lib/channels";
 import { startTestApp, type TestApp } from "../helpers/app";
+import { exportedFileUrl } from "../helpers/exports";
 
 const ROWS = 100_000;
 let t: TestApp;
@@ -58,16 +59,8 @@ it(`exports ${ROWS} rows that match the database cell by cell`, async () => {
     { bind: [a.companyId, ROWS] },
   );
 
-  const created = await a.api.post("/messages/history/export", {});
-  expect(created.status).toBe(202);
-  let link: { downloadUrl: string } | null = null;
-  for (let i = 0; i < 1200 && !link; i++) {
-    const res = await a.api.get(`/exports/${created.body.exportId}`);
-    if (res.status === 200) link = res.body;
-    else await new Promise((r) => setTimeout(r, 50));
-  }
-  expect(link).not.toBeNull();
-  const file = await fetch(`http://127.0.0.1:${t.app.port}${new URL(link!.downloadUrl).pathname}`, { headers: { "accept-encoding": "gzip" } });
+  const { url } = await exportedFileUrl(a.api, t.app.port!, "/messages/history/export");
+  const file = await fetch(url, { headers: { "accept-encoding": "gzip" } });
   expect(file.status).toBe(200);
   // fetch decodes gzip itself; the bytes it hands over are the CSV.
   const csv = Buffer.from(await file.arrayBuffer());

@@ -7,6 +7,7 @@
 import type { Readable } from "node:stream";
 import { gunzipSync } from "node:zlib";
 import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/remote-file";
+import { exportedFileUrl } from "../helpers/exports";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, REQUIRE_REAL, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 
@@ -68,16 +69,7 @@ if (!TEST_NATS_URL) {
          SELECT $1, 'SMS', 'c-' || i, '+35191' || lpad(i::text, 7, '0'), now() - (i || ' seconds')::interval, 1, md5(i::text) || repeat(md5((i * 7)::text), i % 10) FROM generate_series(1, 20000) i`,
         { bind: [a.companyId] },
       );
-      const created = await a.api.post("/messages/history/export", {});
-      expect(created.status).toBe(202);
-      let link: { downloadUrl: string } | null = null;
-      for (let i = 0; i < 400 && !link; i++) {
-        const r = await a.api.get(`/exports/${created.body.exportId}`);
-        if (r.status === 200) link = r.body;
-        else await new Promise((res) => setTimeout(res, 50));
-      }
-      expect(link).not.toBeNull();
-      const url = `http://127.0.0.1:${core.app.port}${new URL(link!.downloadUrl).pathname}`;
+      const { exportId, url } = await exportedFileUrl(a.api, core.app.port!, "/messages/history/export");
       const first = await fetch(url, { headers: { "accept-encoding": "identity" } });
       expect(first.status).toBe(200);
       const plain = Buffer.from(await first.arrayBuffer());
@@ -87,7 +79,7 @@ if (!TEST_NATS_URL) {
       reader = await startTestApp({ services: ["exports"], db: tdb.db, config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url }, broker: { namespace, nodeID: `${namespace}-x2` } });
       await waitForNodes(2);
       const [, expires, signature] = /\/download\/([^/]+)\/([^/]+)$/.exec(url)!;
-      const answer = (await core.app.broker.call("exports.download", { exportId: created.body.exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as RemoteFile;
+      const answer = (await core.app.broker.call("exports.download", { exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as RemoteFile;
       // x2 has no such file: it points at the writer, and the file is pulled from there range by range.
       expect(answer.$remoteFile).toMatchObject({ nodeID: `${namespace}-x1`, action: "exports.range" });
       expect(answer.$remoteFile.size).toBeGreaterThan(RANGE_BYTES); // several ranges
