@@ -110,11 +110,20 @@ const messageExport = (type: "DELIVERY_REPORTS" | "MESSAGE_HISTORY", rest: strin
 
 /** A file of this node's EXPORT_DIR by its name, only when the name is one the runner writes (never a path). */
 const localFileIn = (dir: string) => (name: string) => {
-  if (!FILE_RE.test(name) || !name.endsWith(".csv.gz")) throw new ApiError("EXPORT_FILE_GONE", "No such export file.");
+  if (!FILE_RE.test(name) || !name.endsWith(".csv.gz")) throw fileGone("No such export file");
   return path.join(dir, name);
 };
 
 const UUID_RE = new RegExp(UUID);
+
+/** 202 with the job, and where to read it. */
+function accepted(ctx: Ctx<unknown>, job: JobRow): ExportOut {
+  ctx.meta.$statusCode = 202;
+  ctx.meta.$location = `${API_PREFIX}/exports/${job.id}`;
+  return toExportOut(job);
+}
+
+const fileGone = (why = "The export file is no longer on its node") => new ApiError("EXPORT_FILE_GONE", `${why}; POST /exports/{exportId} runs it again.`);
 
 export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, ExportsVars> {
   const { config, db } = deps;
@@ -228,9 +237,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
           const job = row ?? (await this.jobOf(companyId, ctx.params.exportId));
           if (!job) throw notFound(ctx.params.exportId);
           if (row) this.runner.kick();
-          ctx.meta.$statusCode = 202;
-          ctx.meta.$location = `${API_PREFIX}/exports/${job.id}`;
-          return toExportOut(job);
+          return accepted(ctx, job);
         },
       }),
 
@@ -271,7 +278,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         params: { fileName: { type: "string", max: 100 } },
         async handler(ctx: Context<{ fileName: string }>): Promise<number> {
           const st = await stat(localFile(ctx.params.fileName)).catch(() => null);
-          if (!st) throw new ApiError("EXPORT_FILE_GONE", "The export file is no longer on its node; POST /exports/{exportId} runs it again.");
+          if (!st) throw fileGone();
           return st.size;
         },
       },
@@ -309,9 +316,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
           { bind: [randomUUID(), ctx.meta.companyId, type, JSON.stringify(filters)], type: QueryTypes.SELECT },
         );
         this.runner.kick();
-        ctx.meta.$statusCode = 202;
-        ctx.meta.$location = `${API_PREFIX}/exports/${row!.id}`;
-        return toExportOut(row!);
+        return accepted(ctx, row!);
       },
 
       /** One job (of the account, when `companyId` is given). */
@@ -326,7 +331,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** Where the file is: here (this node wrote it, or EXPORT_DIR is shared), else on the node that wrote it. */
       async locate(this: ExportsThis, ctx: Context, job: JobRow): Promise<RemoteFile> {
         const fileName = job.file_name;
-        const gone = () => new ApiError("EXPORT_FILE_GONE", "The export file is not reachable (its node is gone); POST /exports/{exportId} runs it again.");
+        const gone = () => fileGone("The export file is not reachable (its node is gone)");
         if (!fileName || !FILE_RE.test(fileName)) throw gone();
         const here = await stat(localFile(fileName)).catch(() => null);
         if (here) return { $remoteFile: { action: "exports.range", nodeID: this.broker.nodeID, params: { fileName }, size: here.size } };
