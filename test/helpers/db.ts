@@ -13,6 +13,21 @@ export const REQUIRE_REAL = process.env.REQUIRE_REAL_SERVICES === "1";
 /** A test that needs the real PostgreSQL; without TEST_DATABASE_URL it is listed as a todo, visibly not run. */
 export const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown, _timeout?: number) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
 
+/**
+ * Cross-node tests over the real NATS at TEST_NATS_URL: without it they list themselves as a todo,
+ * and under REQUIRE_REAL_SERVICES=1 its absence is a failure, never a silent skip.
+ */
+export function describeOverNats(name: string, fn: () => void): void {
+  if (TEST_NATS_URL) describe(name, fn);
+  else if (REQUIRE_REAL) {
+    it(`${name}: runs over the real NATS`, () => {
+      throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_NATS_URL is not set: the cross-node tests cannot be skipped here");
+    });
+  } else {
+    describe(name, () => it.todo("set TEST_NATS_URL=nats://127.0.0.1:4222 (and TEST_DATABASE_URL) to run the cross-node tests"));
+  }
+}
+
 export interface TestDatabase {
   /** postgres:// URL of the fresh database, or null for the in-memory PGlite. */
   url: string | null;

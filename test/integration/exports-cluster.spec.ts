@@ -9,7 +9,7 @@ import { gunzipSync } from "node:zlib";
 import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/remote-file";
 import { exportedFileUrl } from "../helpers/exports";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
-import { createTestDatabase, REQUIRE_REAL, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 
 async function bytesOf(s: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -17,87 +17,75 @@ async function bytesOf(s: Readable): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-if (!TEST_NATS_URL) {
-  if (REQUIRE_REAL) {
-    it("runs over the real NATS", () => {
-      throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_NATS_URL is not set: the cross-node tests cannot be skipped here");
-    });
-  } else {
-    describe("exports over NATS: skipped, TEST_NATS_URL is not set", () => {
-      it.todo("set TEST_NATS_URL=nats://127.0.0.1:4222 (and TEST_DATABASE_URL) to run the cross-node export tests");
-    });
+describeOverNats("exports over NATS", () => {
+  let tdb: TestDatabase;
+  let core: TestApp;
+  let writer: TestApp;
+  let reader: TestApp | null = null;
+  const namespace = uid("exports");
+
+  const exportsNodes = () =>
+    (core.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter((s) => s.name === "exports").map((s) => s.nodeID).sort();
+
+  async function waitForNodes(n: number) {
+    for (let i = 0; i < 200 && exportsNodes().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(exportsNodes()).toHaveLength(n);
   }
-} else {
-  describe("exports over NATS", () => {
-    let tdb: TestDatabase;
-    let core: TestApp;
-    let writer: TestApp;
-    let reader: TestApp | null = null;
-    const namespace = uid("exports");
 
-    const exportsNodes = () =>
-      (core.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter((s) => s.name === "exports").map((s) => s.nodeID).sort();
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
+    core = await startTestApp({ services: ["gateway", "auth", "tracking"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-core` } });
+    writer = await startTestApp({ services: ["exports"], db: tdb.db, config: { ...cluster, exportWorkers: 1 }, broker: { namespace, nodeID: `${namespace}-x1` } });
+    await waitForNodes(1);
+    for (let i = 0; i < 200; i++) {
+      if ((await core.api.get("/exports")).status === 401) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }, 60_000);
 
-    async function waitForNodes(n: number) {
-      for (let i = 0; i < 200 && exportsNodes().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
-      expect(exportsNodes()).toHaveLength(n);
+  afterAll(async () => {
+    await reader?.stop();
+    await writer?.stop();
+    await core?.stop();
+    await tdb?.drop();
+  });
+
+  it("serves a file written on another node, through any exports node, byte for byte", async () => {
+    const a = await core.newAccount(["EXPORTS"]);
+    await core.db.sequelize.query(
+      `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, status_code, text)
+       SELECT $1, 'SMS', 'c-' || i, '+35191' || lpad(i::text, 7, '0'), now() - (i || ' seconds')::interval, 1, md5(i::text) || repeat(md5((i * 7)::text), i % 10) FROM generate_series(1, 20000) i`,
+      { bind: [a.companyId] },
+    );
+    const { exportId, url } = await exportedFileUrl(a.api, core.app.port!, "/messages/history/export");
+    const first = await fetch(url, { headers: { "accept-encoding": "identity" } });
+    expect(first.status).toBe(200);
+    const plain = Buffer.from(await first.arrayBuffer());
+    expect(plain.toString("utf8").split("\n").length).toBeGreaterThan(20000);
+
+    // A second exports node, without the file: it streams it from the writer.
+    reader = await startTestApp({ services: ["exports"], db: tdb.db, config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url }, broker: { namespace, nodeID: `${namespace}-x2` } });
+    await waitForNodes(2);
+    const [, expires, signature] = /\/download\/([^/]+)\/([^/]+)$/.exec(url)!;
+    const answer = (await core.app.broker.call("exports.download", { exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as RemoteFile;
+    // x2 has no such file: it points at the writer, and the file is pulled from there range by range.
+    expect(answer.$remoteFile).toMatchObject({ nodeID: `${namespace}-x1`, action: "exports.range" });
+    expect(answer.$remoteFile.size).toBeGreaterThan(RANGE_BYTES); // several ranges
+    const gz = await bytesOf(remoteFileStream(core.app.broker, answer.$remoteFile));
+    expect(gunzipSync(gz).equals(plain)).toBe(true);
+    // And through the gateway, whichever node the balancer picks, several times.
+    for (let i = 0; i < 4; i++) {
+      const r = await fetch(url, { headers: { "accept-encoding": "identity" } });
+      expect(r.status).toBe(200);
+      expect(Buffer.from(await r.arrayBuffer()).equals(plain)).toBe(true);
     }
 
-    beforeAll(async () => {
-      tdb = await createTestDatabase();
-      const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
-      core = await startTestApp({ services: ["gateway", "auth", "tracking"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-core` } });
-      writer = await startTestApp({ services: ["exports"], db: tdb.db, config: { ...cluster, exportWorkers: 1 }, broker: { namespace, nodeID: `${namespace}-x1` } });
-      await waitForNodes(1);
-      for (let i = 0; i < 200; i++) {
-        if ((await core.api.get("/exports")).status === 401) break;
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    }, 60_000);
-
-    afterAll(async () => {
-      await reader?.stop();
-      await writer?.stop();
-      await core?.stop();
-      await tdb?.drop();
-    });
-
-    it("serves a file written on another node, through any exports node, byte for byte", async () => {
-      const a = await core.newAccount(["EXPORTS"]);
-      await core.db.sequelize.query(
-        `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, status_code, text)
-         SELECT $1, 'SMS', 'c-' || i, '+35191' || lpad(i::text, 7, '0'), now() - (i || ' seconds')::interval, 1, md5(i::text) || repeat(md5((i * 7)::text), i % 10) FROM generate_series(1, 20000) i`,
-        { bind: [a.companyId] },
-      );
-      const { exportId, url } = await exportedFileUrl(a.api, core.app.port!, "/messages/history/export");
-      const first = await fetch(url, { headers: { "accept-encoding": "identity" } });
-      expect(first.status).toBe(200);
-      const plain = Buffer.from(await first.arrayBuffer());
-      expect(plain.toString("utf8").split("\n").length).toBeGreaterThan(20000);
-
-      // A second exports node, without the file: it streams it from the writer.
-      reader = await startTestApp({ services: ["exports"], db: tdb.db, config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url }, broker: { namespace, nodeID: `${namespace}-x2` } });
-      await waitForNodes(2);
-      const [, expires, signature] = /\/download\/([^/]+)\/([^/]+)$/.exec(url)!;
-      const answer = (await core.app.broker.call("exports.download", { exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as RemoteFile;
-      // x2 has no such file: it points at the writer, and the file is pulled from there range by range.
-      expect(answer.$remoteFile).toMatchObject({ nodeID: `${namespace}-x1`, action: "exports.range" });
-      expect(answer.$remoteFile.size).toBeGreaterThan(RANGE_BYTES); // several ranges
-      const gz = await bytesOf(remoteFileStream(core.app.broker, answer.$remoteFile));
-      expect(gunzipSync(gz).equals(plain)).toBe(true);
-      // And through the gateway, whichever node the balancer picks, several times.
-      for (let i = 0; i < 4; i++) {
-        const r = await fetch(url, { headers: { "accept-encoding": "identity" } });
-        expect(r.status).toBe(200);
-        expect(Buffer.from(await r.arrayBuffer()).equals(plain)).toBe(true);
-      }
-
-      // The writer goes away: the file is unreachable, a 404 problem (never a 500).
-      await writer.stop();
-      await waitForNodes(1);
-      const gone = await fetch(url);
-      expect(gone.status).toBe(404);
-      expect(gone.headers.get("content-type")).toMatch(/problem\+json/);
-    }, 60_000);
-  });
-}
+    // The writer goes away: the file is unreachable, a 404 problem (never a 500).
+    await writer.stop();
+    await waitForNodes(1);
+    const gone = await fetch(url);
+    expect(gone.status).toBe(404);
+    expect(gone.headers.get("content-type")).toMatch(/problem\+json/);
+  }, 60_000);
+});
