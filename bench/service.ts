@@ -40,7 +40,13 @@ export async function startService(databaseUrl: string, port: number, env: Recor
     pid: service.pid!,
     env: fullEnv,
     adminKey: (company, operations) =>
-      JSON.parse(execFileSync("sh", ["-c", `exec node --import tsx scripts/admin.ts keys:create --company ${company} --operations ${operations}`], { cwd: ROOT, env: fullEnv, encoding: "utf8" })).apiKey as string,
+      JSON.parse(
+        execFileSync("sh", ["-c", `exec node --import tsx scripts/admin.ts keys:create --company ${company} --operations ${operations}`], {
+          cwd: ROOT,
+          env: fullEnv,
+          encoding: "utf8",
+        }),
+      ).apiKey as string,
     async stop() {
       if (service.exitCode !== null) return;
       service.kill("SIGTERM");

@@ -139,9 +139,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     .filter(Boolean);
   const unknown = services.filter((s) => !(ALL_SERVICES as readonly string[]).includes(s));
   if (unknown.length > 0 || services.length === 0) {
-    throw new ConfigError(
-      `Invalid configuration: SERVICES names unknown service(s) ${unknown.join(", ") || "(none)"}; known: ${ALL_SERVICES.join(", ")}`,
-    );
+    throw new ConfigError(`Invalid configuration: SERVICES names unknown service(s) ${unknown.join(", ") || "(none)"}; known: ${ALL_SERVICES.join(", ")}`);
   }
   out.services = [...new Set(services)];
   out.dataDir = path.resolve(String(out.dataDir));

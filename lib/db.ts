@@ -90,9 +90,11 @@ export function migrate(db: Database): Promise<string[]> {
   const before = running.get(db.url) ?? Promise.resolve();
   const mine = before.catch(() => undefined).then(() => migrateLocked(db));
   running.set(db.url, mine);
-  void mine.finally(() => {
-    if (running.get(db.url) === mine) running.delete(db.url);
-  }).catch(() => undefined);
+  void mine
+    .finally(() => {
+      if (running.get(db.url) === mine) running.delete(db.url);
+    })
+    .catch(() => undefined);
   return mine;
 }
 

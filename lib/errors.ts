@@ -61,7 +61,6 @@ export class ApiError extends Errors.MoleculerClientError {
   }
 }
 
-export const badRequest = (detail: string, errors?: FieldError[]) =>
-  new ApiError("VALIDATION_ERROR", detail, errors ? { errors } : undefined);
+export const badRequest = (detail: string, errors?: FieldError[]) => new ApiError("VALIDATION_ERROR", detail, errors ? { errors } : undefined);
 export const unauthorized = (detail: string) => new ApiError("UNAUTHORIZED", detail);
 export const notFound = (type: ErrorType, detail: string) => new ApiError(type, detail);

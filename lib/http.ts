@@ -39,7 +39,9 @@ export function requireJson(req: IncomingMessage, _res: ServerResponse, next: Ne
   if (!hasBody(req)) return next();
   const type = req.headers["content-type"] ?? "";
   if (!JSON_TYPE_RE.test(type)) {
-    return next(new ApiError("UNSUPPORTED_MEDIA_TYPE", `Content-Type ${type ? `"${type.slice(0, 100)}"` : "(none)"} is not supported here; send application/json.`));
+    return next(
+      new ApiError("UNSUPPORTED_MEDIA_TYPE", `Content-Type ${type ? `"${type.slice(0, 100)}"` : "(none)"} is not supported here; send application/json.`),
+    );
   }
   const charset = /charset\s*=\s*"?([\w-]+)"?/i.exec(type)?.[1];
   if (charset && !/^utf-?8$/i.test(charset)) {

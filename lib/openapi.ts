@@ -223,7 +223,11 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     if (inBody && params && action.upload) {
       // Multipart: the file part, and the other params as text fields.
       const { field, maxBytes, accept, description } = action.upload;
-      const fields = Object.fromEntries(Object.entries(props).filter(([k]) => k !== field && !pathParams.includes(k)).map(([k, v]) => [k, toOas(v, components)]));
+      const fields = Object.fromEntries(
+        Object.entries(props)
+          .filter(([k]) => k !== field && !pathParams.includes(k))
+          .map(([k, v]) => [k, toOas(v, components)]),
+      );
       op.requestBody = {
         required: true,
         content: {
@@ -266,7 +270,9 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
         const s = toOas(schema, components);
         // A file (format binary) goes out as its own media type.
         const binary = schema.format === "binary";
-        const type = (schema.contentType as string | undefined) ?? (binary ? ((schema.contentMediaType as string | undefined) ?? "application/octet-stream") : "application/json");
+        const type =
+          (schema.contentType as string | undefined) ??
+          (binary ? ((schema.contentMediaType as string | undefined) ?? "application/octet-stream") : "application/json");
         responses[status] = {
           description: STATUS_CODES[Number(status)] ?? "Success",
           headers,

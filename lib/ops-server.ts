@@ -35,7 +35,9 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
     res.on("finish", () => metrics.observe(req.method ?? "GET", PATHS.has(path) ? path : "unmatched", res.statusCode, (performance.now() - started) / 1000));
     if (!PATHS.has(path)) return writeProblem(res, toProblem(new ApiError("ROUTE_NOT_FOUND", `No route ${path} on this node.`), requestId));
     if (req.method !== "GET") {
-      return writeProblem(res, toProblem(new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: GET.`), requestId), { Allow: "GET" });
+      return writeProblem(res, toProblem(new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: GET.`), requestId), {
+        Allow: "GET",
+      });
     }
     if (path === "/healthz/live") return json(res, { status: "live" });
     if (path === "/metrics") {
@@ -44,11 +46,17 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
       return res.end(text);
     }
     const checks: Record<string, string> = {};
-    checks.database = await db.ping().then(() => "ok", () => "unreachable");
+    checks.database = await db.ping().then(
+      () => "ok",
+      () => "unreachable",
+    );
     const transit = (broker as unknown as { transit?: { connected?: boolean } }).transit;
     if (transit) checks.transporter = transit.connected ? "ok" : "disconnected";
     if (Object.values(checks).every((v) => v === "ok")) return json(res, { status: "ready", checks });
-    const why = Object.entries(checks).filter(([, v]) => v !== "ok").map(([k, v]) => `${k} ${v}`).join(", ");
+    const why = Object.entries(checks)
+      .filter(([, v]) => v !== "ok")
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ");
     writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", `Not ready: ${why}`, { checks }), requestId));
   };
   server.on("clientError", answerClientError);

@@ -18,8 +18,18 @@ type Handler = (ctx: { caller?: string | null }) => Promise<unknown>;
 
 export function RequestMetrics(): Middleware {
   const registry = new Registry();
-  const total = new Counter({ name: "moleculer_request_total", help: "Action calls handled by this node", labelNames: ["action", "caller"] as const, registers: [registry] });
-  const errors = new Counter({ name: "moleculer_request_error_total", help: "Action calls that failed on this node", labelNames: ["action", "type"] as const, registers: [registry] });
+  const total = new Counter({
+    name: "moleculer_request_total",
+    help: "Action calls handled by this node",
+    labelNames: ["action", "caller"] as const,
+    registers: [registry],
+  });
+  const errors = new Counter({
+    name: "moleculer_request_error_total",
+    help: "Action calls that failed on this node",
+    labelNames: ["action", "type"] as const,
+    registers: [registry],
+  });
   const time = new Histogram({
     name: "moleculer_request_duration_seconds",
     help: "Action execution time on this node",
@@ -27,7 +37,12 @@ export function RequestMetrics(): Middleware {
     buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [registry],
   });
-  const events = new Counter({ name: "moleculer_event_received_total", help: "Events handled by this node", labelNames: ["event"] as const, registers: [registry] });
+  const events = new Counter({
+    name: "moleculer_event_received_total",
+    help: "Events handled by this node",
+    labelNames: ["event"] as const,
+    registers: [registry],
+  });
 
   return {
     name: "RequestMetrics",

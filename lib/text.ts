@@ -12,13 +12,22 @@ export function checkText(value: unknown): void {
   const stack: Array<[unknown, string, number]> = [[value, "", 0]];
   while (stack.length) {
     const [v, path, depth] = stack.pop()!;
-    if (depth > MAX_DEPTH) throw new ApiError("VALIDATION_ERROR", `The request is nested more than ${MAX_DEPTH} levels deep.`, { errors: [{ path, message: "is nested too deeply" }] });
+    if (depth > MAX_DEPTH)
+      throw new ApiError("VALIDATION_ERROR", `The request is nested more than ${MAX_DEPTH} levels deep.`, {
+        errors: [{ path, message: "is nested too deeply" }],
+      });
     if (typeof v === "string") {
-      if (BAD_TEXT.test(v)) throw new ApiError("VALIDATION_ERROR", "The request holds text with NUL or unpaired surrogate characters.", { errors: [{ path, message: "must not contain NUL or unpaired surrogate characters" }] });
+      if (BAD_TEXT.test(v))
+        throw new ApiError("VALIDATION_ERROR", "The request holds text with NUL or unpaired surrogate characters.", {
+          errors: [{ path, message: "must not contain NUL or unpaired surrogate characters" }],
+        });
     } else if (v && typeof v === "object") {
       for (const [k, child] of Object.entries(v as Record<string, unknown>)) {
         const childPath = Array.isArray(v) ? `${path}[${k}]` : path ? `${path}.${k}` : k;
-        if (BAD_TEXT.test(k)) throw new ApiError("VALIDATION_ERROR", "The request holds a field name with NUL or unpaired surrogate characters.", { errors: [{ path: childPath, message: "is not a valid name" }] });
+        if (BAD_TEXT.test(k))
+          throw new ApiError("VALIDATION_ERROR", "The request holds a field name with NUL or unpaired surrogate characters.", {
+            errors: [{ path: childPath, message: "is not a valid name" }],
+          });
         stack.push([child, childPath, depth + 1]);
       }
     }

@@ -89,7 +89,7 @@ async function zipHasEntry(path: string, size: number, wanted: (name: string) =>
     await fh.read(cd, 0, cdSize, cdOffset);
     let found = false;
     let expanded = 0;
-    for (let p = 0; p + 46 <= cd.length && cd.readUInt32LE(p) === 0x02014b50; ) {
+    for (let p = 0; p + 46 <= cd.length && cd.readUInt32LE(p) === 0x02014b50;) {
       const nameLen = cd.readUInt16LE(p + 28);
       const extraLen = cd.readUInt16LE(p + 30);
       const commentLen = cd.readUInt16LE(p + 32);
@@ -98,7 +98,8 @@ async function zipHasEntry(path: string, size: number, wanted: (name: string) =>
       p += 46 + nameLen + extraLen + commentLen;
     }
     // A zip bomb, or a workbook no import should unpack: readers spill its sheets to disk.
-    if (found && expanded > MAX_EXPANDED_BYTES) throw new ApiError("PAYLOAD_TOO_LARGE", `The workbook expands to more than ${MAX_EXPANDED_BYTES / 1024 / 1024 / 1024} GiB; save it as CSV instead.`);
+    if (found && expanded > MAX_EXPANDED_BYTES)
+      throw new ApiError("PAYLOAD_TOO_LARGE", `The workbook expands to more than ${MAX_EXPANDED_BYTES / 1024 / 1024 / 1024} GiB; save it as CSV instead.`);
     return found;
   } finally {
     await fh.close();

@@ -56,7 +56,13 @@ export function parseAdminArgs(argv: string[]): { command: "keys:create"; args: 
   const trafficType = (v["traffic-type"] ?? "TRANSACTIONAL").toUpperCase();
   if (!(TRAFFIC_TYPES as readonly string[]).includes(trafficType)) throw new UsageError(`--traffic-type must be ${TRAFFIC_TYPES.join(" or ")}`);
   if (!v.operations) throw new UsageError("--operations is required (a comma-separated list, or ALL)");
-  const ops = v.operations.trim().toUpperCase() === "ALL" ? [...OPERATIONS] : v.operations.split(",").map((s) => s.trim().toUpperCase()).filter(Boolean);
+  const ops =
+    v.operations.trim().toUpperCase() === "ALL"
+      ? [...OPERATIONS]
+      : v.operations
+          .split(",")
+          .map((s) => s.trim().toUpperCase())
+          .filter(Boolean);
   const unknown = ops.filter((o) => !(OPERATIONS as readonly string[]).includes(o));
   if (unknown.length) throw new UsageError(`unknown operation(s) ${unknown.join(", ")}; known: ${OPERATIONS.join(", ")}`);
   if (ops.length === 0) throw new UsageError("--operations must name at least one operation");

@@ -29,7 +29,6 @@ import { startService } from "../service";
 const { values } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" } } });
 const SIZES = values.sizes!.split(",").map(Number);
 
-
 const FIRST = ["Ana", "Bruno", "Carla", "David", "Eva", "Filipe", "Gabriela", "Hugo", "Ines", "Joao"];
 const LAST = ["Silva", "Santos", "Ferreira", "Pereira", "Oliveira", "Costa", "Rodrigues", "Martins", "Jesus", "Sousa"];
 const GENDER = ["MALE", "FEMALE", "OTHER"];
@@ -83,12 +82,19 @@ async function main() {
     // Migrate once (a service start does it), so that \copy meets the real table.
     await (await startContacts(dbUrl)).stop();
     await db.connect();
-    console.log(`bench/contacts import: CSV upload through the gateway vs psql \\copy of the same rows into the same table (PostgreSQL, ${os.cpus().length} cores)`);
+    console.log(
+      `bench/contacts import: CSV upload through the gateway vs psql \\copy of the same rows into the same table (PostgreSQL, ${os.cpus().length} cores)`,
+    );
     for (const n of SIZES) {
       await writeFiles(n, dir);
       await db.query("TRUNCATE contacts CASCADE");
       const c0 = performance.now();
-      execFileSync("psql", [dbUrl, "-q", "-c", `\\copy contacts (id, company_id, first_name, last_name, phone_number, email, gender) FROM '${path.join(dir, "copy.csv")}' CSV`]);
+      execFileSync("psql", [
+        dbUrl,
+        "-q",
+        "-c",
+        `\\copy contacts (id, company_id, first_name, last_name, phone_number, email, gender) FROM '${path.join(dir, "copy.csv")}' CSV`,
+      ]);
       const copyS = (performance.now() - c0) / 1000;
       await db.query("TRUNCATE contacts CASCADE");
       await db.query("VACUUM ANALYZE contacts");
@@ -98,21 +104,28 @@ async function main() {
       const t0 = performance.now();
       const form = new FormData();
       form.append("file", await openAsBlob(path.join(dir, "contacts.csv")), "contacts.csv");
-      const res = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/contacts/upload`, { method: "POST", headers: { "x-api-key": svc.key }, body: form });
+      const res = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/contacts/upload`, {
+        method: "POST",
+        headers: { "x-api-key": svc.key },
+        body: form,
+      });
       const accepted = (await res.json()) as { importId: string };
       if (res.status !== 202) throw new Error(`upload answered ${res.status}: ${JSON.stringify(accepted)}`);
       const uploadS = (performance.now() - t0) / 1000;
       let state: { status: string; created: number; skipped: number; failureReason: string | null };
       for (;;) {
         await new Promise((r) => setTimeout(r, 100));
-        const r = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/contacts/imports/${accepted.importId}`, { headers: { "x-api-key": svc.key } });
+        const r = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/contacts/imports/${accepted.importId}`, {
+          headers: { "x-api-key": svc.key },
+        });
         state = (await r.json()) as typeof state;
         if (state.status === "COMPLETED" || state.status === "FAILED") break;
       }
       const importS = (performance.now() - t0) / 1000;
       const peak = kib(svc.pid, "VmHWM");
       await svc.stop();
-      if (state.status !== "COMPLETED" || state.created !== n) throw new Error(`import ended ${state.status}: created ${state.created}, skipped ${state.skipped}, ${state.failureReason}`);
+      if (state.status !== "COMPLETED" || state.created !== n)
+        throw new Error(`import ended ${state.status}: created ${state.created}, skipped ${state.skipped}, ${state.failureReason}`);
       const copyRate = n / copyS;
       const importRate = n / importS;
       console.log(

@@ -18,7 +18,6 @@ const { values } = parseArgs({ options: { rows: { type: "string", default: "1000
 const ROWS = Number(values.rows);
 const REQUESTS = Number(values.requests);
 
-
 function percentile(sorted: number[], p: number) {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
@@ -65,11 +64,25 @@ async function main() {
       await r.arrayBuffer();
     };
     const cases: Array<[string, string, string]> = [
-      ["search=Carla Silva 12", "search=Silva%20123", `SELECT * FROM contacts c WHERE company_id = 'bench' AND (full_name ILIKE '%Silva 123%' OR (coalesce(phone_number,'') || ' ' || coalesce(email,'')) ILIKE '%Silva 123%') ORDER BY lower(nullif(full_name, '')), id LIMIT 10`],
-      ["isValid+communicationSupported=RCS", "isValid=true&communicationSupported=RCS", `SELECT * FROM contacts c WHERE company_id = 'bench' AND is_valid AND 'RCS' = ANY (communication_supported) ORDER BY lower(nullif(full_name, '')), id LIMIT 10`],
-      ["page 500 of limit 1000, sort fullName", "limit=1000&page=500", `SELECT * FROM contacts c WHERE company_id = 'bench' ORDER BY lower(nullif(full_name, '')), id LIMIT 1000 OFFSET 500000`],
+      [
+        "search=Carla Silva 12",
+        "search=Silva%20123",
+        `SELECT * FROM contacts c WHERE company_id = 'bench' AND (full_name ILIKE '%Silva 123%' OR (coalesce(phone_number,'') || ' ' || coalesce(email,'')) ILIKE '%Silva 123%') ORDER BY lower(nullif(full_name, '')), id LIMIT 10`,
+      ],
+      [
+        "isValid+communicationSupported=RCS",
+        "isValid=true&communicationSupported=RCS",
+        `SELECT * FROM contacts c WHERE company_id = 'bench' AND is_valid AND 'RCS' = ANY (communication_supported) ORDER BY lower(nullif(full_name, '')), id LIMIT 10`,
+      ],
+      [
+        "page 500 of limit 1000, sort fullName",
+        "limit=1000&page=500",
+        `SELECT * FROM contacts c WHERE company_id = 'bench' ORDER BY lower(nullif(full_name, '')), id LIMIT 1000 OFFSET 500000`,
+      ],
     ];
-    console.log(`bench/contacts: ${ROWS.toLocaleString()} contacts seeded in ${seedS.toFixed(1)} s (one INSERT ... SELECT); ${REQUESTS} sequential requests per case; PostgreSQL`);
+    console.log(
+      `bench/contacts: ${ROWS.toLocaleString()} contacts seeded in ${seedS.toFixed(1)} s (one INSERT ... SELECT); ${REQUESTS} sequential requests per case; PostgreSQL`,
+    );
     for (const [label, qs, sql] of cases) {
       await time(5, api(qs)); // warm caches
       const ours = await time(REQUESTS, api(qs));

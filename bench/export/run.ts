@@ -26,7 +26,9 @@ import { messageExportSql } from "../../services/exports/exports.sql";
 import { createBenchDatabase } from "../database";
 import { startService, type BenchService } from "../service";
 
-const { values } = parseArgs({ options: { small: { type: "string", default: "100000" }, big: { type: "string", default: "1000000" }, together: { type: "boolean", default: false } } });
+const { values } = parseArgs({
+  options: { small: { type: "string", default: "100000" }, big: { type: "string", default: "1000000" }, together: { type: "boolean", default: false } },
+});
 const TOGETHER = values.together;
 const NATS = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const SMALL = Number(values.small);
@@ -78,7 +80,11 @@ async function get(port: number, p: string, key: string) {
 /** POST -> GET /exports/{id} answers 200: ms, and the row count the job reports. */
 async function exportOnce(svc: BenchService, key: string): Promise<{ ms: number; rows: number }> {
   const t0 = performance.now();
-  const r = await fetch(`http://127.0.0.1:${svc.port}${API}/messages/history/export`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: "{}" });
+  const r = await fetch(`http://127.0.0.1:${svc.port}${API}/messages/history/export`, {
+    method: "POST",
+    headers: { "x-api-key": key, "content-type": "application/json" },
+    body: "{}",
+  });
   if (r.status !== 202) throw new Error(`export: ${r.status} ${await r.text()}`);
   const { exportId } = (await r.json()) as { exportId: string };
   for (;;) {
@@ -101,7 +107,7 @@ async function pollLatencies(port: number, key: string, until: Promise<unknown> 
   let i = 0;
   while (!done) {
     const t0 = performance.now();
-    const r = await get(port, `/messages/status/msg-${1 + (i++ * 7919) % BIG}?channel=SMS`, key);
+    const r = await get(port, `/messages/status/msg-${1 + ((i++ * 7919) % BIG)}?channel=SMS`, key);
     if (r.status !== 200) throw new Error(`status: ${r.status}`);
     out.push(performance.now() - t0);
     await new Promise((res) => setTimeout(res, 5));
@@ -131,7 +137,10 @@ async function main() {
     console.log(`seeded ${SMALL + BIG} messages in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 
     const results: Record<string, { exportMs: number; psqlMs: number; rows: number; peakMb: number; startMb: number }> = {};
-    for (const [company, rows] of [["bench-small", SMALL], ["bench-big", BIG]] as const) {
+    for (const [company, rows] of [
+      ["bench-small", SMALL],
+      ["bench-big", BIG],
+    ] as const) {
       const psqlMs = await psqlCopy(benchDb.url, company, dir);
       svc = await startService(benchDb.url, port, TOGETHER ? env : { ...env, ...cluster, SERVICES: "gateway,auth,tracking" });
       exportsNode = TOGETHER ? svc : await startService(benchDb.url, port + 50, { ...env, ...cluster, SERVICES: "exports" });
@@ -155,7 +164,9 @@ async function main() {
         run = await exporting;
         const f = (xs: number[]) => `p50 ${pct(xs, 50).toFixed(1)} ms p99 ${pct(xs, 99).toFixed(1)} ms (${xs.length} req)`;
         console.log(`  GET /messages/status: idle ${f(idle)}; during psql \\copy ${f(duringPsql)}; during the export ${f(busy)}`);
-        console.log(`  p99 during the export / idle: ${(pct(busy, 99) / pct(idle, 99)).toFixed(2)} (target <= 2); during psql \\copy / idle: ${(pct(duringPsql, 99) / pct(idle, 99)).toFixed(2)}`);
+        console.log(
+          `  p99 during the export / idle: ${(pct(busy, 99) / pct(idle, 99)).toFixed(2)} (target <= 2); during psql \\copy / idle: ${(pct(duringPsql, 99) / pct(idle, 99)).toFixed(2)}`,
+        );
       } else {
         run = await exportOnce(svc, key);
       }
@@ -173,7 +184,9 @@ async function main() {
     }
     const s = results["bench-small"]!;
     const b = results["bench-big"]!;
-    console.log(`peak RSS ${s.peakMb.toFixed(0)} MB at ${SMALL} rows, ${b.peakMb.toFixed(0)} MB at ${BIG}: ${(((b.peakMb - s.peakMb) / s.peakMb) * 100).toFixed(1)} % apart (target < 250 MB, within 10 %)`);
+    console.log(
+      `peak RSS ${s.peakMb.toFixed(0)} MB at ${SMALL} rows, ${b.peakMb.toFixed(0)} MB at ${BIG}: ${(((b.peakMb - s.peakMb) / s.peakMb) * 100).toFixed(1)} % apart (target < 250 MB, within 10 %)`,
+    );
   } finally {
     await svc?.stop().catch(() => undefined);
     await exportsNode?.stop().catch(() => undefined);

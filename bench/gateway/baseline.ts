@@ -10,13 +10,27 @@ async function main() {
   broker.createService({
     name: "api",
     mixins: [ApiGateway],
-    settings: { port: Number(process.env.PORT ?? 0), ip: "127.0.0.1", logRequest: null, logResponse: null, routes: [{ path: "/", aliases: { "GET /hello": "hello.get" } }] },
+    settings: {
+      port: Number(process.env.PORT ?? 0),
+      ip: "127.0.0.1",
+      logRequest: null,
+      logResponse: null,
+      routes: [{ path: "/", aliases: { "GET /hello": "hello.get" } }],
+    },
   } as never);
   broker.createService({
     name: "hello",
     actions: {
       get() {
-        return { id: "0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69", companyId: "acme", userId: null, username: null, operations: ["AUTHENTICATION"], trafficType: "TRANSACTIONAL", createdAt: new Date().toISOString() };
+        return {
+          id: "0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69",
+          companyId: "acme",
+          userId: null,
+          username: null,
+          operations: ["AUTHENTICATION"],
+          trafficType: "TRANSACTIONAL",
+          createdAt: new Date().toISOString(),
+        };
       },
     },
   });

@@ -34,7 +34,12 @@ const children: ChildProcess[] = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 
 /** Runs a shell command (an npm script's own text) with the project's Node 22 first on PATH. */
-function startProcess(command: string, env: Record<string, string>, ready: RegExp | null, logFile?: string): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
+function startProcess(
+  command: string,
+  env: Record<string, string>,
+  ready: RegExp | null,
+  logFile?: string,
+): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
   return new Promise((resolve, reject) => {
     const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
     // Logs go to a file, as a collector would take them: a pipe into this (busy) load generator
@@ -101,7 +106,12 @@ async function main() {
   const port = 3900 + Math.floor(Math.random() * 50);
   // Exactly what `npm start` runs (its script text from package.json), without npm's wrapper process.
   const startCommand = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
-  const product = await startProcess(startCommand, { DATA_DIR: dataDir, PORT: String(port), LOG_PRETTY: "false", RATE_LIMIT_RPS: "1000000", LOG_LEVEL: values["log-level"]! }, null, path.join(dataDir, "service.log"));
+  const product = await startProcess(
+    startCommand,
+    { DATA_DIR: dataDir, PORT: String(port), LOG_PRETTY: "false", RATE_LIMIT_RPS: "1000000", LOG_LEVEL: values["log-level"]! },
+    null,
+    path.join(dataDir, "service.log"),
+  );
   await waitReady(`http://127.0.0.1:${port}/healthz/ready`);
   const baseline = await startProcess("node --import tsx bench/gateway/baseline.ts", { PORT: "0" }, /ready (\d+)/);
   try {
@@ -130,7 +140,9 @@ async function main() {
     );
     console.log(line("bare moleculer-web (floor)", base, bases));
     console.log(line("GET /authentication/me (npm start)", ours, ourss));
-    console.log(`ratio (ours / floor, req/s): ${ratio.toFixed(2)}   p99 ${ours.latency.p99} ms vs ${base.latency.p99} ms   target >= 0.60   ${ratio >= 0.6 ? "MET" : "NOT MET"}`);
+    console.log(
+      `ratio (ours / floor, req/s): ${ratio.toFixed(2)}   p99 ${ours.latency.p99} ms vs ${base.latency.p99} ms   target >= 0.60   ${ratio >= 0.6 ? "MET" : "NOT MET"}`,
+    );
   } finally {
     baseline.child.kill("SIGTERM");
     product.child.kill("SIGTERM");

@@ -23,7 +23,11 @@ import { createBenchDatabase } from "../database";
 import { startService } from "../service";
 
 const { values } = parseArgs({
-  options: { messages: { type: "string", default: "200000" }, "status-rows": { type: "string", default: "10000000" }, only: { type: "string", default: "a,b" } },
+  options: {
+    messages: { type: "string", default: "200000" },
+    "status-rows": { type: "string", default: "10000000" },
+    only: { type: "string", default: "a,b" },
+  },
 });
 const PHASES = new Set(values.only!.split(","));
 const N = Number(values.messages);
@@ -31,8 +35,22 @@ const STATUS_ROWS = Number(values["status-rows"]);
 const BATCH = 500;
 
 const phone = (i: number) => `+4930${String(i).padStart(8, "0")}`;
-const registration = (co: string, i: number) => ({ companyId: co, channel: "SMS", customerMessageId: `m-${i}`, destination: phone(i), sentAt: "2026-11-20T10:00:00Z", text: "Your code is 1234" });
-const receipt = (co: string, i: number) => ({ companyId: co, MESSAGE_ID: `m-${i}`, DESTINATION: phone(i), DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:05Z", PRICE: 0.04 });
+const registration = (co: string, i: number) => ({
+  companyId: co,
+  channel: "SMS",
+  customerMessageId: `m-${i}`,
+  destination: phone(i),
+  sentAt: "2026-11-20T10:00:00Z",
+  text: "Your code is 1234",
+});
+const receipt = (co: string, i: number) => ({
+  companyId: co,
+  MESSAGE_ID: `m-${i}`,
+  DESTINATION: phone(i),
+  DELIVERY_STATUS: 3,
+  DELIVERY_DATE: "2026-11-20T10:00:05Z",
+  PRICE: 0.04,
+});
 
 async function startIngress(dbUrl: string) {
   const port = 3980 + Math.floor(Math.random() * 9);
@@ -54,7 +72,8 @@ async function singles(url: string, n: number, body: (i: number) => unknown, con
     requests: [{ setupRequest: (req) => ({ ...req, body: JSON.stringify(body(i++)) }) }],
   });
   const s = (performance.now() - t0) / 1000;
-  if (result.non2xx > 0 || result.errors > 0 || result["2xx"] !== n) throw new Error(`singles: ${result["2xx"]} 2xx, ${result.non2xx} non-2xx, ${result.errors} errors`);
+  if (result.non2xx > 0 || result.errors > 0 || result["2xx"] !== n)
+    throw new Error(`singles: ${result["2xx"]} 2xx, ${result.non2xx} non-2xx, ${result.errors} errors`);
   return s;
 }
 
@@ -123,7 +142,9 @@ async function floor(dbUrl: string, table: string, n: number, clients: number, p
 
 async function fillForStatus(db: pg.Client, rows: number) {
   // The indexes are dropped for the load and built again after it (faster than row by row), exactly as declared.
-  const { rows: idx } = await db.query<{ indexdef: string; indexname: string }>(`SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' AND indexname <> 'messages_pkey'`);
+  const { rows: idx } = await db.query<{ indexdef: string; indexname: string }>(
+    `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' AND indexname <> 'messages_pkey'`,
+  );
   for (const i of idx) await db.query(`DROP INDEX ${i.indexname}`);
   const chunk = 1_000_000;
   for (let from = 0; from < rows; from += chunk) {
@@ -156,10 +177,14 @@ async function main() {
     await db.connect();
     await db.query("CREATE TABLE floor_batched (LIKE messages INCLUDING ALL)");
     await db.query("CREATE TABLE floor_single (LIKE messages INCLUDING ALL)");
-    if (PHASES.has("a") || PHASES.has("b")) console.log(`bench/ingest: ${N.toLocaleString()} SMS messages registered + ${N.toLocaleString()} receipts (${(2 * N).toLocaleString()} objects) per phase, PostgreSQL, ${os.cpus().length} cores`);
+    if (PHASES.has("a") || PHASES.has("b"))
+      console.log(
+        `bench/ingest: ${N.toLocaleString()} SMS messages registered + ${N.toLocaleString()} receipts (${(2 * N).toLocaleString()} objects) per phase, PostgreSQL, ${os.cpus().length} cores`,
+      );
 
     const rate = (s: number) => (2 * N) / s;
-    const fmt = (s: number, reg: number) => `${s.toFixed(1)} s, ${Math.round(rate(s)).toLocaleString()} objects/s (registrations ${reg.toFixed(1)} s, receipts ${(s - reg).toFixed(1)} s)`;
+    const fmt = (s: number, reg: number) =>
+      `${s.toFixed(1)} s, ${Math.round(rate(s)).toLocaleString()} objects/s (registrations ${reg.toFixed(1)} s, receipts ${(s - reg).toFixed(1)} s)`;
     if (PHASES.has("a")) {
       const reg = await singles(`${svc.ingress}/messages`, N, (i) => registration("co-a", i), 50);
       const aS = reg + (await singles(`${svc.ingress}/receipts/sms`, N, (i) => receipt("co-a", i), 50));
@@ -180,7 +205,8 @@ async function main() {
     const { rows: check } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = ANY ($1) AND status_code = 3`, [companies]);
     const { rows: events } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM outbox_events`);
     const want = companies.length * N;
-    if (Number(check[0]!.n) !== want || Number(events[0]!.n) !== want) throw new Error(`expected ${want} delivered messages and events, found ${check[0]!.n} and ${events[0]!.n}`);
+    if (Number(check[0]!.n) !== want || Number(events[0]!.n) !== want)
+      throw new Error(`expected ${want} delivered messages and events, found ${check[0]!.n} and ${events[0]!.n}`);
 
     if (STATUS_ROWS > 0) {
       const f0 = performance.now();
@@ -191,15 +217,21 @@ async function main() {
       const times: number[] = [];
       for (let r = 0; r < 330; r++) {
         // 1000 ids of account bulk-3 spread over the whole table, a tenth never sent.
-        const ids = Array.from({ length: 1000 }, (_, k) => (k % 10 === 9 ? `never-${r}-${k}` : `s-${(Math.floor(Math.random() * (STATUS_ROWS / 10)) * 10 + 3) % STATUS_ROWS}`));
+        const ids = Array.from({ length: 1000 }, (_, k) =>
+          k % 10 === 9 ? `never-${r}-${k}` : `s-${(Math.floor(Math.random() * (STATUS_ROWS / 10)) * 10 + 3) % STATUS_ROWS}`,
+        );
         const t0 = performance.now();
-        const res = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/messages/status?channel=SMS&ids=${ids.join(",")}`, { headers: { "x-api-key": key } });
+        const res = await fetch(`http://127.0.0.1:${svc.port}/api/partner-gateway/v1/messages/status?channel=SMS&ids=${ids.join(",")}`, {
+          headers: { "x-api-key": key },
+        });
         const body = (await res.json()) as { data: unknown[] };
         if (r >= 30) times.push(performance.now() - t0); // the first 30 warm the caches
         if (res.status !== 200 || body.data.length !== 1000) throw new Error(`status answered ${res.status}`);
       }
       times.sort((x, y) => x - y);
-      console.log(`GET /messages/status, 1000 ids, ${times.length} sequential calls: p50 ${percentile(times, 50).toFixed(1)} ms, p99 ${percentile(times, 99).toFixed(1)} ms (target p99 < 50 ms)`);
+      console.log(
+        `GET /messages/status, 1000 ids, ${times.length} sequential calls: p50 ${percentile(times, 50).toFixed(1)} ms, p99 ${percentile(times, 99).toFixed(1)} ms (target p99 < 50 ms)`,
+      );
     }
     await svc.stop();
   } finally {

@@ -20,7 +20,12 @@ async function main() {
       for (;;) {
         const i = next++;
         if (i >= n) return;
-        const res = await pool.request({ path: u.pathname, method: "POST", headers: { "content-type": "application/json", "user-agent": "baseline" }, body: eventBody(i) });
+        const res = await pool.request({
+          path: u.pathname,
+          method: "POST",
+          headers: { "content-type": "application/json", "user-agent": "baseline" },
+          body: eventBody(i),
+        });
         await res.body.dump();
         if (res.statusCode !== 200) throw new Error(`baseline: HTTP ${res.statusCode}`);
       }

@@ -24,7 +24,9 @@ import { createBenchDatabase } from "../database";
 import { ROOT, startService } from "../service";
 import { eventBody, receipt, registration } from "./events";
 
-const { values } = parseArgs({ options: { events: { type: "string", default: "100000" }, rate: { type: "string", default: "500" }, seconds: { type: "string", default: "20" } } });
+const { values } = parseArgs({
+  options: { events: { type: "string", default: "100000" }, rate: { type: "string", default: "500" }, seconds: { type: "string", default: "20" } },
+});
 const N = Number(values.events);
 const RATE = Number(values.rate);
 const SECONDS = Number(values.seconds);
@@ -45,7 +47,10 @@ async function inArrays(url: string, n: number, make: (i: number) => unknown) {
         const from = next;
         if (from >= n) return;
         next += 1000;
-        await post(url, Array.from({ length: Math.min(1000, n - from) }, (_, k) => make(from + k)));
+        await post(
+          url,
+          Array.from({ length: Math.min(1000, n - from) }, (_, k) => make(from + k)),
+        );
       }
     }),
   );
@@ -109,9 +114,14 @@ async function main() {
     await inArrays(`${ingress}/receipts/sms`, N, (i) => receipt(COMPANY, "m", i));
     const { rows } = await client.query(`SELECT count(*)::int AS n FROM outbox_events`);
     if (rows[0].n !== N) throw new Error(`outbox holds ${rows[0].n} events, expected ${N}`);
-    if (eventBody(0) !== (await client.query(`SELECT payload::text AS p FROM outbox_events WHERE message_id = 'm-0'`)).rows[0].p) throw new Error("the floor's body differs from the event's");
+    if (eventBody(0) !== (await client.query(`SELECT payload::text AS p FROM outbox_events WHERE message_id = 'm-0'`)).rows[0].p)
+      throw new Error("the floor's body differs from the event's");
     await client.query("CHECKPOINT");
-    const notifier = await startService(db.url, port + 1, { ...env, SERVICES: "notifier", ...(process.env.BENCH_NOTIFIER_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_NOTIFIER_NODE_OPTIONS } : {}) });
+    const notifier = await startService(db.url, port + 1, {
+      ...env,
+      SERVICES: "notifier",
+      ...(process.env.BENCH_NOTIFIER_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_NOTIFIER_NODE_OPTIONS } : {}),
+    });
     const cpu0 = { notifier: cpu(notifier.pid), all: machineCpu(), bench: cpu(process.pid) };
     await receiver.waitFor(N, 600_000);
     const cpuUsed = { notifier: cpu(notifier.pid) - cpu0.notifier, all: machineCpu() - cpu0.all, bench: cpu(process.pid) - cpu0.bench };
@@ -122,15 +132,21 @@ async function main() {
     const logged = (await client.query(`SELECT count(*)::int AS n FROM webhook_attempts WHERE outcome = 'DELIVERED'`)).rows[0].n;
 
     const before = receiver.delivered;
-    const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", path.join(__dirname, "baseline.ts"), receiver.url("/events"), String(N), String(CONNECTIONS)], {
-      cwd: ROOT,
-      env: { ...process.env, NODE_EXTRA_CA_CERTS: ca.file },
-    });
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ["--import", "tsx", path.join(__dirname, "baseline.ts"), receiver.url("/events"), String(N), String(CONNECTIONS)],
+      {
+        cwd: ROOT,
+        env: { ...process.env, NODE_EXTRA_CA_CERTS: ca.file },
+      },
+    );
     const floor = JSON.parse(stdout.trim()) as { events: number; seconds: number };
     if (receiver.delivered - before !== N) throw new Error("the floor's events did not all arrive");
     const floorRate = floor.events / floor.seconds;
     console.log(`(a) notifier: ${ours.toFixed(0)} events/s (outbox left ${left}, ${logged} DELIVERED attempts logged, ${ourConnections} TLS connections)`);
-    console.log(`    CPU per 1000 events: notifier ${((cpuUsed.notifier * 1000) / N).toFixed(3)} s, receiver ${((cpuUsed.bench * 1000) / N).toFixed(3)} s, the rest (PostgreSQL mostly) ${(((cpuUsed.all - cpuUsed.notifier - cpuUsed.bench) * 1000) / N).toFixed(3)} s`);
+    console.log(
+      `    CPU per 1000 events: notifier ${((cpuUsed.notifier * 1000) / N).toFixed(3)} s, receiver ${((cpuUsed.bench * 1000) / N).toFixed(3)} s, the rest (PostgreSQL mostly) ${(((cpuUsed.all - cpuUsed.notifier - cpuUsed.bench) * 1000) / N).toFixed(3)} s`,
+    );
     console.log(`    bare undici: ${floorRate.toFixed(0)} events/s`);
     console.log(`    ratio ${(ours / floorRate).toFixed(2)} (target >= 0.5)`);
 
@@ -151,7 +167,9 @@ async function main() {
     while (arrived.size < M && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     // An event may arrive before its 202 reaches the bench: that counts as 0.
     const latencies = [...arrived].map(([id, at]) => Math.max(0, at - accepted.get(id)!)).sort((a, b) => a - b);
-    console.log(`(b) ${latencies.length}/${M} events at ${RATE}/s: latency p50 ${pct(latencies, 50)} ms, p99 ${pct(latencies, 99)} ms, max ${latencies.at(-1)} ms (target p99 < 1000 ms)`);
+    console.log(
+      `(b) ${latencies.length}/${M} events at ${RATE}/s: latency p50 ${pct(latencies, 50)} ms, p99 ${pct(latencies, 99)} ms, max ${latencies.at(-1)} ms (target p99 < 1000 ms)`,
+    );
     await notifier.stop();
   } finally {
     await client.end();

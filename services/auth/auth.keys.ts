@@ -9,7 +9,6 @@ import type { Operation, TrafficType } from "../../lib/api";
 import type { AuthModels, ApiKey } from "./auth.models";
 import type { ApiKeyOut, CreatedApiKeyOut, Principal } from "./auth.schemas";
 
-
 export function generateKey(): { value: string; hash: Buffer } {
   const value = API_KEY_PREFIX + randomBytes(32).toString("base64url");
   return { value, hash: hashApiKey(value) };

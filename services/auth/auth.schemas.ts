@@ -109,7 +109,13 @@ export const keyIdIn = {
   additionalProperties: false,
   required: ["id"],
   // A plain pattern: ajv's "uuid" format also takes "urn:uuid:...", which PostgreSQL's uuid does not.
-  properties: { id: { type: "string", pattern: "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"] } },
+  properties: {
+    id: {
+      type: "string",
+      pattern: "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+      examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"],
+    },
+  },
 };
 
 export const verifyIn = {

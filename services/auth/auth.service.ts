@@ -60,9 +60,13 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         async handler(this: AuthThis, ctx: Context<CreateKeyIn, AuthMeta>): Promise<CreatedApiKeyOut> {
           const extra = ctx.params.operations.filter((op) => !ctx.meta.operations.includes(op));
           if (extra.length > 0) {
-            throw new ApiError("KEY_SCOPE_EXCEEDED", `The calling key does not have ${extra.join(", ")}; a key can only create keys within its own operations.`, {
-              errors: extra.map((op) => ({ path: "operations", message: `${op} is not an operation of the calling key` })),
-            });
+            throw new ApiError(
+              "KEY_SCOPE_EXCEEDED",
+              `The calling key does not have ${extra.join(", ")}; a key can only create keys within its own operations.`,
+              {
+                errors: extra.map((op) => ({ path: "operations", message: `${op} is not an operation of the calling key` })),
+              },
+            );
           }
           const created = await createKey(this.models, {
             companyId: ctx.meta.companyId,
@@ -110,7 +114,15 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         // The gateway has just verified the key (and forgets it the moment it is deleted): no query needed.
         handler(ctx: Context<unknown, AuthMeta>): ApiKeyOut {
           const m = ctx.meta;
-          return { id: m.keyId, companyId: m.companyId, userId: m.userId, username: m.username, operations: m.operations, trafficType: m.trafficType, createdAt: m.keyCreatedAt };
+          return {
+            id: m.keyId,
+            companyId: m.companyId,
+            userId: m.userId,
+            username: m.username,
+            operations: m.operations,
+            trafficType: m.trafficType,
+            createdAt: m.keyCreatedAt,
+          };
         },
       }),
 

@@ -44,7 +44,8 @@ export const contactActions = {
     rest: "POST /contacts",
     operation: "CONTACTS",
     summary: "Create a contact",
-    description: "At least one of phoneNumber (international format, stored as E.164) and email. A phone number or email another contact of the account has is a 409 naming it (`existingId`).",
+    description:
+      "At least one of phoneNumber (international format, stored as E.164) and email. A phone number or email another contact of the account has is a 409 naming it (`existingId`).",
     params: createContactIn,
     responses: { 201: contactOut },
     errors: [409],
@@ -128,10 +129,13 @@ export const contactActions = {
     params: emptyIn,
     responses: { 200: customFieldList },
     async handler(this: ContactsThis, ctx: Ctx<object>): Promise<{ data: CustomFieldOut[] }> {
-      const rows = await this.sequelize.query<CustomFieldRow>(`SELECT key, type, created_at FROM contact_custom_fields WHERE company_id = :companyId ORDER BY key`, {
-        replacements: { companyId: ctx.meta.companyId },
-        type: QueryTypes.SELECT,
-      });
+      const rows = await this.sequelize.query<CustomFieldRow>(
+        `SELECT key, type, created_at FROM contact_custom_fields WHERE company_id = :companyId ORDER BY key`,
+        {
+          replacements: { companyId: ctx.meta.companyId },
+          type: QueryTypes.SELECT,
+        },
+      );
       return { data: rows.map(toCustomFieldOut) };
     },
   }),
@@ -177,10 +181,13 @@ export const contactActions = {
           transaction,
         });
         if (gone.length === 0) throw new ApiError("CUSTOM_FIELD_NOT_FOUND", `No custom field ${key} in this account.`);
-        await this.sequelize.query(`UPDATE contacts SET custom_fields = custom_fields - :key WHERE company_id = :companyId AND jsonb_exists(custom_fields, :key)`, {
-          replacements: { companyId, key },
-          transaction,
-        });
+        await this.sequelize.query(
+          `UPDATE contacts SET custom_fields = custom_fields - :key WHERE company_id = :companyId AND jsonb_exists(custom_fields, :key)`,
+          {
+            replacements: { companyId, key },
+            transaction,
+          },
+        );
       });
       ctx.meta.$statusCode = 204;
       return null;
@@ -191,11 +198,14 @@ export const contactActions = {
 export const contactMethods = {
   /** The account's declarations; `lock` holds them (FOR SHARE) until the transaction ends, so a removal waits for writers. */
   async customTypes(this: ContactsThis, companyId: string, transaction?: Transaction, lock = false) {
-    const rows = await this.sequelize.query<{ key: string; type: CustomFieldType }>(`SELECT key, type FROM contact_custom_fields WHERE company_id = :companyId${lock ? " FOR SHARE" : ""}`, {
-      replacements: { companyId },
-      type: QueryTypes.SELECT,
-      transaction,
-    });
+    const rows = await this.sequelize.query<{ key: string; type: CustomFieldType }>(
+      `SELECT key, type FROM contact_custom_fields WHERE company_id = :companyId${lock ? " FOR SHARE" : ""}`,
+      {
+        replacements: { companyId },
+        type: QueryTypes.SELECT,
+        transaction,
+      },
+    );
     return new Map(rows.map((r) => [r.key, r.type]));
   },
 
@@ -227,44 +237,44 @@ export const contactMethods = {
     const customFields = p.customFields ?? {};
     try {
       return await this.sequelize.transaction(async (transaction) => {
-      if (mode === "update") {
-        const [own] = await this.sequelize.query(`SELECT id FROM contacts WHERE company_id = :companyId AND id = :id FOR UPDATE`, {
-          replacements: { companyId, id },
-          type: QueryTypes.SELECT,
-          transaction,
-        });
-        if (!own) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
-      }
-      errors.push(...checkCustomFields(customFields, await this.customTypes(companyId, transaction, true)));
-      if (errors.length) throw new ApiError("VALIDATION_ERROR", "The contact has invalid or missing fields.", { errors });
-      const [holder] = await this.sequelize.query<{ id: string; phone_number: string | null }>(
-        `SELECT id, phone_number FROM contacts WHERE company_id = :companyId AND id <> :id
+        if (mode === "update") {
+          const [own] = await this.sequelize.query(`SELECT id FROM contacts WHERE company_id = :companyId AND id = :id FOR UPDATE`, {
+            replacements: { companyId, id },
+            type: QueryTypes.SELECT,
+            transaction,
+          });
+          if (!own) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
+        }
+        errors.push(...checkCustomFields(customFields, await this.customTypes(companyId, transaction, true)));
+        if (errors.length) throw new ApiError("VALIDATION_ERROR", "The contact has invalid or missing fields.", { errors });
+        const [holder] = await this.sequelize.query<{ id: string; phone_number: string | null }>(
+          `SELECT id, phone_number FROM contacts WHERE company_id = :companyId AND id <> :id
             AND ((phone_number = :phone AND :phone IS NOT NULL) OR (email = :email AND :email IS NOT NULL)) LIMIT 1`,
-        { replacements: { companyId, id, phone, email }, type: QueryTypes.SELECT, transaction },
-      );
-      if (holder) {
-        const what = phone && holder.phone_number === phone ? "phone number" : "email";
-        throw new ApiError("CONTACT_EXISTS", `Contact ${holder.id} of this account has this ${what}.`, { existingId: holder.id });
-      }
-      const values = {
-        companyId,
-        id,
-        firstName: p.firstName ?? null,
-        lastName: p.lastName ?? null,
-        gender: p.gender ?? null,
-        phone,
-        email,
-        customFields: JSON.stringify(customFields),
-        isTest: p.isTest ?? false,
-      };
-      // SMS is supported wherever there is a phone number; RCS and WhatsApp come from delivery receipts.
-      const sql =
-        mode === "insert"
-          ? `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
+          { replacements: { companyId, id, phone, email }, type: QueryTypes.SELECT, transaction },
+        );
+        if (holder) {
+          const what = phone && holder.phone_number === phone ? "phone number" : "email";
+          throw new ApiError("CONTACT_EXISTS", `Contact ${holder.id} of this account has this ${what}.`, { existingId: holder.id });
+        }
+        const values = {
+          companyId,
+          id,
+          firstName: p.firstName ?? null,
+          lastName: p.lastName ?? null,
+          gender: p.gender ?? null,
+          phone,
+          email,
+          customFields: JSON.stringify(customFields),
+          isTest: p.isTest ?? false,
+        };
+        // SMS is supported wherever there is a phone number; RCS and WhatsApp come from delivery receipts.
+        const sql =
+          mode === "insert"
+            ? `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
              VALUES (:id, :companyId, :firstName, :lastName, :gender, :phone, :email, CAST(:customFields AS jsonb), :isTest,
                      CASE WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[] ELSE ARRAY['SMS'] END)
              RETURNING ${CONTACT_COLUMNS}`
-          : `UPDATE contacts SET first_name = :firstName, last_name = :lastName, gender = :gender, email = :email, custom_fields = CAST(:customFields AS jsonb),
+            : `UPDATE contacts SET first_name = :firstName, last_name = :lastName, gender = :gender, email = :email, custom_fields = CAST(:customFields AS jsonb),
                  is_test = :isTest, updated_at = now(),
                  communication_supported = CASE
                    WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[]
@@ -273,9 +283,9 @@ export const contactMethods = {
                  phone_number = :phone
                WHERE company_id = :companyId AND id = :id
              RETURNING ${CONTACT_COLUMNS}`;
-      const [row] = await this.sequelize.query<ContactRow>(sql, { replacements: values, type: QueryTypes.SELECT, transaction });
-      if (!row) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
-      return toContactOut(row);
+        const [row] = await this.sequelize.query<ContactRow>(sql, { replacements: values, type: QueryTypes.SELECT, transaction });
+        if (!row) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
+        return toContactOut(row);
       });
     } catch (err) {
       // Another request took the phone number or email between our check and our write.

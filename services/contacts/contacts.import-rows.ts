@@ -80,7 +80,15 @@ export function resolveColumns(header: Cell[], mapping: Record<string, string | 
     seen.set(target, i);
   });
   if (!columns.includes("phoneNumber") && !columns.includes("email")) {
-    throw new Error(`The file has no column for phoneNumber or email (its header: ${names.filter(Boolean).slice(0, 20).map((n) => `"${n}"`).join(", ") || "empty"}).`);
+    throw new Error(
+      `The file has no column for phoneNumber or email (its header: ${
+        names
+          .filter(Boolean)
+          .slice(0, 20)
+          .map((n) => `"${n}"`)
+          .join(", ") || "empty"
+      }).`,
+    );
   }
   return columns;
 }

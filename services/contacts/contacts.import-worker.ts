@@ -154,15 +154,15 @@ async function importCsv(task: ImportTask, out: BatchSender, types: Map<string, 
       if (!err || counter === 0 || err.code === "CSV_QUOTE_NOT_CLOSED" || err.code === "CSV_MAX_RECORD_SIZE") {
         fatal ??= err ?? new Error("malformed");
         fatalAt ??= counter;
-      }
-      else skipped.push({ row: counter, message: `the line cannot be read as CSV: ${err.message.replace(/\s+/g, " ").slice(0, 300)}` });
+      } else skipped.push({ row: counter, message: `the line cannot be read as CSV: ${err.message.replace(/\s+/g, " ").slice(0, 300)}` });
       return undefined;
     },
   });
   source.on("error", (e) => parser.destroy(e));
   source.pipe(parser);
   let columns: Array<string | null> | null = null;
-  const unreadable = (e: Error) => new Error(`The file cannot be read as CSV from data row ${Math.max(1, counter)} on: ${e.message.replace(/\s+/g, " ").slice(0, 300)}`);
+  const unreadable = (e: Error) =>
+    new Error(`The file cannot be read as CSV from data row ${Math.max(1, counter)} on: ${e.message.replace(/\s+/g, " ").slice(0, 300)}`);
   try {
     for await (const { row, cells } of parser as AsyncIterable<{ row: number; cells: string[] }>) {
       while (skipped.length) await out.add(skipped.shift()!);

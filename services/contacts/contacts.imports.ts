@@ -43,7 +43,8 @@ const HEARTBEAT_MS = 15_000;
 /** An import whose node has not been heard of for this long is ended FAILED. */
 const STALE_AFTER_S = 120;
 const WRITE_ATTEMPTS = 3;
-const STOPPED = "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).";
+const STOPPED =
+  "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).";
 
 interface ImportDbRow {
   id: string;
@@ -111,7 +112,8 @@ interface Target {
 
 /** Errors a batch meets only because of concurrent writers: a unique phone or email taken, a deadlock, a serialization failure. */
 const isConcurrencyError = (err: unknown) =>
-  (err as Error).name === "SequelizeUniqueConstraintError" || ["23505", "40P01", "40001"].includes((err as { original?: { code?: string } }).original?.code ?? "");
+  (err as Error).name === "SequelizeUniqueConstraintError" ||
+  ["23505", "40P01", "40001"].includes((err as { original?: { code?: string } }).original?.code ?? "");
 
 export class Importer {
   private pool: Piscina | null = null;
@@ -173,7 +175,10 @@ export class Importer {
     this.pool = null;
     if (ids.length) {
       await this.sequelize
-        .query(`UPDATE contact_imports SET status = 'FAILED', finished_at = now(), failure = $2 WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`, { bind: [ids, STOPPED] })
+        .query(
+          `UPDATE contact_imports SET status = 'FAILED', finished_at = now(), failure = $2 WHERE id = ANY($1::uuid[]) AND status IN ('QUEUED', 'PROCESSING')`,
+          { bind: [ids, STOPPED] },
+        )
         .catch(() => undefined);
     }
   }
@@ -220,7 +225,10 @@ export class Importer {
         try {
           if (this.stopping) throw new ImportStopped("The service is stopping.");
           if (msg.type === "started") {
-            await this.sequelize.query(`UPDATE contact_imports SET status = 'PROCESSING', started_at = now(), heartbeat_at = now() WHERE id = $1 AND status = 'QUEUED'`, { bind: [job.id] });
+            await this.sequelize.query(
+              `UPDATE contact_imports SET status = 'PROCESSING', started_at = now(), heartbeat_at = now() WHERE id = $1 AND status = 'QUEUED'`,
+              { bind: [job.id] },
+            );
             return;
           }
           await this.writeBatch(job, msg.rows, msg.errors, msg.totalRows);
@@ -267,7 +275,10 @@ export class Importer {
         if (!(err instanceof RetryBatch) && !isConcurrencyError(err)) throw err;
         if (attempt < WRITE_ATTEMPTS) continue;
         if (rows.length <= 1) {
-          const failed = rows.map((r) => ({ row: r.row, message: "the row conflicts with a concurrent change to the same phone number or email; import it again" }));
+          const failed = rows.map((r) => ({
+            row: r.row,
+            message: "the row conflicts with a concurrent change to the same phone number or email; import it again",
+          }));
           await this.sequelize.transaction((t) => this.writeOnce(job, [], [...errors, ...failed], totalRows, t));
           return;
         }
@@ -287,14 +298,19 @@ export class Importer {
     if (own?.status !== "PROCESSING") throw new ImportStopped("The import was ended while it ran; rows counted as created or updated were written.");
     if (job.listId !== null) {
       const list = await q(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL FOR SHARE`, [companyId, job.listId]);
-      if (list.length === 0) throw new ImportStopped(`The contact list ${job.listId} was deleted during the import; rows counted as created or updated were written.`);
+      if (list.length === 0)
+        throw new ImportStopped(`The contact list ${job.listId} was deleted during the import; rows counted as created or updated were written.`);
     }
     const usedKeys = [...new Set(rows.flatMap((r) => (r.customFields ? Object.keys(r.customFields) : [])))];
     if (usedKeys.length) {
-      const declared = await q<{ key: string; type: string }>(`SELECT key, type FROM contact_custom_fields WHERE company_id = $1 AND key = ANY($2::text[]) FOR SHARE`, [companyId, usedKeys]);
+      const declared = await q<{ key: string; type: string }>(
+        `SELECT key, type FROM contact_custom_fields WHERE company_id = $1 AND key = ANY($2::text[]) FOR SHARE`,
+        [companyId, usedKeys],
+      );
       // Removed, or removed and declared again with another type: the cells were checked against the old one.
       const gone = usedKeys.filter((k) => !declared.some((d) => d.key === k && d.type === job.customTypes.get(k)));
-      if (gone.length) throw new ImportStopped(`The custom field ${gone.join(", ")} was removed during the import; rows counted as created or updated were written.`);
+      if (gone.length)
+        throw new ImportStopped(`The custom field ${gone.join(", ")} was removed during the import; rows counted as created or updated were written.`);
     }
 
     // Who holds the batch's phone numbers and emails now (locked until the batch commits).
@@ -358,7 +374,18 @@ export class Importer {
     // Each batch crosses to PostgreSQL as one JSON text (serialised natively, parsed by the server):
     // far less garbage on this thread than binding one array per column.
     const rowsOf = (list: Target[]) =>
-      JSON.stringify(list.map((t) => ({ id: t.id, first_name: t.firstName, last_name: t.lastName, gender: t.gender, phone: t.phone, email: t.email, custom_fields: t.customFields ?? {}, is_test: t.isTest })));
+      JSON.stringify(
+        list.map((t) => ({
+          id: t.id,
+          first_name: t.firstName,
+          last_name: t.lastName,
+          gender: t.gender,
+          phone: t.phone,
+          email: t.email,
+          custom_fields: t.customFields ?? {},
+          is_test: t.isTest,
+        })),
+      );
     const RECORDS = `jsonb_to_recordset($2::jsonb) AS u(id uuid, first_name text, last_name text, gender text, phone text, email text, custom_fields jsonb, is_test boolean)`;
     const exec = async (sql: string, bind: unknown[]) => {
       const [, meta] = await this.sequelize.query(sql, { bind, transaction });
@@ -439,7 +466,9 @@ function parseMapping(raw: string | undefined, customKeys: string[]): Record<str
     throw new ApiError("VALIDATION_ERROR", "mapping must be a JSON object.", { errors: [{ path: "mapping", message: "is not valid JSON" }] });
   }
   if (!value || typeof value !== "object" || Array.isArray(value)) {
-    throw new ApiError("VALIDATION_ERROR", "mapping must be a JSON object.", { errors: [{ path: "mapping", message: "must be an object from column header to field" }] });
+    throw new ApiError("VALIDATION_ERROR", "mapping must be a JSON object.", {
+      errors: [{ path: "mapping", message: "must be an object from column header to field" }],
+    });
   }
   const errors: FieldError[] = [];
   const out: Record<string, string | null> = Object.create(null);
@@ -482,8 +511,14 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
     const types = await this.customTypes(companyId);
     const mapping = parseMapping(ctx.params.mapping, [...types.keys()]);
     if (listId !== undefined) {
-      const [list] = await this.sequelize.query(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL`, { bind: [companyId, listId], type: QueryTypes.SELECT });
-      if (!list) throw new ApiError("VALIDATION_ERROR", `Contact list ${listId} does not exist in this account.`, { errors: [{ path: "listId", message: `contact list ${listId} does not exist in this account` }] });
+      const [list] = await this.sequelize.query(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL`, {
+        bind: [companyId, listId],
+        type: QueryTypes.SELECT,
+      });
+      if (!list)
+        throw new ApiError("VALIDATION_ERROR", `Contact list ${listId} does not exist in this account.`, {
+          errors: [{ path: "listId", message: `contact list ${listId} does not exist in this account` }],
+        });
     }
     if (this.importer.queuedBytes() + file.size > MAX_QUEUED_BYTES) {
       throw new ApiError("SERVICE_UNAVAILABLE", "Too many imports are waiting on this service; retry in a few minutes.");
@@ -492,7 +527,8 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
     try {
       await keepFile(stream, file, this.importer.fileOf(id));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw new ApiError("SERVICE_UNAVAILABLE", "No room for the file on this service now; retry in a few minutes.");
+      if ((err as NodeJS.ErrnoException).code === "ENOSPC")
+        throw new ApiError("SERVICE_UNAVAILABLE", "No room for the file on this service now; retry in a few minutes.");
       throw err;
     }
     try {

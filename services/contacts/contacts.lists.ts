@@ -70,10 +70,13 @@ type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 export const BULK_TIMEOUT_MS = 300_000;
 
 async function getList(sequelize: Sequelize, companyId: string, id: number, includeDeleted: boolean): Promise<ListOut> {
-  const [row] = await sequelize.query<ListRow>(`${LIST_SELECT} WHERE l.company_id = :companyId AND l.id = :id${includeDeleted ? "" : " AND l.deleted_at IS NULL"}`, {
-    replacements: { companyId, id },
-    type: QueryTypes.SELECT,
-  });
+  const [row] = await sequelize.query<ListRow>(
+    `${LIST_SELECT} WHERE l.company_id = :companyId AND l.id = :id${includeDeleted ? "" : " AND l.deleted_at IS NULL"}`,
+    {
+      replacements: { companyId, id },
+      type: QueryTypes.SELECT,
+    },
+  );
   if (!row) throw new ApiError("LIST_NOT_FOUND", `No contact list ${id} in this account.`);
   return toListOut(row);
 }
@@ -175,7 +178,15 @@ export const listActions = {
       const [row] = await this.sequelize.query<ListRow>(
         `INSERT INTO contact_lists (company_id, name, description, is_test) VALUES (:companyId, :name, :description, :isTest)
          RETURNING id, name, description, is_test, created_at, updated_at, deleted_at, 0 AS contact_count`,
-        { replacements: { companyId: ctx.meta.companyId, name: ctx.params.name, description: ctx.params.description ?? null, isTest: ctx.params.isTest ?? false }, type: QueryTypes.SELECT },
+        {
+          replacements: {
+            companyId: ctx.meta.companyId,
+            name: ctx.params.name,
+            description: ctx.params.description ?? null,
+            isTest: ctx.params.isTest ?? false,
+          },
+          type: QueryTypes.SELECT,
+        },
       );
       const out = toListOut(row!);
       ctx.meta.$statusCode = 201;
@@ -196,7 +207,16 @@ export const listActions = {
       const rows = await this.sequelize.query(
         `UPDATE contact_lists SET name = :name, description = :description, is_test = :isTest, updated_at = now()
           WHERE company_id = :companyId AND id = :id AND deleted_at IS NULL RETURNING id`,
-        { replacements: { companyId: ctx.meta.companyId, id: ctx.params.id, name: ctx.params.name, description: ctx.params.description ?? null, isTest: ctx.params.isTest ?? false }, type: QueryTypes.SELECT },
+        {
+          replacements: {
+            companyId: ctx.meta.companyId,
+            id: ctx.params.id,
+            name: ctx.params.name,
+            description: ctx.params.description ?? null,
+            isTest: ctx.params.isTest ?? false,
+          },
+          type: QueryTypes.SELECT,
+        },
       );
       if (rows.length === 0) throw new ApiError("LIST_NOT_FOUND", `No contact list ${ctx.params.id} in this account.`);
       return getList(this.sequelize, ctx.meta.companyId, ctx.params.id, false);
@@ -266,7 +286,8 @@ export const listActions = {
     rest: "POST /contacts/list/contacts",
     operation: "CONTACTS",
     summary: "Add contacts to lists",
-    description: "Adding a contact already in a list keeps the existing association. With allContacts: true every contact of the account is added (one statement, whatever the size), except excludeIdsAllContacts.",
+    description:
+      "Adding a contact already in a list keeps the existing association. With allContacts: true every contact of the account is added (one statement, whatever the size), except excludeIdsAllContacts.",
     params: addMembersIn,
     responses: { 201: addMembersOut },
     async handler(this: ContactsThis, ctx: Ctx<MembershipIn>) {

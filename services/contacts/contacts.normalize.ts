@@ -34,7 +34,10 @@ export function customValueError(type: CustomFieldType, value: unknown): string 
     case "BOOLEAN":
       return typeof value === "boolean" ? null : "must be true or false";
     case "DATE":
-      return typeof value === "string" && DATE_RE.test(value) && !Number.isNaN(Date.parse(`${value}T00:00:00Z`)) && new Date(`${value}T00:00:00Z`).toISOString().startsWith(value)
+      return typeof value === "string" &&
+        DATE_RE.test(value) &&
+        !Number.isNaN(Date.parse(`${value}T00:00:00Z`)) &&
+        new Date(`${value}T00:00:00Z`).toISOString().startsWith(value)
         ? null
         : "must be a date YYYY-MM-DD";
   }

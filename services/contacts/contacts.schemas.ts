@@ -45,7 +45,22 @@ export const contactOut = {
   $id: "Contact",
   type: "object",
   additionalProperties: false,
-  required: ["id", "firstName", "lastName", "gender", "phoneNumber", "email", "customFields", "isTest", "isValid", "communicationSupported", "lastContactType", "lastCampaignType", "createdAt", "updatedAt"],
+  required: [
+    "id",
+    "firstName",
+    "lastName",
+    "gender",
+    "phoneNumber",
+    "email",
+    "customFields",
+    "isTest",
+    "isValid",
+    "communicationSupported",
+    "lastContactType",
+    "lastCampaignType",
+    "createdAt",
+    "updatedAt",
+  ],
   properties: {
     id: uuid,
     firstName: { type: "string", nullable: true, examples: ["Ana"] },
@@ -78,7 +93,14 @@ const contactInProperties = {
   firstName: { type: "string", maxLength: 200, nullable: true, examples: ["Ana"] },
   lastName: { type: "string", maxLength: 200, nullable: true, examples: ["Silva"] },
   gender: { type: "string", enum: [...GENDERS, null], nullable: true },
-  phoneNumber: { type: "string", minLength: 3, maxLength: 32, nullable: true, description: "International format; stored as E.164.", examples: ["+351 912 345 678"] },
+  phoneNumber: {
+    type: "string",
+    minLength: 3,
+    maxLength: 32,
+    nullable: true,
+    description: "International format; stored as E.164.",
+    examples: ["+351 912 345 678"],
+  },
   email: { type: "string", format: "email", maxLength: 254, nullable: true, examples: ["ana@example.com"] },
   customFields: {
     type: "object",
@@ -110,7 +132,20 @@ export const updateContactIn = {
 
 export const contactIdIn = { $id: "ContactIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: uuid } };
 
-export const CONTACT_SORTS = ["fullName", "firstName", "lastName", "email", "phoneNumber", "gender", "isValid", "isTest", "lastContactType", "lastCampaignType", "createdAt", "updatedAt"] as const;
+export const CONTACT_SORTS = [
+  "fullName",
+  "firstName",
+  "lastName",
+  "email",
+  "phoneNumber",
+  "gender",
+  "isValid",
+  "isTest",
+  "lastContactType",
+  "lastCampaignType",
+  "createdAt",
+  "updatedAt",
+] as const;
 export type ContactSort = (typeof CONTACT_SORTS)[number];
 
 export interface ContactFilters {
@@ -179,7 +214,11 @@ export const customFieldOut = {
   type: "object",
   additionalProperties: false,
   required: ["key", "type", "createdAt"],
-  properties: { key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] }, type: { type: "string", enum: [...CUSTOM_FIELD_TYPES] }, createdAt: dateTime },
+  properties: {
+    key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] },
+    type: { type: "string", enum: [...CUSTOM_FIELD_TYPES] },
+    createdAt: dateTime,
+  },
 };
 export const customFieldIn = {
   $id: "CustomFieldIn",
@@ -403,7 +442,21 @@ export const importOut = {
   $id: "ContactImport",
   type: "object",
   additionalProperties: false,
-  required: ["importId", "status", "fileName", "listId", "totalRows", "created", "updated", "skipped", "errors", "failureReason", "createdAt", "startedAt", "finishedAt"],
+  required: [
+    "importId",
+    "status",
+    "fileName",
+    "listId",
+    "totalRows",
+    "created",
+    "updated",
+    "skipped",
+    "errors",
+    "failureReason",
+    "createdAt",
+    "startedAt",
+    "finishedAt",
+  ],
   properties: {
     importId: uuid,
     status: { type: "string", enum: [...IMPORT_STATUSES] },
@@ -417,7 +470,12 @@ export const importOut = {
       type: "array",
       maxItems: 1000,
       description: "The first 1000 rows in error; `row` is the 1-based data row (header excluded) or, for a vCard file, the card.",
-      items: { type: "object", additionalProperties: false, required: ["row", "message"], properties: { row: { type: "integer", minimum: 1 }, message: { type: "string" } } },
+      items: {
+        type: "object",
+        additionalProperties: false,
+        required: ["row", "message"],
+        properties: { row: { type: "integer", minimum: 1 }, message: { type: "string" } },
+      },
     },
     failureReason: { type: "string", nullable: true, description: "Why the import ended FAILED (rows written before that stay written)." },
     createdAt: dateTime,

@@ -19,7 +19,12 @@ export class ExportMetrics {
     labelNames: ["type", "outcome"] as const,
     registers: [this.registry],
   });
-  private readonly rows = new Counter({ name: "export_rows_total", help: "Rows written to export files on this node, by type", labelNames: ["type"] as const, registers: [this.registry] });
+  private readonly rows = new Counter({
+    name: "export_rows_total",
+    help: "Rows written to export files on this node, by type",
+    labelNames: ["type"] as const,
+    registers: [this.registry],
+  });
   private readonly seconds = new Histogram({
     name: "export_run_duration_seconds",
     help: "Time of a completed run, from its claim to its file in place",

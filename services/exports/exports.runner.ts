@@ -182,7 +182,10 @@ export class ExportRunner {
       await Promise.all([rm(tmpPath, { force: true }), rm(finalPath, { force: true })]);
       if (this.stopping || abort.signal.aborted) return; // handed back at stop, or taken from us (regenerated, lease lost)
       const died = /terminat|exit/i.test((err as Error).message);
-      this.log.warn({ err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts }, "export run failed");
+      this.log.warn(
+        { err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts },
+        "export run failed",
+      );
       const why = died ? "the export worker stopped" : "the file could not be written";
       const retry = job.attempts < MAX_ATTEMPTS;
       const ended = retry
@@ -200,7 +203,13 @@ export class ExportRunner {
   }
 
   /** Records a run's outcome while the job is still this node's run; false when it no longer is. */
-  private async finish(job: ClaimedJob, status: "COMPLETED" | "FAILED" | "QUEUED", result: ExportResult | null, error: string | null, file: string | null = null): Promise<boolean> {
+  private async finish(
+    job: ClaimedJob,
+    status: "COMPLETED" | "FAILED" | "QUEUED",
+    result: ExportResult | null,
+    error: string | null,
+    file: string | null = null,
+  ): Promise<boolean> {
     const rows = await this.sequelize.query<{ id: string }>(
       `UPDATE export_jobs
           SET status = $4::text, node_id = CASE WHEN $4::text = 'COMPLETED' THEN node_id END, leased_until = NULL,
@@ -249,10 +258,13 @@ export class ExportRunner {
     }
     if (names.length === 0) return;
     const ids = [...new Set(names.map((n) => FILE_RE.exec(n)![1]!))];
-    const jobs = await this.sequelize.query<{ id: string; run: number; status: string; file_name: string | null }>("SELECT id, run, status, file_name FROM export_jobs WHERE id = ANY ($1::uuid[])", {
-      bind: [ids],
-      type: QueryTypes.SELECT,
-    });
+    const jobs = await this.sequelize.query<{ id: string; run: number; status: string; file_name: string | null }>(
+      "SELECT id, run, status, file_name FROM export_jobs WHERE id = ANY ($1::uuid[])",
+      {
+        bind: [ids],
+        type: QueryTypes.SELECT,
+      },
+    );
     const byId = new Map(jobs.map((j) => [j.id, j]));
     const mine = new Set([...this.active.values()].flatMap((a) => [a.tmpPath, a.finalPath]));
     const doomed = names.filter((n) => {

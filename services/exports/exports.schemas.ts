@@ -37,9 +37,13 @@ export const exportOut = {
     status: {
       type: "string",
       enum: [...EXPORT_STATUSES],
-      description: "QUEUED (waiting for a worker), PROCESSING, COMPLETED (the file can be downloaded until expiresAt), FAILED (see error) or EXPIRED (the file was deleted; POST /exports/{exportId} runs it again).",
+      description:
+        "QUEUED (waiting for a worker), PROCESSING, COMPLETED (the file can be downloaded until expiresAt), FAILED (see error) or EXPIRED (the file was deleted; POST /exports/{exportId} runs it again).",
     },
-    isAvailableForDownload: { type: "boolean", description: "True while the file can be downloaded (status COMPLETED); it reverts to false when the file expires." },
+    isAvailableForDownload: {
+      type: "boolean",
+      description: "True while the file can be downloaded (status COMPLETED); it reverts to false when the file expires.",
+    },
     rowCount: { type: "integer", minimum: 0, nullable: true, description: "Data rows in the file (the header row not counted); null until the run completes." },
     createdAt: { type: "string", format: "date-time" },
     completedAt: { ...nullableDate, description: "When the last run completed (or failed)." },
@@ -80,7 +84,11 @@ export const exportLinkOut = {
       format: "uri",
       description: "Signed, time-limited URL of the CSV file (UTF-8, header row); no API key needed. Answers gzip when the client accepts it.",
     },
-    expiresAt: { type: "string", format: "date-time", description: "When the URL stops working (EXPORT_URL_TTL_S from now, never after the file's own expiry)." },
+    expiresAt: {
+      type: "string",
+      format: "date-time",
+      description: "When the URL stops working (EXPORT_URL_TTL_S from now, never after the file's own expiry).",
+    },
   },
 };
 
@@ -91,7 +99,8 @@ export const contactExportIn = {
   $id: "ContactExportIn",
   type: "object",
   additionalProperties: false,
-  description: "The filters of GET /contacts (combined with AND; `customFields.<key>` for a declared custom field) and its sort. An empty body exports every contact.",
+  description:
+    "The filters of GET /contacts (combined with AND; `customFields.<key>` for a declared custom field) and its sort. An empty body exports every contact.",
   properties: { ...contactFilterProperties, sortBy, sortOrder },
   patternProperties: customFieldFilter,
 };
@@ -124,5 +133,7 @@ export const downloadOut = {
   format: "binary",
   contentMediaType: "text/csv",
   description: "The CSV file, streamed (Content-Disposition: attachment).",
-  examples: ["customerMessageId,channel,destination,sentAt,deliveryStatus,statusCode,description,deliveryDate,readAt,text,campaignId,totalParts,price,simulation\norder-1,SMS,'+351912345678,2026-11-20T10:00:00.000Z,DELIVERED,3,delivered,2026-11-20T10:00:04.000Z,,Your code is 1234,,1,0.045,false\n"],
+  examples: [
+    "customerMessageId,channel,destination,sentAt,deliveryStatus,statusCode,description,deliveryDate,readAt,text,campaignId,totalParts,price,simulation\norder-1,SMS,'+351912345678,2026-11-20T10:00:00.000Z,DELIVERED,3,delivered,2026-11-20T10:00:04.000Z,,Your code is 1234,,1,0.045,false\n",
+  ],
 };

@@ -171,7 +171,8 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         rest: "GET /exports",
         operation: "EXPORTS",
         summary: "Export jobs",
-        description: "The account's export jobs, newest first. Poll every 5 to 10 seconds until `isAvailableForDownload` is true, then call GET /exports/{exportId}.",
+        description:
+          "The account's export jobs, newest first. Poll every 5 to 10 seconds until `isAvailableForDownload` is true, then call GET /exports/{exportId}.",
         params: listExportsIn,
         responses: { 200: exportPage },
         errors: [400],
@@ -286,7 +287,11 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** A range of a file this node holds, base64: what the gateway pulls as the client reads (lib/remote-file.ts). */
       range: {
         visibility: "public",
-        params: { fileName: { type: "string", max: 100 }, offset: { type: "number", integer: true, min: 0 }, length: { type: "number", integer: true, min: 1, max: RANGE_BYTES } },
+        params: {
+          fileName: { type: "string", max: 100 },
+          offset: { type: "number", integer: true, min: 0 },
+          length: { type: "number", integer: true, min: 1, max: RANGE_BYTES },
+        },
         async handler(ctx: Context<{ fileName: string; offset: number; length: number }>): Promise<string> {
           const fh = await open(localFile(ctx.params.fileName), "r");
           try {

@@ -80,10 +80,13 @@ export function messageExportSql(type: Exclude<ExportType, "CONTACTS">, companyI
  * A filter naming a custom field that no longer exists is the ApiError of contactWhere.
  */
 export async function contactExportSql(sequelize: Sequelize, companyId: string, filters: ContactExportIn): Promise<string> {
-  const declared = await sequelize.query<{ key: string; type: CustomFieldType }>("SELECT key, type FROM contact_custom_fields WHERE company_id = $1 ORDER BY key", {
-    bind: [companyId],
-    type: QueryTypes.SELECT,
-  });
+  const declared = await sequelize.query<{ key: string; type: CustomFieldType }>(
+    "SELECT key, type FROM contact_custom_fields WHERE company_id = $1 ORDER BY key",
+    {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    },
+  );
   const { sortBy = "fullName", sortOrder = "asc", ...only } = filters;
   const where = contactWhere(companyId, only, new Map(declared.map((d) => [d.key, d.type])));
   const custom: Columns = declared.map((d) => [`customFields.${d.key}`, `csv_cell(c.custom_fields ->> ${pg.escapeLiteral(d.key)})`]);

@@ -5,8 +5,7 @@
 import { ERROR_TYPES } from "../../lib/errors";
 import { problemTypeUri } from "../../lib/problem";
 
-const esc = (s: unknown) =>
-  String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+const esc = (s: unknown) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
 type Doc = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -35,7 +34,9 @@ export function renderDocs(doc: Doc): string {
       const responses = Object.entries(op.responses as Record<string, Doc>);
       ops.push(`<section class="op" id="${esc(op.operationId)}">
 <h3><span class="m ${esc(method)}">${esc(method.toUpperCase())}</span> <code>${esc(doc.servers[0].url)}${esc(path)}</code></h3>
-<p><b>${esc(op.summary)}</b></p><p>${esc(op.description).replace(/`([^`]+)`/g, "<code>$1</code>").replace(/\n\n/g, "</p><p>")}</p>
+<p><b>${esc(op.summary)}</b></p><p>${esc(op.description)
+        .replace(/`([^`]+)`/g, "<code>$1</code>")
+        .replace(/\n\n/g, "</p><p>")}</p>
 ${params.length ? `<h4>Parameters</h4><table><tr><th>name</th><th>in</th><th>required</th><th>schema</th></tr>${params.map((p) => `<tr><td><code>${esc(p.name)}</code></td><td>${esc(p.in)}</td><td>${p.required ? "yes" : "no"}</td><td><pre>${schemaText(p.schema, doc)}</pre></td></tr>`).join("")}</table>` : ""}
 ${body ? `<h4>Request body</h4><pre>${schemaText(body.schema, doc)}</pre><h4>Example</h4><pre>${esc(JSON.stringify(body.example, null, 2))}</pre>` : ""}
 ${form ? `<h4>Request body (multipart/form-data)</h4><pre>${schemaText(form.schema, doc)}</pre><h4>Example</h4><pre>${esc(`curl -H 'X-API-Key: pgw_...' -F ${fileField}=@file ${doc.servers[0].url}${path}`)}</pre>` : ""}
@@ -48,7 +49,10 @@ ${form ? `<h4>Request body (multipart/form-data)</h4><pre>${schemaText(form.sche
     }
   }
   const problems = Object.entries(ERROR_TYPES)
-    .map(([type, { status, title }]) => `<tr id="${esc(problemTypeUri(type as keyof typeof ERROR_TYPES).split("#")[1])}"><td><code>${esc(problemTypeUri(type as keyof typeof ERROR_TYPES))}</code></td><td>${status}</td><td>${esc(title)}</td></tr>`)
+    .map(
+      ([type, { status, title }]) =>
+        `<tr id="${esc(problemTypeUri(type as keyof typeof ERROR_TYPES).split("#")[1])}"><td><code>${esc(problemTypeUri(type as keyof typeof ERROR_TYPES))}</code></td><td>${status}</td><td>${esc(title)}</td></tr>`,
+    )
     .join("");
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${esc(doc.info.title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -58,10 +62,14 @@ table{border-collapse:collapse;width:100%}td,th{border:1px solid #dde;padding:.3
 .op{border-top:2px solid #e4e6eb;margin-top:2rem}.m{display:inline-block;min-width:4.5rem;color:#fff;border-radius:4px;padding:0 .4rem;text-align:center}
 .get{background:#2f7d32}.post{background:#1f5fbf}.put{background:#a66a00}.patch{background:#6a3fbf}.delete{background:#b3261e}</style></head>
 <body><h1>${esc(doc.info.title)} <small>${esc(doc.info.version)}</small></h1>
-<p>${esc(doc.info.description).replace(/`([^`]+)`/g, "<code>$1</code>").replace(/\n\n/g, "</p><p>")}</p>
+<p>${esc(doc.info.description)
+    .replace(/`([^`]+)`/g, "<code>$1</code>")
+    .replace(/\n\n/g, "</p><p>")}</p>
 <p>Machine-readable: <a href="${esc(doc.servers[0].url)}/openapi.json"><code>openapi.json</code></a> (OpenAPI ${esc(doc.openapi)}). Authenticate with the <code>X-API-Key</code> header.</p>
 <h2>Operations</h2><ul>${Object.entries(doc.paths as Record<string, Record<string, Doc>>)
-    .flatMap(([path, m]) => Object.entries(m).map(([method, op]) => `<li><a href="#${esc(op.operationId)}">${esc(method.toUpperCase())} ${esc(path)}</a> — ${esc(op.summary)}</li>`))
+    .flatMap(([path, m]) =>
+      Object.entries(m).map(([method, op]) => `<li><a href="#${esc(op.operationId)}">${esc(method.toUpperCase())} ${esc(path)}</a> — ${esc(op.summary)}</li>`),
+    )
     .join("")}</ul>
 ${ops.join("\n")}
 <h2 id="problems">Problem types</h2><p>Every error is <code>application/problem+json</code> (RFC 9457) with <code>type</code>, <code>title</code>, <code>status</code>, <code>detail</code>, <code>requestId</code> and, for validation errors, <code>errors: [{ path, message }]</code>.</p>

@@ -10,10 +10,7 @@ import { ApiError } from "../../lib/errors";
 import { QueryTypes, type Sequelize } from "sequelize";
 
 export type Claim =
-  | { kind: "claimed" }
-  | { kind: "replay"; status: number; body: unknown; headers: Record<string, string> }
-  | { kind: "mismatch" }
-  | { kind: "running" };
+  { kind: "claimed" } | { kind: "replay"; status: number; body: unknown; headers: Record<string, string> } | { kind: "mismatch" } | { kind: "running" };
 
 /** 1-255 printable ASCII characters. */
 export const IDEMPOTENCY_KEY_RE = /^[\x20-\x7e]{1,255}$/;
@@ -35,7 +32,9 @@ function canonical(value: unknown, depth = 0): string {
 
 /** The request's identity: who (the calling key), what (method and path) and with which params. */
 export const requestHash = (keyId: string, method: string, path: string, params: unknown) =>
-  createHash("sha256").update(`${keyId}\n${method} ${path}\n${canonical(params)}`).digest("hex");
+  createHash("sha256")
+    .update(`${keyId}\n${method} ${path}\n${canonical(params)}`)
+    .digest("hex");
 
 /** Seals stored answers with a key only the caller holds (derived from its API key's value). */
 export class Sealer {

@@ -21,7 +21,13 @@ export function coerceValue(value: unknown, schema: JsonSchema | undefined): unk
   const types = typesOf(schema);
   if (types.includes("array")) {
     const items = (schema?.items ?? undefined) as JsonSchema | undefined;
-    const list = Array.isArray(value) ? value.flatMap((v) => (typeof v === "string" ? v.split(",") : [v])) : typeof value === "string" ? (value === "" ? [] : value.split(",")) : value;
+    const list = Array.isArray(value)
+      ? value.flatMap((v) => (typeof v === "string" ? v.split(",") : [v]))
+      : typeof value === "string"
+        ? value === ""
+          ? []
+          : value.split(",")
+        : value;
     return Array.isArray(list) ? list.map((v) => coerceValue(typeof v === "string" ? v.trim() : v, items)) : list;
   }
   if (typeof value !== "string") return value;

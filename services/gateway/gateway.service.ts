@@ -34,7 +34,6 @@ import { TokenBuckets } from "./gateway.ratelimit";
 import { decodeForClient } from "./gateway.encoding";
 import { isRemoteFile, remoteFileStream } from "../../lib/remote-file";
 
-
 /** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
 export const MAX_REQUEST_HEAD = 256 * 1024;
 
@@ -109,7 +108,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         res.setHeader("Content-Type", "application/json; charset=utf-8");
         res.end(JSON.stringify({ status: "ready", checks }));
       } else {
-        const why = Object.entries(checks).filter(([, v]) => v !== "ok").map(([k, v]) => `${k} ${v}`).join(", ");
+        const why = Object.entries(checks)
+          .filter(([, v]) => v !== "ok")
+          .map(([k, v]) => `${k} ${v}`)
+          .join(", ");
         // Not ready is a normal state (starting, or a dependency down), not a failed request: no error log.
         writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", `Not ready: ${why}`, { checks }), req.$requestId));
       }
@@ -155,7 +157,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
             // A file answered by reference is pulled from its node as the client reads it.
             if (isRemoteFile(data)) {
               // Each range is a call of its own (not a child of this request's context, whose time-out would cut a long download).
-              const ranges = { call: (action: string, params: unknown, opts: { nodeID: string }) => this.broker.call(action, params, { ...opts, requestID: ctx.requestID ?? undefined, timeout: config.requestTimeoutMs }) };
+              const ranges = {
+                call: (action: string, params: unknown, opts: { nodeID: string }) =>
+                  this.broker.call(action, params, { ...opts, requestID: ctx.requestID ?? undefined, timeout: config.requestTimeoutMs }),
+              };
               data = remoteFileStream(ranges, data.$remoteFile);
             }
             this.checkResponse(req, ctx.meta.$statusCode ?? 200, data);
@@ -237,7 +242,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           this.metrics.observe(req.method ?? "GET", route, res.statusCode, seconds);
           // The access log line names its request id itself (no log scope needed after the answer).
           const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
-          this.logger.info({ requestId, method: req.method, path: url.split("?")[0], route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 }, "request");
+          this.logger.info(
+            { requestId, method: req.method, path: url.split("?")[0], route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 },
+            "request",
+          );
         });
         return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
       },
@@ -340,7 +348,15 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
        * Partner calls, after authentication: the body (JSON only, 1 MiB), params from query, body and
        * path (coerced by the action's schema), then Idempotency-Key or the plain call.
        */
-      async callAction(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, actionName: string, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, isStream: boolean) {
+      async callAction(
+        this: GatewayThis,
+        route: NonNullable<GwRequest["$route"]>,
+        actionName: string,
+        req: GwRequest,
+        res: ServerResponse,
+        params: Record<string, unknown>,
+        isStream: boolean,
+      ) {
         if (route.opts.name !== "partner" || !req.$action) return mixin.methods.callAction!.call(this, route, actionName, req, res, params, isStream);
         const action = req.$action;
         const schema = action.params as Record<string, unknown> | undefined;
@@ -375,7 +391,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           const idempotent = req.method === "POST" && action.idempotent !== false && req.$ctx.meta.companyId;
           if (idempotent && key !== undefined) {
             if (typeof key !== "string" || !IDEMPOTENCY_KEY_RE.test(key)) {
-              throw new ApiError("INVALID_HEADER", "Idempotency-Key must be 1-255 printable ASCII characters.", { errors: [{ path: "Idempotency-Key", message: "must be 1-255 printable characters" }] });
+              throw new ApiError("INVALID_HEADER", "Idempotency-Key must be 1-255 printable ASCII characters.", {
+                errors: [{ path: "Idempotency-Key", message: "must be 1-255 printable characters" }],
+              });
             }
             return await this.callIdempotent(call, req, res, merged, key);
           }
@@ -386,14 +404,29 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         }
       },
 
-      async callIdempotent(this: GatewayThis, route: NonNullable<GwRequest["$route"]>, req: GwRequest, res: ServerResponse, params: Record<string, unknown>, key: string) {
+      async callIdempotent(
+        this: GatewayThis,
+        route: NonNullable<GwRequest["$route"]>,
+        req: GwRequest,
+        res: ServerResponse,
+        params: Record<string, unknown>,
+        key: string,
+      ) {
         const ctx = req.$ctx;
         const companyId = ctx.meta.companyId;
         const sealer = new Sealer(req.headers["x-api-key"] as string, companyId, key);
         const timeout = (route.callOptions?.timeout as number | undefined) ?? config.requestTimeoutMs;
-        const claim = await this.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer, timeout / 1000);
-        if (claim.kind === "mismatch") throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
-        if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
+        const claim = await this.idempotency.claim(
+          companyId,
+          key,
+          requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params),
+          sealer,
+          timeout / 1000,
+        );
+        if (claim.kind === "mismatch")
+          throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
+        if (claim.kind === "running")
+          throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
         if (claim.kind === "replay") {
           res.setHeader("Idempotent-Replayed", "true");
           for (const [k, v] of Object.entries(claim.headers)) res.setHeader(k, v);
@@ -479,7 +512,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (problem.status === 500) {
           withRequestId(requestId, () => this.logger.error({ err, method: req.method, path: req.url }, "request failed"));
         } else if (problem.status > 500) {
-          withRequestId(requestId, () => this.logger.warn({ method: req.method, path: req.url, status: problem.status, detail: problem.detail }, "request not served"));
+          withRequestId(requestId, () =>
+            this.logger.warn({ method: req.method, path: req.url, status: problem.status, detail: problem.detail }, "request not served"),
+          );
         }
         // Every partner answer carries RateLimit-*: those refused before authentication count per address.
         const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";

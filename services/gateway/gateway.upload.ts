@@ -44,7 +44,10 @@ function fieldError(field: string, message: string): ApiError {
 export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoolDir: string): Promise<ReceivedUpload> {
   const type = req.headers["content-type"] ?? "";
   if (!MULTIPART_RE.test(type)) {
-    throw new ApiError("UNSUPPORTED_MEDIA_TYPE", `Content-Type ${type ? `"${type.slice(0, 100)}"` : "(none)"} is not supported here; send multipart/form-data with the file in the field "${spec.field}".`);
+    throw new ApiError(
+      "UNSUPPORTED_MEDIA_TYPE",
+      `Content-Type ${type ? `"${type.slice(0, 100)}"` : "(none)"} is not supported here; send multipart/form-data with the file in the field "${spec.field}".`,
+    );
   }
   const declared = Number(req.headers["content-length"]);
   if (Number.isFinite(declared) && declared > spec.maxBytes + ENVELOPE_BYTES) throw tooLarge(spec);
@@ -59,7 +62,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   try {
     await new Promise<void>((resolve, reject) => {
       let failed = false;
-      let current: NodeJS.ReadableStream & { destroy(): void } | null = null;
+      let current: (NodeJS.ReadableStream & { destroy(): void }) | null = null;
       let sink: ReturnType<typeof createWriteStream> | null = null;
       const fail = (err: unknown) => {
         if (failed) return;
@@ -95,7 +98,9 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         sink = createWriteStream(spoolPath);
         writing = pipeline(stream, meter, sink).then(() => {
           // Control characters (NUL above all) have no place in a file name that is stored and shown.
-          const fileName = (info.filename ?? "").replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "").slice(0, 255);
+          const fileName = (info.filename ?? "")
+            .replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "")
+            .slice(0, 255);
           file = { name: fileName || "upload", size: meter.size, sha256: meter.sha256() };
         });
         writing.catch(fail);

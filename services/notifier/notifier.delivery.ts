@@ -235,7 +235,12 @@ export class Deliverer {
     // The lease runs from the statement's start: measure from before it.
     const claimedAt = Date.now();
     // One statement, atomic by itself: no transaction round trips around it.
-    const rows = await rawQuery<ClaimedEvent>(this.o.sequelize, CLAIM, [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token], this.o.prepare ? "notifier-claim" : undefined);
+    const rows = await rawQuery<ClaimedEvent>(
+      this.o.sequelize,
+      CLAIM,
+      [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token],
+      this.o.prepare ? "notifier-claim" : undefined,
+    );
     const touched = new Set<string>();
     for (const ev of rows) {
       let e = this.endpoints.get(ev.company_id);

@@ -33,8 +33,6 @@ export class NotifierMetrics {
   });
 
   constructor(sequelize: Sequelize) {
-    let depth: Gauge;
-    let oldest: Gauge;
     // Both gauges come from one query per scrape; with the database away they read NaN.
     const read = onePerScrape(
       () =>
@@ -46,7 +44,7 @@ export class NotifierMetrics {
           .then((r) => r[0]!),
       { depth: "NaN", oldest: Number.NaN },
     );
-    depth = new Gauge({
+    const depth: Gauge = new Gauge({
       name: "webhook_outbox_depth",
       help: "Events in the outbox not yet delivered, failed or expired (all replicas)",
       registers: [this.registry],
@@ -54,7 +52,7 @@ export class NotifierMetrics {
         depth.set(Number((await read()).depth));
       },
     });
-    oldest = new Gauge({
+    const oldest: Gauge = new Gauge({
       name: "webhook_outbox_oldest_due_age_seconds",
       help: "How long the oldest due, unclaimed event has been due (0 when none)",
       registers: [this.registry],

@@ -96,7 +96,8 @@ export const attemptOut = {
     outcome: {
       type: "string",
       enum: [...OUTCOMES],
-      description: "DELIVERED: a 2xx answer. RETRYING: failed, tried again at nextAttemptAt. FAILED: the 5th attempt failed; not sent again. EXPIRED: not retried because the message was sent over 10 days ago.",
+      description:
+        "DELIVERED: a 2xx answer. RETRYING: failed, tried again at nextAttemptAt. FAILED: the 5th attempt failed; not sent again. EXPIRED: not retried because the message was sent over 10 days ago.",
     },
   },
 };

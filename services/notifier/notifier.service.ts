@@ -112,14 +112,18 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         rest: "POST /webhooks/delivery-status",
         operation: "WEBHOOKS",
         summary: "Register the delivery-status webhook",
-        description: "One webhook per account. The URL must use https on port 443 or 8443, carry no credentials and no fragment, and its host must resolve only to publicly reachable addresses.",
+        description:
+          "One webhook per account. The URL must use https on port 443 or 8443, carry no credentials and no fragment, and its host must resolve only to publicly reachable addresses.",
         tag: "webhooks",
         params: webhookIn,
         responses: { 201: webhookOut },
         errors: [400, 409],
         async handler(ctx: Context<WebhookIn, AuthMeta & { $statusCode?: number; $location?: string }>): Promise<WebhookOut> {
           const url = await checked(ctx.params.callbackUrl);
-          const row = await one(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2) ON CONFLICT (company_id) DO NOTHING RETURNING *`, [ctx.meta.companyId, url]);
+          const row = await one(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2) ON CONFLICT (company_id) DO NOTHING RETURNING *`, [
+            ctx.meta.companyId,
+            url,
+          ]);
           if (!row) throw new ApiError("WEBHOOK_EXISTS", "A delivery-status webhook is already configured; change it with PUT or remove it with DELETE.");
           ctx.meta.$statusCode = 201;
           ctx.meta.$location = `${API_PREFIX}/webhooks/delivery-status`;

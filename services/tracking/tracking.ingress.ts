@@ -93,7 +93,8 @@ const KINDS: Record<string, Kind> = {
     },
     check: (v) => {
       const r = v as SmsReceiptIn;
-      if (r.NUM_PART !== undefined && r.TOTAL_PARTS !== undefined && r.NUM_PART > r.TOTAL_PARTS) return { path: "NUM_PART", message: `must not be above TOTAL_PARTS (${r.TOTAL_PARTS})` };
+      if (r.NUM_PART !== undefined && r.TOTAL_PARTS !== undefined && r.NUM_PART > r.TOTAL_PARTS)
+        return { path: "NUM_PART", message: `must not be above TOTAL_PARTS (${r.TOTAL_PARTS})` };
       return dateError(r.DELIVERY_DATE, "DELIVERY_DATE");
     },
   },
@@ -108,7 +109,17 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
       schema: channel === "RCS" ? rcsReceiptIn : whatsappReceiptIn,
       toItem: (v) => {
         const r = v as ChannelReceiptIn;
-        return { kind: "receipt", channel, companyId: r.companyId, messageId: r.messageId, destination: r.destination, code: r.statusCode, date: iso(r.eventDate), totalParts: 1, numPart: 1 };
+        return {
+          kind: "receipt",
+          channel,
+          companyId: r.companyId,
+          messageId: r.messageId,
+          destination: r.destination,
+          code: r.statusCode,
+          date: iso(r.eventDate),
+          totalParts: 1,
+          numPart: 1,
+        };
       },
       check: (v) => dateError((v as ChannelReceiptIn).eventDate, "eventDate"),
     },
@@ -147,7 +158,8 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
   checkText(body); // NUL and unpaired surrogates: a 400 here, not a failed statement later
   const list = Array.isArray(body) ? body : [body];
   if (Array.isArray(body) && body.length === 0) throw new ApiError("VALIDATION_ERROR", "The array is empty.");
-  if (list.length > MAX_INGEST_ITEMS) throw new ApiError("VALIDATION_ERROR", `An array holds at most ${MAX_INGEST_ITEMS} objects; this one has ${list.length}.`);
+  if (list.length > MAX_INGEST_ITEMS)
+    throw new ApiError("VALIDATION_ERROR", `An array holds at most ${MAX_INGEST_ITEMS} objects; this one has ${list.length}.`);
   const errors: FieldError[] = [];
   const items: IngestItem[] = [];
   list.forEach((v, i) => {
@@ -164,7 +176,10 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
     }
     items.push(kind.toItem(v));
   });
-  if (errors.length > 0) throw new ApiError("VALIDATION_ERROR", `The body has ${errors.length === 50 ? "50 or more" : errors.length} invalid field(s); nothing was stored.`, { errors });
+  if (errors.length > 0)
+    throw new ApiError("VALIDATION_ERROR", `The body has ${errors.length === 50 ? "50 or more" : errors.length} invalid field(s); nothing was stored.`, {
+      errors,
+    });
   return items;
 }
 
@@ -236,7 +251,10 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
               res.end(JSON.stringify({ status: "live" }));
             },
             async "GET /ready"(req: IngressRequest, res: ServerResponse) {
-              const ok = await db.ping(1000).then(() => true, () => false);
+              const ok = await db.ping(1000).then(
+                () => true,
+                () => false,
+              );
               if (!ok) return writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", "Not ready: database unreachable"), req.$requestId));
               res.writeHead(200, { "Content-Type": "application/json; charset=utf-8" });
               res.end(JSON.stringify({ status: "ready", checks: { database: "ok" } }));

@@ -49,7 +49,18 @@ export function toStatusOut(r: StatusRow): MessageStatusOut {
 
 /** What an id the account never sent answers: UNKNOWN, code 0. */
 export function unknownStatus(customerMessageId: string, channel: Channel): MessageStatusOut {
-  return { customerMessageId, channel, deliveryStatus: "UNKNOWN", statusCode: 0, description: "unknown", destination: null, sentAt: null, deliveryDate: null, readAt: null, simulation: false };
+  return {
+    customerMessageId,
+    channel,
+    deliveryStatus: "UNKNOWN",
+    statusCode: 0,
+    description: "unknown",
+    destination: null,
+    sentAt: null,
+    deliveryDate: null,
+    readAt: null,
+    simulation: false,
+  };
 }
 
 /** Ids per lookup statement: a bulk poll of 1000 runs as up to 4 statements side by side. */
@@ -90,7 +101,16 @@ function decodeCursor(raw: string): Cursor {
   try {
     const v = JSON.parse(Buffer.from(raw, "base64url").toString("utf8")) as unknown;
     // Exactly what encodeCursor wrote: a UTC timestamp with microseconds, and a bigint id.
-    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string" && CURSOR_TIME.test(v[0]) && !Number.isNaN(Date.parse(v[0])) && /^\d{1,19}$/.test(v[1]) && BigInt(v[1]) <= MAX_BIGINT) {
+    if (
+      Array.isArray(v) &&
+      v.length === 2 &&
+      typeof v[0] === "string" &&
+      typeof v[1] === "string" &&
+      CURSOR_TIME.test(v[0]) &&
+      !Number.isNaN(Date.parse(v[0])) &&
+      /^\d{1,19}$/.test(v[1]) &&
+      BigInt(v[1]) <= MAX_BIGINT
+    ) {
       return { s: v[0], i: v[1] };
     }
   } catch {
@@ -112,14 +132,20 @@ export function checkHistoryRange(q: HistoryFilters): void {
     const bad = dateError(q[field], field);
     if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
   }
-  if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to)) throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
+  if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to))
+    throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
 }
 
 /**
  * The history filters as SQL conditions on `messages m` of one account. `param` places each value:
  * a bind placeholder for a query, an inlined literal for a COPY (which takes no parameters).
  */
-export function historyConditions(companyId: string, channels: readonly Channel[], q: HistoryFilters, param: (value: unknown, cast: string) => string): string[] {
+export function historyConditions(
+  companyId: string,
+  channels: readonly Channel[],
+  q: HistoryFilters,
+  param: (value: unknown, cast: string) => string,
+): string[] {
   const where = [`m.company_id = ${param(companyId, "text")}`];
   const allowed = q.channel ? [q.channel] : channels;
   if (allowed.length < CHANNELS.length) where.push(`m.channel = ANY (${param(allowed, "text[]")})`);
@@ -149,7 +175,9 @@ export async function historyPage(sequelize: Sequelize, companyId: string, chann
   }
   bind.push(q.limit + 1);
   const rows = await sequelize.query<HistoryRow>(
-    `SELECT m.id, ${STATUS_COLUMNS.split(", ").map((c) => `m.${c}`).join(", ")}, m.text, m.campaign_id, m.total_parts, m.price,
+    `SELECT m.id, ${STATUS_COLUMNS.split(", ")
+      .map((c) => `m.${c}`)
+      .join(", ")}, m.text, m.campaign_id, m.total_parts, m.price,
             to_char(m.sent_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS sent_key
        FROM messages m
       WHERE ${where.join(" AND ")}
@@ -175,9 +203,17 @@ function toHistoryItem(r: HistoryRow): HistoryItemOut {
  * Removes messages (and inbound messages) created before `cutoff`, `batchSize` rows per statement,
  * each its own short transaction, skipping rows another writer holds; returns how many went.
  */
-export async function purgeBefore(sequelize: Sequelize, cutoff: Date, batchSize: number, maxBatches = Infinity): Promise<{ messages: number; inbound: number; batches: number }> {
+export async function purgeBefore(
+  sequelize: Sequelize,
+  cutoff: Date,
+  batchSize: number,
+  maxBatches = Infinity,
+): Promise<{ messages: number; inbound: number; batches: number }> {
   const out = { messages: 0, inbound: 0, batches: 0 };
-  for (const [table, field] of [["messages", "messages"], ["inbound_messages", "inbound"]] as const) {
+  for (const [table, field] of [
+    ["messages", "messages"],
+    ["inbound_messages", "inbound"],
+  ] as const) {
     for (;;) {
       if (out.batches >= maxBatches) return out;
       const [row] = await sequelize.query<{ n: string }>(

@@ -220,7 +220,13 @@ export const statusesIn = {
   required: ["channel", "ids"],
   properties: {
     channel: channelParam,
-    ids: { type: "string", minLength: 1, maxLength: 1000 * 201, description: `Comma-separated customer message ids, at most ${MAX_STATUS_IDS}; answered one entry per id, in order.`, examples: ["order-1,order-2"] },
+    ids: {
+      type: "string",
+      minLength: 1,
+      maxLength: 1000 * 201,
+      description: `Comma-separated customer message ids, at most ${MAX_STATUS_IDS}; answered one entry per id, in order.`,
+      examples: ["order-1,order-2"],
+    },
   },
 };
 

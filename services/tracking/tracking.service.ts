@@ -97,7 +97,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         errors: [400],
         async handler(ctx: Context<StatusesIn, AuthMeta>): Promise<{ data: MessageStatusOut[] }> {
           const ids = ctx.params.ids.split(",").map((s) => s.trim());
-          if (ids.length > MAX_STATUS_IDS) throw badRequest(`At most ${MAX_STATUS_IDS} ids per call; this one has ${ids.length}.`, [{ path: "ids", message: `must name at most ${MAX_STATUS_IDS} ids` }]);
+          if (ids.length > MAX_STATUS_IDS)
+            throw badRequest(`At most ${MAX_STATUS_IDS} ids per call; this one has ${ids.length}.`, [
+              { path: "ids", message: `must name at most ${MAX_STATUS_IDS} ids` },
+            ]);
           const bad = ids.findIndex((id) => id.length === 0 || id.length > 200);
           if (bad >= 0) throw badRequest("Every id must be 1-200 characters.", [{ path: `ids[${bad}]`, message: "must be 1-200 characters" }]);
           return { data: await statusesOf(sequelize, ctx.meta.companyId, ctx.params.channel, ids) };
@@ -161,8 +164,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
         if (effects.support.length > 0) {
           // Best effort after the commit (contacts' communicationSupported); never fails the write.
-          Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch((err: unknown) =>
-            this.logger.warn({ err }, "could not announce channel support changes"),
+          Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
+            (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
           );
         }
       });

@@ -35,10 +35,7 @@ export interface ReadItem {
 }
 
 export type IngestItem =
-  | { kind: "message"; message: RegistrationIn }
-  | ReceiptItem
-  | ReadItem
-  | { kind: "inbound"; channel: "RCS" | "WHATSAPP"; inbound: InboundIn };
+  { kind: "message"; message: RegistrationIn } | ReceiptItem | ReadItem | { kind: "inbound"; channel: "RCS" | "WHATSAPP"; inbound: InboundIn };
 
 /** A message row as the fold sees it. */
 export interface MessageState {
@@ -118,7 +115,9 @@ export function fold(s: MessageState, item: ReceiptItem | ReadItem): OutboxEvent
     if (s.readAt !== null) return null;
     s.readAt = item.date;
     s.changed = true;
-    return s.simulation ? null : event(s, "READ", null, { eventType: "READ", channel: s.channel, messageId: s.customerMessageId, destination: item.destination, eventDate: item.date });
+    return s.simulation
+      ? null
+      : event(s, "READ", null, { eventType: "READ", channel: s.channel, messageId: s.customerMessageId, destination: item.destination, eventDate: item.date });
   }
   if (isFinal(s.statusCode)) return null; // final codes never change; a repeat makes no second event
   let numPart: number | null = null;
@@ -176,7 +175,15 @@ function withoutEmpty(payload: Record<string, unknown>): Record<string, unknown>
 }
 
 function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): OutboxEvent {
-  return { company_id: s.companyId, channel: s.channel, event_type: type, message_id: s.customerMessageId, num_part: numPart, payload: withoutEmpty(payload), message_sent_at: s.sentAt };
+  return {
+    company_id: s.companyId,
+    channel: s.channel,
+    event_type: type,
+    message_id: s.customerMessageId,
+    num_part: numPart,
+    payload: withoutEmpty(payload),
+    message_sent_at: s.sentAt,
+  };
 }
 
 interface MessageRow {
@@ -195,7 +202,6 @@ interface MessageRow {
   part_codes: number[] | null;
   last_part_date: Date | null;
 }
-
 
 function stateOf(r: MessageRow): MessageState {
   return {
@@ -303,7 +309,9 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     });
     const fast = updates
       .map((u, i) => ({ u, i }))
-      .filter(({ u, i }) => u.kind === "receipt" && (u.totalParts ?? 1) === 1 && u.numPart === 1 && firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i)
+      .filter(
+        ({ u, i }) => u.kind === "receipt" && (u.totalParts ?? 1) === 1 && u.numPart === 1 && firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i,
+      )
       .map(({ u, i }) => ({ i, r: u as ReceiptItem }));
     if (fast.length > 0) {
       const rows = fast.map(({ i, r }) => {
@@ -438,7 +446,15 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
         text: v.text,
         mediaKey: v.mediaKey,
       };
-      events.push({ company_id: v.companyId, channel, event_type: "INBOUND", message_id: v.messageId, num_part: null, payload: withoutEmpty(payload), message_sent_at: null });
+      events.push({
+        company_id: v.companyId,
+        channel,
+        event_type: "INBOUND",
+        message_id: v.messageId,
+        num_part: null,
+        payload: withoutEmpty(payload),
+        message_sent_at: null,
+      });
     }
   }
 

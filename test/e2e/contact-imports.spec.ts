@@ -16,8 +16,12 @@ function form(file: Body | null, fields: Record<string, string> = {}, name = "co
   return f;
 }
 
-const upload = (a: Account, file: Body | null, fields: Record<string, string> = {}, opts: { path?: string; name?: string; headers?: Record<string, string> } = {}) =>
-  a.api.request("POST", opts.path ?? "/contacts/upload", { form: form(file, fields, opts.name), headers: opts.headers });
+const upload = (
+  a: Account,
+  file: Body | null,
+  fields: Record<string, string> = {},
+  opts: { path?: string; name?: string; headers?: Record<string, string> } = {},
+) => a.api.request("POST", opts.path ?? "/contacts/upload", { form: form(file, fields, opts.name), headers: opts.headers });
 
 async function finished(a: Account, importId: string) {
   for (let i = 0; i < 400; i++) {
@@ -46,7 +50,10 @@ describe("contact imports: CSV", () => {
     const a = await t.newAccount(["CONTACTS"]);
     await a.api.post("/contacts/custom-fields", { key: "tier", type: "TEXT" });
     await a.api.post("/contacts/custom-fields", { key: "score", type: "NUMBER" });
-    const csv = "firstName,lastName,phoneNumber,email,gender,isTest,tier,score\n" + "Ana,Silva,+351 912 345 678,Ana@Example.com,female,false,gold,12.5\n" + "Rui,Costa,00351912345679,,MALE,true,,\n";
+    const csv =
+      "firstName,lastName,phoneNumber,email,gender,isTest,tier,score\n" +
+      "Ana,Silva,+351 912 345 678,Ana@Example.com,female,false,gold,12.5\n" +
+      "Rui,Costa,00351912345679,,MALE,true,,\n";
     const res = await upload(a, csv);
     expect(res.status).toBe(202);
     expect(res.body).toEqual({ importId: expect.stringMatching(/^[0-9a-f-]{36}$/), status: "QUEUED" });
@@ -68,7 +75,15 @@ describe("contact imports: CSV", () => {
       finishedAt: expect.any(String),
     });
     const ana = await byPhone(a, "+351912345678");
-    expect(ana).toMatchObject({ firstName: "Ana", lastName: "Silva", email: "ana@example.com", gender: "FEMALE", isTest: false, customFields: { tier: "gold", score: 12.5 }, communicationSupported: ["SMS"] });
+    expect(ana).toMatchObject({
+      firstName: "Ana",
+      lastName: "Silva",
+      email: "ana@example.com",
+      gender: "FEMALE",
+      isTest: false,
+      customFields: { tier: "gold", score: 12.5 },
+      communicationSupported: ["SMS"],
+    });
     expect(await byPhone(a, "+351912345679")).toMatchObject({ firstName: "Rui", email: null, gender: "MALE", isTest: true, customFields: {} });
   });
 
@@ -251,8 +266,16 @@ describe("contact imports: XLSX and vCard", () => {
     const done = await imported(a, xlsx, {}, { name: "book.xlsx" });
     expect(done).toMatchObject({ status: "COMPLETED", totalRows: 3, created: 2, skipped: 1 });
     expect(done.errors).toEqual([{ row: 4, message: expect.stringMatching(/^phoneNumber must be/) }]);
-    expect(await byPhone(a, "+351912000040")).toMatchObject({ email: "x1@x.pt", firstName: "Xana", customFields: { since: "2020-05-17", visits: 7, active: true } });
-    expect(await byPhone(a, "+351912000041")).toMatchObject({ email: "x2@x.pt", firstName: "Rita", customFields: { since: "2021-01-02", visits: 8, active: false } });
+    expect(await byPhone(a, "+351912000040")).toMatchObject({
+      email: "x1@x.pt",
+      firstName: "Xana",
+      customFields: { since: "2020-05-17", visits: 7, active: true },
+    });
+    expect(await byPhone(a, "+351912000041")).toMatchObject({
+      email: "x2@x.pt",
+      firstName: "Rita",
+      customFields: { since: "2021-01-02", visits: 8, active: false },
+    });
   });
 
   it("ends FAILED for a zip that claims a workbook but cannot be read", async () => {
@@ -309,7 +332,10 @@ describe("contact imports: XLSX and vCard", () => {
 });
 
 describe("contact imports: refused uploads", () => {
-  const png = Buffer.from("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7d6a00000000049454e44ae426082", "hex");
+  const png = Buffer.from(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7d6a00000000049454e44ae426082",
+    "hex",
+  );
 
   it.each([
     ["a PNG picture", "/contacts/upload", png, "photo.csv"],

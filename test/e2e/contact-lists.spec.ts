@@ -81,7 +81,8 @@ describe("contact lists", () => {
     expect(await ids("includeDeleted=true")).toEqual([alpha.id, beta.id, gamma.id]);
     const page = await a.api.get("/contacts/list?limit=1&page=1");
     expect(page.body).toMatchObject({ page: 1, limit: 1, total: 2, totalPages: 2 });
-    for (const qs of ["limit=1001", "page=-1", "sortBy=secret", "sortOrder=up", "includeDeleted=perhaps", "id=x"]) expectProblem(await a.api.get(`/contacts/list?${qs}`), 400);
+    for (const qs of ["limit=1001", "page=-1", "sortBy=secret", "sortOrder=up", "includeDeleted=perhaps", "id=x"])
+      expectProblem(await a.api.get(`/contacts/list?${qs}`), 400);
   });
 
   it("deletes lists softly and for good: associations go, contacts stay, 404 everywhere but get", async () => {

@@ -9,12 +9,23 @@ afterAll(() => t?.stop());
 
 let seq = 0;
 /** A contact body with a phone number of its own; overrides win. */
-const contactIn = (over: Record<string, unknown> = {}) => ({ firstName: "Ana", lastName: `Silva${++seq}`, phoneNumber: `+35191${String(1000000 + seq).slice(-7)}`, ...over });
+const contactIn = (over: Record<string, unknown> = {}) => ({
+  firstName: "Ana",
+  lastName: `Silva${++seq}`,
+  phoneNumber: `+35191${String(1000000 + seq).slice(-7)}`,
+  ...over,
+});
 
 describe("POST /contacts", () => {
   it("creates a contact with its phone in E.164 and answers 201 with every field", async () => {
     const a = await t.newAccount(["CONTACTS"]);
-    const res = await a.api.post("/contacts", { firstName: "Ana", lastName: "Silva", phoneNumber: "+351 912 345 678", email: "Ana@Example.COM", gender: "FEMALE" });
+    const res = await a.api.post("/contacts", {
+      firstName: "Ana",
+      lastName: "Silva",
+      phoneNumber: "+351 912 345 678",
+      email: "Ana@Example.COM",
+      gender: "FEMALE",
+    });
     expect(res.status).toBe(201);
     expect(res.body).toEqual({
       id: expect.stringMatching(/^[0-9a-f-]{36}$/),
@@ -95,7 +106,15 @@ describe("GET, PUT, DELETE /contacts/{id}", () => {
     expect((await a.api.get(`/contacts/${created.id}`)).body).toEqual(created);
     const put = await a.api.put(`/contacts/${created.id}`, { email: "new@example.com", firstName: "Nova" });
     expect(put.status).toBe(200);
-    expect(put.body).toMatchObject({ id: created.id, email: "new@example.com", firstName: "Nova", lastName: null, phoneNumber: null, gender: null, communicationSupported: [] });
+    expect(put.body).toMatchObject({
+      id: created.id,
+      email: "new@example.com",
+      firstName: "Nova",
+      lastName: null,
+      phoneNumber: null,
+      gender: null,
+      communicationSupported: [],
+    });
     expect((await a.api.delete(`/contacts/${created.id}`)).status).toBe(204);
     expectProblem(await a.api.get(`/contacts/${created.id}`), 404);
     expectProblem(await a.api.delete(`/contacts/${created.id}`), 404);
@@ -152,7 +171,12 @@ describe("custom fields", () => {
 
   it("lists the declared fields and refuses a second declaration of a key", async () => {
     const res = await a.api.get("/contacts/custom-fields");
-    expect(res.body.data.map((f: { key: string; type: string }) => `${f.key}:${f.type}`)).toEqual(["birthday:DATE", "score:NUMBER", "tier:TEXT", "vip:BOOLEAN"]);
+    expect(res.body.data.map((f: { key: string; type: string }) => `${f.key}:${f.type}`)).toEqual([
+      "birthday:DATE",
+      "score:NUMBER",
+      "tier:TEXT",
+      "vip:BOOLEAN",
+    ]);
     expectProblem(await a.api.post("/contacts/custom-fields", { key: "tier", type: "NUMBER" }), 409);
     expectProblem(await a.api.post("/contacts/custom-fields", { key: "bad key", type: "TEXT" }), 400);
     expectProblem(await a.api.post("/contacts/custom-fields", { key: "x", type: "JSON" }), 400);

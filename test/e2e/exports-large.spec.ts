@@ -18,7 +18,22 @@ beforeAll(async () => {
 afterAll(() => t?.stop());
 
 // Cells that must come back exactly (after the neutralising quote where the contract wants one).
-const TRICKY = ["=1+2", "+351 call me", "-minus", "@at", "\tlead tab", "\rlead cr", 'quote " inside', "comma, inside", "line\nbreak", "ünï 😀 中文", "", "plain", "'already quoted", " =space first"];
+const TRICKY = [
+  "=1+2",
+  "+351 call me",
+  "-minus",
+  "@at",
+  "\tlead tab",
+  "\rlead cr",
+  'quote " inside',
+  "comma, inside",
+  "line\nbreak",
+  "ünï 😀 中文",
+  "",
+  "plain",
+  "'already quoted",
+  " =space first",
+];
 
 const neutral = (s: string | null) => (s === null ? "" : /^[=+\-@\t\r]/.test(s) ? `'${s}` : s);
 const isoOrEmpty = (d: Date | null) => (d ? new Date(d).toISOString() : "");
@@ -40,7 +55,10 @@ interface Row {
 
 it(`exports ${ROWS} rows that match the database cell by cell`, async () => {
   const a = await t.newAccount(["EXPORTS"]);
-  const tricky = `ARRAY[${TRICKY.map((s) => `'${s.replace(/'/g, "''")}'`).join(", ")}]`.replace(/\t/g, "' || chr(9) || '").replace(/\r/g, "' || chr(13) || '").replace(/\n/g, "' || chr(10) || '");
+  const tricky = `ARRAY[${TRICKY.map((s) => `'${s.replace(/'/g, "''")}'`).join(", ")}]`
+    .replace(/\t/g, "' || chr(9) || '")
+    .replace(/\r/g, "' || chr(13) || '")
+    .replace(/\n/g, "' || chr(10) || '");
   await t.db.sequelize.query(
     `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, total_parts, text, campaign_id, simulation, status_code, delivery_date, read_at, price)
      SELECT $1, (ARRAY['SMS','RCS','WHATSAPP'])[1 + i % 3],
@@ -67,7 +85,22 @@ it(`exports ${ROWS} rows that match the database cell by cell`, async () => {
   expect(csv.subarray(0, 3).equals(Buffer.from([0xef, 0xbb, 0xbf]))).toBe(false); // no BOM: plain UTF-8
   const records: string[][] = parse(csv);
   const [header, ...cells] = records;
-  expect(header).toEqual(["customerMessageId", "channel", "destination", "sentAt", "deliveryStatus", "statusCode", "description", "deliveryDate", "readAt", "text", "campaignId", "totalParts", "price", "simulation"]);
+  expect(header).toEqual([
+    "customerMessageId",
+    "channel",
+    "destination",
+    "sentAt",
+    "deliveryStatus",
+    "statusCode",
+    "description",
+    "deliveryDate",
+    "readAt",
+    "text",
+    "campaignId",
+    "totalParts",
+    "price",
+    "simulation",
+  ]);
   expect(cells).toHaveLength(ROWS);
   expect((await a.api.get("/exports")).body.data[0].rowCount).toBe(ROWS);
 

@@ -17,7 +17,10 @@ import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking", "exports"], config: { exportWorkers: 1, publicBaseUrl: "https://api.example.test/" } });
+  t = await startTestApp({
+    services: ["gateway", "auth", "contacts", "tracking", "exports"],
+    config: { exportWorkers: 1, publicBaseUrl: "https://api.example.test/" },
+  });
 });
 afterAll(() => t?.stop());
 
@@ -79,7 +82,22 @@ const fileOf = (exportId: string) => {
   return name ? path.join(t.config.exportDir, name) : null;
 };
 
-const HISTORY_HEADER = ["customerMessageId", "channel", "destination", "sentAt", "deliveryStatus", "statusCode", "description", "deliveryDate", "readAt", "text", "campaignId", "totalParts", "price", "simulation"];
+const HISTORY_HEADER = [
+  "customerMessageId",
+  "channel",
+  "destination",
+  "sentAt",
+  "deliveryStatus",
+  "statusCode",
+  "description",
+  "deliveryDate",
+  "readAt",
+  "text",
+  "campaignId",
+  "totalParts",
+  "price",
+  "simulation",
+];
 
 describe("POST /messages/history/export and the file", () => {
   let a: Account;
@@ -87,13 +105,45 @@ describe("POST /messages/history/export and the file", () => {
   beforeAll(async () => {
     a = await t.newAccount(["EXPORTS", "SMS"]);
     await ingest("/messages", [
-      { companyId: a.companyId, channel: "SMS", customerMessageId: "m-1", destination: "+351911000001", sentAt: sent(1), text: "=HYPERLINK(\"http://evil\")", campaignId: "spring" },
-      { companyId: a.companyId, channel: "SMS", customerMessageId: "m-2", destination: "+351911000002", sentAt: sent(2), text: 'comma, "quote"\nnew line — ünïcødé 😀', totalParts: 2 },
+      {
+        companyId: a.companyId,
+        channel: "SMS",
+        customerMessageId: "m-1",
+        destination: "+351911000001",
+        sentAt: sent(1),
+        text: '=HYPERLINK("http://evil")',
+        campaignId: "spring",
+      },
+      {
+        companyId: a.companyId,
+        channel: "SMS",
+        customerMessageId: "m-2",
+        destination: "+351911000002",
+        sentAt: sent(2),
+        text: 'comma, "quote"\nnew line — ünïcødé 😀',
+        totalParts: 2,
+      },
       { companyId: a.companyId, channel: "RCS", customerMessageId: "@m-3", destination: "+351911000003", sentAt: sent(3), text: "" },
-      { companyId: a.companyId, channel: "WHATSAPP", customerMessageId: "m-4", destination: "+351911000004", sentAt: sent(4), text: "-1+1", campaignId: "spring", simulation: true },
+      {
+        companyId: a.companyId,
+        channel: "WHATSAPP",
+        customerMessageId: "m-4",
+        destination: "+351911000004",
+        sentAt: sent(4),
+        text: "-1+1",
+        campaignId: "spring",
+        simulation: true,
+      },
       { companyId: a.companyId, channel: "SMS", customerMessageId: "m-5", destination: "+351911000005", sentAt: sent(5), text: "\tTabbed" },
     ]);
-    await ingest("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: "m-1", DESTINATION: "+351911000001", DELIVERY_STATUS: 3, DELIVERY_DATE: sent(10), PRICE: 0.05 });
+    await ingest("/receipts/sms", {
+      companyId: a.companyId,
+      MESSAGE_ID: "m-1",
+      DESTINATION: "+351911000001",
+      DELIVERY_STATUS: 3,
+      DELIVERY_DATE: sent(10),
+      PRICE: 0.05,
+    });
     await ingest("/receipts/rcs", { companyId: a.companyId, messageId: "@m-3", destination: "+351911000003", statusCode: 9, eventDate: sent(11) });
     // Another account's message never shows.
     const other = await t.newAccount(["EXPORTS"]);
@@ -139,13 +189,20 @@ describe("POST /messages/history/export and the file", () => {
       description: "delivered",
       deliveryDate: sent(10),
       readAt: "",
-      text: "'=HYPERLINK(\"http://evil\")",
+      text: '\'=HYPERLINK("http://evil")',
       campaignId: "spring",
       totalParts: "1",
       price: "0.05",
       simulation: "false",
     });
-    expect(byId.get("m-2")).toMatchObject({ text: 'comma, "quote"\nnew line — ünïcødé 😀', deliveryStatus: "ACCEPTED", statusCode: "1", totalParts: "2", price: "", deliveryDate: "" });
+    expect(byId.get("m-2")).toMatchObject({
+      text: 'comma, "quote"\nnew line — ünïcødé 😀',
+      deliveryStatus: "ACCEPTED",
+      statusCode: "1",
+      totalParts: "2",
+      price: "",
+      deliveryDate: "",
+    });
     expect(byId.get("'@m-3")).toMatchObject({ channel: "RCS", deliveryStatus: "ERROR", statusCode: "9", description: "general error", text: "" });
     expect(byId.get("m-4")).toMatchObject({ text: "'-1+1", simulation: "true", deliveryStatus: "UNKNOWN", statusCode: "0" });
     expect(byId.get("m-5")).toMatchObject({ text: "'\tTabbed" });
@@ -175,7 +232,16 @@ describe("POST /messages/history/export and the file", () => {
 
   it("refuses unknown filters and bad dates with a 400 and creates nothing", async () => {
     const before = (await a.api.get("/exports")).body.total;
-    for (const body of [{ colour: "red" }, { from: "2026-13-45T00:00:00Z" }, { to: "yesterday" }, { from: sent(5), to: sent(1) }, { channel: "TELEGRAM" }, { status: "LOST" }, { limit: 10 }, { cursor: "x" }]) {
+    for (const body of [
+      { colour: "red" },
+      { from: "2026-13-45T00:00:00Z" },
+      { to: "yesterday" },
+      { from: sent(5), to: sent(1) },
+      { channel: "TELEGRAM" },
+      { status: "LOST" },
+      { limit: 10 },
+      { cursor: "x" },
+    ]) {
       expectProblem(await a.api.post("/messages/history/export", body), 400);
     }
     expectProblem(await a.api.post("/messages/history/export", [1, 2]), 400);
@@ -211,13 +277,34 @@ describe("POST /exports/delivery-reports", () => {
       { companyId: a.companyId, channel: "SMS", customerMessageId: "d-2", destination: "+351912000002", sentAt: at(2) },
       { companyId: a.companyId, channel: "WHATSAPP", customerMessageId: "d-3", destination: "+351912000003", sentAt: at(3) },
     ]);
-    await ingest("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: "d-2", DESTINATION: "+351912000002", DELIVERY_STATUS: 6, DELIVERY_DATE: at(20), PRICE: 0.04 });
+    await ingest("/receipts/sms", {
+      companyId: a.companyId,
+      MESSAGE_ID: "d-2",
+      DESTINATION: "+351912000002",
+      DELIVERY_STATUS: 6,
+      DELIVERY_DATE: at(20),
+      PRICE: 0.04,
+    });
     await ingest("/receipts/whatsapp", { companyId: a.companyId, messageId: "d-3", destination: "+351912000003", statusCode: 3, eventDate: at(10) });
     await ingest("/reads/whatsapp", { companyId: a.companyId, messageId: "d-3", destination: "+351912000003", eventDate: at(15) });
     const { header, rows, file, job } = await exportAndDownload(a, "/exports/delivery-reports");
     expect(job.type).toBe("DELIVERY_REPORTS");
     expect(file.headers["content-disposition"]).toMatch(/filename="delivery-reports-/);
-    expect(header).toEqual(["customerMessageId", "channel", "destination", "sentAt", "deliveryStatus", "statusCode", "description", "deliveryDate", "readAt", "totalParts", "price", "simulation", "campaignId"]);
+    expect(header).toEqual([
+      "customerMessageId",
+      "channel",
+      "destination",
+      "sentAt",
+      "deliveryStatus",
+      "statusCode",
+      "description",
+      "deliveryDate",
+      "readAt",
+      "totalParts",
+      "price",
+      "simulation",
+      "campaignId",
+    ]);
     expect(rows.map((r) => [r[0], r[4], r[7], r[8], r[10]])).toEqual([
       ["d-2", "UNDELIVERABLE", at(20), "", "0.04"],
       ["d-3", "DELIVERED", at(10), at(15), ""],
@@ -232,9 +319,20 @@ describe("POST /exports/contacts", () => {
   let a: Account;
   beforeAll(async () => {
     a = await t.newAccount(["EXPORTS", "CONTACTS"]);
-    for (const f of [{ key: "tier", type: "TEXT" }, { key: "score", type: "NUMBER" }, { key: "vip", type: "BOOLEAN" }]) expect((await a.api.post("/contacts/custom-fields", f)).status).toBe(201);
+    for (const f of [
+      { key: "tier", type: "TEXT" },
+      { key: "score", type: "NUMBER" },
+      { key: "vip", type: "BOOLEAN" },
+    ])
+      expect((await a.api.post("/contacts/custom-fields", f)).status).toBe(201);
     const list = await a.api.post("/contacts/list", { name: "gold" });
-    const c1 = await a.api.post("/contacts", { firstName: "Ana", lastName: "Silva", phoneNumber: "+351913000001", gender: "FEMALE", customFields: { tier: "gold", score: 42, vip: true } });
+    const c1 = await a.api.post("/contacts", {
+      firstName: "Ana",
+      lastName: "Silva",
+      phoneNumber: "+351913000001",
+      gender: "FEMALE",
+      customFields: { tier: "gold", score: 42, vip: true },
+    });
     const c2 = await a.api.post("/contacts", { firstName: "=cmd|' /C calc'!A0", email: "bruno@example.com", customFields: { tier: "silver" } });
     const c3 = await a.api.post("/contacts", { firstName: "Carla", phoneNumber: "+351913000003", isTest: true });
     for (const c of [c1, c2, c3]) expect(c.status).toBe(201);
@@ -246,8 +344,22 @@ describe("POST /exports/contacts", () => {
     const { header, rows, job } = await exportAndDownload(a, "/exports/contacts");
     expect(job).toMatchObject({ type: "CONTACTS", rowCount: 3 });
     expect(header).toEqual([
-      "id", "firstName", "lastName", "gender", "phoneNumber", "email", "isTest", "isValid", "communicationSupported", "lastContactType", "lastCampaignType", "createdAt", "updatedAt",
-      "customFields.score", "customFields.tier", "customFields.vip",
+      "id",
+      "firstName",
+      "lastName",
+      "gender",
+      "phoneNumber",
+      "email",
+      "isTest",
+      "isValid",
+      "communicationSupported",
+      "lastContactType",
+      "lastCampaignType",
+      "createdAt",
+      "updatedAt",
+      "customFields.score",
+      "customFields.tier",
+      "customFields.vip",
     ]);
     const contacts = (await a.api.get("/contacts?limit=100")).body.data as Array<Record<string, unknown>>;
     expect(rows.map((r) => r[0])).toEqual(contacts.map((c) => c.id));
@@ -285,7 +397,15 @@ describe("POST /exports/contacts", () => {
 
   it("refuses unknown filters, undeclared custom fields and bad values with a 400", async () => {
     const before = (await a.api.get("/exports")).body.total;
-    for (const body of [{ colour: "red" }, { "customFields.nope": "x" }, { "customFields.score": "many" }, { gender: "ROBOT" }, { listIds: [] }, { sortBy: "shoeSize" }, { phoneNumber: "not a number" }]) {
+    for (const body of [
+      { colour: "red" },
+      { "customFields.nope": "x" },
+      { "customFields.score": "many" },
+      { gender: "ROBOT" },
+      { listIds: [] },
+      { sortBy: "shoeSize" },
+      { phoneNumber: "not a number" },
+    ]) {
       expectProblem(await a.api.post("/exports/contacts", body), 400);
     }
     expect((await a.api.get("/exports")).body.total).toBe(before);
@@ -347,9 +467,12 @@ describe("GET /exports, GET /exports/{exportId}", () => {
       `INSERT INTO export_jobs (id, company_id, type, filters, status, node_id, leased_until, attempts) VALUES ($1, $2, 'MESSAGE_HISTORY', '{}', 'PROCESSING', 'elsewhere', now() + interval '1 hour', 1)`,
       { bind: [running, a.companyId] },
     );
-    await t.db.sequelize.query(`INSERT INTO export_jobs (id, company_id, type, filters, status, error, completed_at) VALUES ($1, $2, 'MESSAGE_HISTORY', '{}', 'FAILED', 'it broke', now())`, {
-      bind: [failed, a.companyId],
-    });
+    await t.db.sequelize.query(
+      `INSERT INTO export_jobs (id, company_id, type, filters, status, error, completed_at) VALUES ($1, $2, 'MESSAGE_HISTORY', '{}', 'FAILED', 'it broke', now())`,
+      {
+        bind: [failed, a.companyId],
+      },
+    );
     const r = await a.api.get(`/exports/${running}`);
     expectProblem(r, 409);
     expect(r.body.detail).toMatch(/PROCESSING/);
@@ -369,7 +492,13 @@ describe("the signed download URL", () => {
   let exportId: string;
   beforeAll(async () => {
     a = await t.newAccount(["EXPORTS"]);
-    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: "s-1", destination: "+351914000001", sentAt: "2026-11-20T10:00:00.000Z" });
+    await ingest("/messages", {
+      companyId: a.companyId,
+      channel: "SMS",
+      customerMessageId: "s-1",
+      destination: "+351914000001",
+      sentAt: "2026-11-20T10:00:00.000Z",
+    });
     const r = await exportAndDownload(a, "/messages/history/export");
     url = pathOf(r.link.downloadUrl);
     exportId = r.job.exportId;
@@ -407,7 +536,9 @@ describe("the signed download URL", () => {
 
   it("refuses (403) a URL past its expiry, even with a good signature", async () => {
     const signer = new UrlSigner(Buffer.from(TEST_SIGNING_KEY), "http://x");
-    const run = Number((await t.db.sequelize.query<{ run: number }>("SELECT run FROM export_jobs WHERE id = $1", { bind: [exportId], type: QueryTypes.SELECT }))[0]!.run);
+    const run = Number(
+      (await t.db.sequelize.query<{ run: number }>("SELECT run FROM export_jobs WHERE id = $1", { bind: [exportId], type: QueryTypes.SELECT }))[0]!.run,
+    );
     const expired = pathOf(signer.url(exportId, run, new Date(Date.now() - 1000)));
     const res = await fetchRaw(expired);
     expect(res.status).toBe(403);
@@ -434,7 +565,13 @@ describe("the signed download URL", () => {
 
   it("stops working when the export is regenerated; the fresh run gets a fresh URL and today's data", async () => {
     const before = await settled(a, exportId);
-    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: "s-2", destination: "+351914000002", sentAt: "2026-11-20T11:00:00.000Z" });
+    await ingest("/messages", {
+      companyId: a.companyId,
+      channel: "SMS",
+      customerMessageId: "s-2",
+      destination: "+351914000002",
+      sentAt: "2026-11-20T11:00:00.000Z",
+    });
     const again = await a.api.post(`/exports/${exportId}`);
     expect(again.status).toBe(202);
     expect(again.body).toMatchObject({ exportId, status: "QUEUED", isAvailableForDownload: false, rowCount: null });
@@ -463,7 +600,10 @@ describe("expiry and the sweeper", () => {
     expect(listed).toMatchObject({ exportId: job.exportId, status: "EXPIRED", isAvailableForDownload: false });
     await t.app.broker.call("exports.sweep");
     expect(existsSync(file)).toBe(false);
-    const [row] = await t.db.sequelize.query<{ status: string }>("SELECT status FROM export_jobs WHERE id = $1", { bind: [job.exportId], type: QueryTypes.SELECT });
+    const [row] = await t.db.sequelize.query<{ status: string }>("SELECT status FROM export_jobs WHERE id = $1", {
+      bind: [job.exportId],
+      type: QueryTypes.SELECT,
+    });
     expect(row!.status).toBe("EXPIRED");
     const get = await a.api.get(`/exports/${job.exportId}`);
     expectProblem(get, 409);
@@ -481,7 +621,12 @@ describe("expiry and the sweeper", () => {
     const dir = t.config.exportDir;
     const live = path.basename(fileOf(job.exportId)!);
     // An unknown job's file, another attempt's file of this run, a later run's, a dead attempt's temporary file.
-    const stray = [`${randomUUID()}.1.0123456789ab.csv.gz`, `${job.exportId}.1.0123456789ab.csv.gz`, `${job.exportId}.7.0123456789ab.csv.gz`, `${job.exportId}.1.0123456789ab.tmp`];
+    const stray = [
+      `${randomUUID()}.1.0123456789ab.csv.gz`,
+      `${job.exportId}.1.0123456789ab.csv.gz`,
+      `${job.exportId}.7.0123456789ab.csv.gz`,
+      `${job.exportId}.1.0123456789ab.tmp`,
+    ];
     for (const n of stray) rmSync(path.join(dir, n), { force: true });
     for (const n of stray) writeFileSync(path.join(dir, n), "x");
     writeFileSync(path.join(dir, "notes.txt"), "not ours");
@@ -505,7 +650,13 @@ describe("expiry and the sweeper", () => {
 describe("jobs a dead node left behind", () => {
   it("a PROCESSING job whose lease ran out is run again by a live node", async () => {
     const a = await t.newAccount(["EXPORTS"]);
-    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: "z-1", destination: "+351915000001", sentAt: "2026-11-20T10:00:00.000Z" });
+    await ingest("/messages", {
+      companyId: a.companyId,
+      channel: "SMS",
+      customerMessageId: "z-1",
+      destination: "+351915000001",
+      sentAt: "2026-11-20T10:00:00.000Z",
+    });
     const id = randomUUID();
     await t.db.sequelize.query(
       `INSERT INTO export_jobs (id, company_id, type, filters, status, node_id, leased_until, attempts, started_at)
@@ -514,7 +665,10 @@ describe("jobs a dead node left behind", () => {
     );
     const job = await settled(a, id);
     expect(job).toMatchObject({ status: "COMPLETED", rowCount: 1 });
-    const [row] = await t.db.sequelize.query<{ attempts: number; node_id: string }>("SELECT attempts, node_id FROM export_jobs WHERE id = $1", { bind: [id], type: QueryTypes.SELECT });
+    const [row] = await t.db.sequelize.query<{ attempts: number; node_id: string }>("SELECT attempts, node_id FROM export_jobs WHERE id = $1", {
+      bind: [id],
+      type: QueryTypes.SELECT,
+    });
     expect(row).toEqual({ attempts: 2, node_id: t.app.broker.nodeID });
   });
 
@@ -540,7 +694,10 @@ describe("jobs a dead node left behind", () => {
       { bind: [id, a.companyId] },
     );
     await new Promise((r) => setTimeout(r, 1500));
-    const [row] = await t.db.sequelize.query<{ status: string; node_id: string }>("SELECT status, node_id FROM export_jobs WHERE id = $1", { bind: [id], type: QueryTypes.SELECT });
+    const [row] = await t.db.sequelize.query<{ status: string; node_id: string }>("SELECT status, node_id FROM export_jobs WHERE id = $1", {
+      bind: [id],
+      type: QueryTypes.SELECT,
+    });
     expect(row).toEqual({ status: "PROCESSING", node_id: "busy-node" });
   });
 });
@@ -548,12 +705,20 @@ describe("jobs a dead node left behind", () => {
 describe("metrics", () => {
   it("counts runs, rows and durations, and shows the queue from the database", async () => {
     const a = await t.newAccount(["EXPORTS"]);
-    await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: "q-1", destination: "+351916000001", sentAt: "2026-11-20T10:00:00.000Z" });
+    await ingest("/messages", {
+      companyId: a.companyId,
+      channel: "SMS",
+      customerMessageId: "q-1",
+      destination: "+351916000001",
+      sentAt: "2026-11-20T10:00:00.000Z",
+    });
     const value = (text: string, series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, "\\$&")} (\\S+)$`, "m").exec(text)?.[1] ?? "0");
     const before = (await t.root.get("/metrics")).text;
     await exportAndDownload(a, "/messages/history/export");
     const after = (await t.root.get("/metrics")).text;
-    expect(value(after, 'export_runs_total{type="MESSAGE_HISTORY",outcome="COMPLETED"}')).toBe(value(before, 'export_runs_total{type="MESSAGE_HISTORY",outcome="COMPLETED"}') + 1);
+    expect(value(after, 'export_runs_total{type="MESSAGE_HISTORY",outcome="COMPLETED"}')).toBe(
+      value(before, 'export_runs_total{type="MESSAGE_HISTORY",outcome="COMPLETED"}') + 1,
+    );
     expect(value(after, 'export_rows_total{type="MESSAGE_HISTORY"}')).toBe(value(before, 'export_rows_total{type="MESSAGE_HISTORY"}') + 1);
     expect(after).toMatch(/^export_run_duration_seconds_count\{type="MESSAGE_HISTORY"\} \d+$/m);
     expect(after).toMatch(/^export_jobs\{status="QUEUED"\} \d+$/m);

@@ -118,9 +118,15 @@ describe("problem bodies", () => {
   it("answers malformed JSON with 400, an unsupported content type with 415, a body over 1 MiB with 413", async () => {
     const a = await t.newAccount(["AUTHENTICATION", "SMS"]);
     expectProblem(await a.api.request("POST", "/authentication", { raw: '{"operations": [', headers: { "content-type": "application/json" } }), 400);
-    expectProblem(await a.api.request("POST", "/authentication", { raw: "operations=SMS", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
+    expectProblem(
+      await a.api.request("POST", "/authentication", { raw: "operations=SMS", headers: { "content-type": "application/x-www-form-urlencoded" } }),
+      415,
+    );
     expectProblem(await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "text/plain" } }), 415);
-    expectProblem(await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "application/json; charset=latin1" } }), 415);
+    expectProblem(
+      await a.api.request("POST", "/authentication", { raw: '{"operations":["SMS"]}', headers: { "content-type": "application/json; charset=latin1" } }),
+      415,
+    );
     const big = JSON.stringify({ operations: ["SMS"], pad: "x".repeat(1024 * 1024) });
     expectProblem(await a.api.request("POST", "/authentication", { raw: big, headers: { "content-type": "application/json" } }), 413);
     expect((await a.api.get("/authentication")).body.total).toBe(1);
@@ -137,7 +143,13 @@ describe("problem bodies", () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
     const res = await a.api.get("/probe/boom");
     expectProblem(res, 500);
-    expect(res.body).toEqual({ type: "about:blank", title: "Internal Server Error", status: 500, detail: "Internal Server Error", requestId: res.headers.get("x-request-id") });
+    expect(res.body).toEqual({
+      type: "about:blank",
+      title: "Internal Server Error",
+      status: 500,
+      detail: "Internal Server Error",
+      requestId: res.headers.get("x-request-id"),
+    });
     expect(res.text).not.toMatch(/secret_table|SELECT|probe|\.ts|stack/i);
     await new Promise((r) => setTimeout(r, 50));
     const logged = logLines.find((l) => l.msg === "request failed" && l.requestId === res.headers.get("x-request-id"));

@@ -50,8 +50,14 @@ describe("Idempotency-Key on creating POSTs", () => {
   it("treats the same body with fields in another order as the same request", async () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
     const before = runs;
-    const one = await a.api.request("POST", "/probe/counters", { raw: '{"label":"x","delayMs":0}', headers: { "content-type": "application/json", "idempotency-key": "k-order" } });
-    const two = await a.api.request("POST", "/probe/counters", { raw: '{"delayMs":0,"label":"x"}', headers: { "content-type": "application/json", "idempotency-key": "k-order" } });
+    const one = await a.api.request("POST", "/probe/counters", {
+      raw: '{"label":"x","delayMs":0}',
+      headers: { "content-type": "application/json", "idempotency-key": "k-order" },
+    });
+    const two = await a.api.request("POST", "/probe/counters", {
+      raw: '{"delayMs":0,"label":"x"}',
+      headers: { "content-type": "application/json", "idempotency-key": "k-order" },
+    });
     expect(two.body).toEqual(one.body);
     expect(runs).toBe(before + 1);
   });
@@ -129,7 +135,11 @@ describe("Idempotency-Key on creating POSTs", () => {
     const first = await a.api.post("/authentication", { operations: ["SMS", "AUTHENTICATION"] }, { headers: { "idempotency-key": "order-1" } });
     expect(first.status).toBe(201);
     // The same Idempotency-Key from a key that may not create SMS keys: not the first answer.
-    const other = await t.api.post("/authentication", { operations: ["SMS", "AUTHENTICATION"] }, { headers: { "idempotency-key": "order-1", "x-api-key": narrow } });
+    const other = await t.api.post(
+      "/authentication",
+      { operations: ["SMS", "AUTHENTICATION"] },
+      { headers: { "idempotency-key": "order-1", "x-api-key": narrow } },
+    );
     expect(other.status).toBe(422);
     expect(other.text).not.toContain(first.body.apiKey);
     const rows = await t.db.sequelize.query<{ response_body: string }>("SELECT response_body FROM idempotency_keys WHERE company_id = :c", {

@@ -25,7 +25,9 @@ function servedRoutes(): string[] {
 }
 
 it("documents every route the gateway serves, and nothing it does not", () => {
-  const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`));
+  const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([p, ops]) =>
+    Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`),
+  );
   const served = servedRoutes();
   expect(served.length).toBeGreaterThanOrEqual(6);
   expect(documented.sort()).toEqual([...new Set(served)].sort());
@@ -38,7 +40,8 @@ it("gives every operation its required key operation, its errors and an example"
       expect({ where, has: "x-required-operation" in op }).toEqual({ where, has: true });
       const success = Object.entries(op.responses as Record<string, any>).filter(([s]) => s.startsWith("2"));
       expect(success.length).toBeGreaterThan(0);
-      for (const [, r] of success) if (r.content) expect({ where, example: Object.values(r.content as Record<string, any>)[0].example !== undefined }).toEqual({ where, example: true });
+      for (const [, r] of success)
+        if (r.content) expect({ where, example: Object.values(r.content as Record<string, any>)[0].example !== undefined }).toEqual({ where, example: true });
       expect(op.responses["500"]).toBeDefined();
       if (op["x-required-operation"]) {
         expect({ where, r401: !!op.responses["401"], r429: !!op.responses["429"] }).toEqual({ where, r401: true, r429: true });
@@ -52,7 +55,9 @@ it("gives every operation its required key operation, its errors and an example"
     }
   }
   expect(doc.paths["/authentication"].post["x-required-operation"]).toBe("AUTHENTICATION");
-  expect(Object.keys(doc.paths["/authentication"].post.responses)).toEqual(expect.arrayContaining(["201", "400", "401", "403", "409", "413", "415", "422", "429", "500"]));
+  expect(Object.keys(doc.paths["/authentication"].post.responses)).toEqual(
+    expect.arrayContaining(["201", "400", "401", "403", "409", "413", "415", "422", "429", "500"]),
+  );
   expect(Object.keys(doc.paths["/authentication/{id}"].delete.responses)).toEqual(expect.arrayContaining(["204", "404"]));
 });
 
@@ -66,11 +71,15 @@ async function spectral(document: unknown) {
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "oas-")), "openapi.json");
   fs.writeFileSync(file, JSON.stringify(document));
   const cli = require.resolve("@stoplight/spectral-cli/dist/index.js");
-  const run = await promisify(execFile)(process.execPath, [cli, "lint", "--ruleset", path.join(__dirname, "../../.spectral.yaml"), "--format", "json", "--quiet", file], {
-    encoding: "utf8",
-    timeout: 60000,
-    maxBuffer: 64 * 1024 * 1024,
-  }).catch((err: { stdout?: string; code?: number }) => {
+  const run = await promisify(execFile)(
+    process.execPath,
+    [cli, "lint", "--ruleset", path.join(__dirname, "../../.spectral.yaml"), "--format", "json", "--quiet", file],
+    {
+      encoding: "utf8",
+      timeout: 60000,
+      maxBuffer: 64 * 1024 * 1024,
+    },
+  ).catch((err: { stdout?: string; code?: number }) => {
     // Spectral exits 1 when it reports errors; its report is still on stdout.
     if (typeof err.stdout === "string" && err.stdout.trim().startsWith("[")) return { stdout: err.stdout };
     throw err;

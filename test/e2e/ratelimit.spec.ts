@@ -46,7 +46,6 @@ describe("RateLimit headers", () => {
       expect(res.headers.get("ratelimit-remaining")).toMatch(/^\d+$/);
     }
   });
-
 });
 
 it("limits requests without a valid key per client address", async () => {

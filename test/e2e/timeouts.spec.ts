@@ -8,8 +8,19 @@ const sleepy = {
   name: "sleepy",
   settings: { rest: "/" },
   actions: {
-    usual: { rest: "GET /probe/usual", operation: "AUTHENTICATION", responses: { 200: { type: "object" } }, handler: () => sleep(600).then(() => ({ done: true })) },
-    patient: { rest: "GET /probe/patient", operation: "AUTHENTICATION", timeout: 5000, responses: { 200: { type: "object" } }, handler: () => sleep(600).then(() => ({ done: true })) },
+    usual: {
+      rest: "GET /probe/usual",
+      operation: "AUTHENTICATION",
+      responses: { 200: { type: "object" } },
+      handler: () => sleep(600).then(() => ({ done: true })),
+    },
+    patient: {
+      rest: "GET /probe/patient",
+      operation: "AUTHENTICATION",
+      timeout: 5000,
+      responses: { 200: { type: "object" } },
+      handler: () => sleep(600).then(() => ({ done: true })),
+    },
   },
 };
 

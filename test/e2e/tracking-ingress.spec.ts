@@ -71,7 +71,12 @@ describe("registration", () => {
       readAt: null,
       simulation: false,
     });
-    expect(await status(a, "RCS", rcs.customerMessageId)).toMatchObject({ deliveryStatus: "UNKNOWN", statusCode: 0, description: "unknown", destination: rcs.destination });
+    expect(await status(a, "RCS", rcs.customerMessageId)).toMatchObject({
+      deliveryStatus: "UNKNOWN",
+      statusCode: 0,
+      description: "unknown",
+      destination: rcs.destination,
+    });
     expect(await status(a, "WHATSAPP", wa.customerMessageId)).toMatchObject({ deliveryStatus: "UNKNOWN", statusCode: 0 });
     expect(await eventsOf(a.companyId)).toEqual([]); // in flight: no event
   });
@@ -83,9 +88,15 @@ describe("registration", () => {
     expect(res.status).toBe(202);
     expect(res.body).toEqual({ accepted: 3 });
     expect(res.headers.get("x-request-id")).toBe("upstream-batch-1");
-    const again = await t.ingress.post("/messages", body.map((b) => ({ ...b, text: "changed" })));
+    const again = await t.ingress.post(
+      "/messages",
+      body.map((b) => ({ ...b, text: "changed" })),
+    );
     expect(again.status).toBe(202);
-    const [row] = await t.db.sequelize.query<{ n: string; texts: string }>(`SELECT count(*) AS n, count(text) AS texts FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT });
+    const [row] = await t.db.sequelize.query<{ n: string; texts: string }>(`SELECT count(*) AS n, count(text) AS texts FROM messages WHERE company_id = $1`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    });
     expect(row).toEqual({ n: "3", texts: "0" });
   });
 
@@ -105,7 +116,12 @@ describe("SMS receipts", () => {
     const m = await register(a.companyId);
     const res = await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { PRICE: 0.045 }));
     expect(res.status).toBe(202);
-    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", statusCode: 3, description: "delivered", deliveryDate: "2026-11-20T10:00:05.000Z" });
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({
+      deliveryStatus: "DELIVERED",
+      statusCode: 3,
+      description: "delivered",
+      deliveryDate: "2026-11-20T10:00:05.000Z",
+    });
     const events = await eventsOf(a.companyId);
     expect(events).toEqual([
       {
@@ -113,7 +129,18 @@ describe("SMS receipts", () => {
         channel: "SMS",
         message_id: m.customerMessageId,
         num_part: 1,
-        payload: { eventType: "DELIVERY", channel: "SMS", messageId: m.customerMessageId, destination: m.destination, statusCode: 3, description: "delivered", eventDate: "2026-11-20T10:00:05.000Z", price: 0.045, totalParts: 1, numPart: 1 },
+        payload: {
+          eventType: "DELIVERY",
+          channel: "SMS",
+          messageId: m.customerMessageId,
+          destination: m.destination,
+          statusCode: 3,
+          description: "delivered",
+          eventDate: "2026-11-20T10:00:05.000Z",
+          price: 0.045,
+          totalParts: 1,
+          numPart: 1,
+        },
       },
     ]);
   });
@@ -123,8 +150,14 @@ describe("SMS receipts", () => {
     const m = await register(a.companyId);
     await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 6 })).then((r) => expect(r.status).toBe(202));
     await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 6 })).then((r) => expect(r.status).toBe(202));
-    await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-21T00:00:00Z" })).then((r) => expect(r.status).toBe(202));
-    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "UNDELIVERABLE", statusCode: 6, deliveryDate: "2026-11-20T10:00:05.000Z" });
+    await t.ingress
+      .post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-21T00:00:00Z" }))
+      .then((r) => expect(r.status).toBe(202));
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({
+      deliveryStatus: "UNDELIVERABLE",
+      statusCode: 6,
+      deliveryDate: "2026-11-20T10:00:05.000Z",
+    });
     expect(await eventsOf(a.companyId)).toHaveLength(1);
   });
 
@@ -134,7 +167,11 @@ describe("SMS receipts", () => {
     await t.ingress.post("/receipts/sms", smsReceipt(a.companyId, m, { DELIVERY_STATUS: 4 })).then((r) => expect(r.status).toBe(202));
     expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "EXPIRED", statusCode: 4, sentAt: null, destination: m.destination });
     await register(a.companyId, { ...m, sentAt: "2026-11-20T09:59:00Z", text: "late" });
-    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "EXPIRED", sentAt: "2026-11-20T09:59:00.000Z", deliveryDate: "2026-11-20T10:00:05.000Z" });
+    expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({
+      deliveryStatus: "EXPIRED",
+      sentAt: "2026-11-20T09:59:00.000Z",
+      deliveryDate: "2026-11-20T10:00:05.000Z",
+    });
     const events = await eventsOf(a.companyId);
     expect(events.map((e) => e.payload.statusCode)).toEqual([4]);
     // The registration, once it came, puts the message in the history.
@@ -145,7 +182,8 @@ describe("SMS receipts", () => {
   it("makes a multi-part SMS final only when every part has a receipt, with the lowest failing part's code and the latest date", async () => {
     const a = await t.newAccount(["SMS"]);
     const m = await register(a.companyId, { totalParts: 3 });
-    const part = (n: number, code: number, date: string) => smsReceipt(a.companyId, m, { TOTAL_PARTS: 3, NUM_PART: n, DELIVERY_STATUS: code, DELIVERY_DATE: date, PRICE: 0.01 });
+    const part = (n: number, code: number, date: string) =>
+      smsReceipt(a.companyId, m, { TOTAL_PARTS: 3, NUM_PART: n, DELIVERY_STATUS: code, DELIVERY_DATE: date, PRICE: 0.01 });
     await t.ingress.post("/receipts/sms", part(3, 6, "2026-11-20T10:00:09Z"));
     await t.ingress.post("/receipts/sms", part(1, 3, "2026-11-20T10:00:07Z"));
     expect(await status(a, "SMS", m.customerMessageId)).toMatchObject({ deliveryStatus: "ACCEPTED", statusCode: 1, deliveryDate: null });
@@ -201,13 +239,41 @@ describe("RCS and WhatsApp receipts and reads", () => {
   it("applies a receipt, then records a read (readAt, READ event without statusCode) while the status stays DELIVERED", async () => {
     const a = await t.newAccount(["RCS"]);
     const m = await register(a.companyId, { channel: "RCS" });
-    await t.ingress.post("/receipts/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: 3, eventDate: "2026-11-20T10:01:00+01:00" }).then((r) => expect(r.status).toBe(202));
-    await t.ingress.post("/reads/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:05:00Z" }).then((r) => expect(r.status).toBe(202));
-    await t.ingress.post("/reads/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:06:00Z" });
-    expect(await status(a, "RCS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", statusCode: 3, deliveryDate: "2026-11-20T09:01:00.000Z", readAt: "2026-11-20T10:05:00.000Z" });
+    await t.ingress
+      .post("/receipts/rcs", {
+        companyId: a.companyId,
+        messageId: m.customerMessageId,
+        destination: m.destination,
+        statusCode: 3,
+        eventDate: "2026-11-20T10:01:00+01:00",
+      })
+      .then((r) => expect(r.status).toBe(202));
+    await t.ingress
+      .post("/reads/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:05:00Z" })
+      .then((r) => expect(r.status).toBe(202));
+    await t.ingress.post("/reads/rcs", {
+      companyId: a.companyId,
+      messageId: m.customerMessageId,
+      destination: m.destination,
+      eventDate: "2026-11-20T10:06:00Z",
+    });
+    expect(await status(a, "RCS", m.customerMessageId)).toMatchObject({
+      deliveryStatus: "DELIVERED",
+      statusCode: 3,
+      deliveryDate: "2026-11-20T09:01:00.000Z",
+      readAt: "2026-11-20T10:05:00.000Z",
+    });
     const events = await eventsOf(a.companyId);
     expect(events.map((e) => e.payload)).toEqual([
-      { eventType: "DELIVERY", channel: "RCS", messageId: m.customerMessageId, destination: m.destination, statusCode: 3, description: "delivered", eventDate: "2026-11-20T09:01:00.000Z" },
+      {
+        eventType: "DELIVERY",
+        channel: "RCS",
+        messageId: m.customerMessageId,
+        destination: m.destination,
+        statusCode: 3,
+        description: "delivered",
+        eventDate: "2026-11-20T09:01:00.000Z",
+      },
       { eventType: "READ", channel: "RCS", messageId: m.customerMessageId, destination: m.destination, eventDate: "2026-11-20T10:05:00.000Z" },
     ]);
   });
@@ -217,7 +283,11 @@ describe("RCS and WhatsApp receipts and reads", () => {
     const m = await register(a.companyId, { channel: "WHATSAPP" });
     const body = { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: 12, eventDate: "2026-11-20T10:01:00Z" };
     expect((await t.ingress.post("/receipts/whatsapp", body)).status).toBe(202);
-    expect(await status(a, "WHATSAPP", m.customerMessageId)).toMatchObject({ deliveryStatus: "CONVERSATION_CLOSED", statusCode: 12, description: "conversation closed" });
+    expect(await status(a, "WHATSAPP", m.customerMessageId)).toMatchObject({
+      deliveryStatus: "CONVERSATION_CLOSED",
+      statusCode: 12,
+      description: "conversation closed",
+    });
     expectProblem(await t.ingress.post("/receipts/rcs", body), 400);
   });
 
@@ -228,7 +298,13 @@ describe("RCS and WhatsApp receipts and reads", () => {
     expect(c.body.communicationSupported).toEqual(["SMS"]);
     const receipt = async (code: number) => {
       const m = await register(a.companyId, { channel: "RCS", destination: number });
-      await t.ingress.post("/receipts/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: number, statusCode: code, eventDate: "2026-11-20T10:01:00Z" });
+      await t.ingress.post("/receipts/rcs", {
+        companyId: a.companyId,
+        messageId: m.customerMessageId,
+        destination: number,
+        statusCode: code,
+        eventDate: "2026-11-20T10:01:00Z",
+      });
     };
     const supported = async () => (await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported;
     await receipt(3);
@@ -250,7 +326,13 @@ describe("communicationSupported", () => {
     expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
     // A simulated message is never sent: its "receipt" says nothing about the number.
     const m = await register(a.companyId, { channel: "WHATSAPP", destination: number, simulation: true });
-    await t.ingress.post("/receipts/whatsapp", { companyId: a.companyId, messageId: m.customerMessageId, destination: number, statusCode: 11, eventDate: "2026-11-20T10:01:00Z" });
+    await t.ingress.post("/receipts/whatsapp", {
+      companyId: a.companyId,
+      messageId: m.customerMessageId,
+      destination: number,
+      statusCode: 11,
+      eventDate: "2026-11-20T10:01:00Z",
+    });
     await new Promise((r) => setTimeout(r, 300));
     expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
   });
@@ -268,7 +350,13 @@ describe("simulation", () => {
   it("withdraws the events of an early receipt when the registration then says simulation", async () => {
     const a = await t.newAccount(["RCS"]);
     const m = { customerMessageId: mid(), destination: phone() };
-    await t.ingress.post("/receipts/rcs", { companyId: a.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: 3, eventDate: "2026-11-20T10:01:00Z" });
+    await t.ingress.post("/receipts/rcs", {
+      companyId: a.companyId,
+      messageId: m.customerMessageId,
+      destination: m.destination,
+      statusCode: 3,
+      eventDate: "2026-11-20T10:01:00Z",
+    });
     expect(await eventsOf(a.companyId)).toHaveLength(1);
     await register(a.companyId, { ...m, channel: "RCS", simulation: true });
     expect(await eventsOf(a.companyId)).toEqual([]);
@@ -279,11 +367,30 @@ describe("simulation", () => {
 describe("inbound", () => {
   it("stores an inbound message once and writes one INBOUND event with the fields given", async () => {
     const companyId = uid();
-    const body = { companyId, messageId: mid(), source: phone(), destination: "+351210000000", receivedDate: "2026-11-20T11:00:00Z", messageType: "TEXT", text: "Hi!" };
+    const body = {
+      companyId,
+      messageId: mid(),
+      source: phone(),
+      destination: "+351210000000",
+      receivedDate: "2026-11-20T11:00:00Z",
+      messageType: "TEXT",
+      text: "Hi!",
+    };
     expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
     expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
     const events = await eventsOf(companyId);
-    expect(events.map((e) => e.payload)).toEqual([{ eventType: "INBOUND", channel: "WHATSAPP", messageId: body.messageId, source: body.source, destination: body.destination, receivedDate: "2026-11-20T11:00:00.000Z", messageType: "TEXT", text: "Hi!" }]);
+    expect(events.map((e) => e.payload)).toEqual([
+      {
+        eventType: "INBOUND",
+        channel: "WHATSAPP",
+        messageId: body.messageId,
+        source: body.source,
+        destination: body.destination,
+        receivedDate: "2026-11-20T11:00:00.000Z",
+        messageType: "TEXT",
+        text: "Hi!",
+      },
+    ]);
   });
 });
 
@@ -295,7 +402,10 @@ describe("grouped writes", () => {
     expect(regs.every((r) => r.status === 202)).toBe(true);
     const receipts = await Promise.all(ms.map((m) => t.ingress.post("/receipts/sms", smsReceipt(companyId, m))));
     expect(receipts.every((r) => r.status === 202)).toBe(true);
-    const [row] = await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1 AND status_code = 3`, { bind: [companyId], type: QueryTypes.SELECT });
+    const [row] = await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1 AND status_code = 3`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    });
     expect(row!.n).toBe("60");
     expect(await eventsOf(companyId)).toHaveLength(60);
   });
@@ -305,7 +415,10 @@ describe("races", () => {
   it("makes exactly one event per part when parts and their repeats of many messages arrive at once", async () => {
     const companyId = uid();
     const ms = Array.from({ length: 20 }, () => ({ customerMessageId: mid(), destination: phone() }));
-    await t.ingress.post("/messages", ms.map((m) => ({ companyId, channel: "SMS", totalParts: 3, ...m })));
+    await t.ingress.post(
+      "/messages",
+      ms.map((m) => ({ companyId, channel: "SMS", totalParts: 3, ...m })),
+    );
     const posts = ms.flatMap((m) => [1, 2, 3, 1, 2, 3].map((n) => smsReceipt(companyId, m, { TOTAL_PARTS: 3, NUM_PART: n, DELIVERY_STATUS: n === 2 ? 6 : 3 })));
     posts.sort(() => Math.random() - 0.5);
     const answers = await Promise.all(posts.map((b) => t.ingress.post("/receipts/sms", b)));
@@ -313,7 +426,10 @@ describe("races", () => {
     const events = await eventsOf(companyId);
     expect(events).toHaveLength(60);
     expect(new Set(events.map((e) => `${e.message_id}/${e.num_part}`)).size).toBe(60);
-    const [row] = await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1 AND status_code = 6`, { bind: [companyId], type: QueryTypes.SELECT });
+    const [row] = await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1 AND status_code = 6`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    });
     expect(row!.n).toBe("20");
   });
 
@@ -327,7 +443,10 @@ describe("races", () => {
     posts.sort(() => Math.random() - 0.5);
     const answers = await Promise.all(posts.map((p) => p()));
     expect(answers.every((r) => r.status === 202)).toBe(true);
-    const rows = await t.db.sequelize.query<{ status_code: number; text: string; sent_at: Date }>(`SELECT status_code, text, sent_at FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT });
+    const rows = await t.db.sequelize.query<{ status_code: number; text: string; sent_at: Date }>(
+      `SELECT status_code, text, sent_at FROM messages WHERE company_id = $1`,
+      { bind: [companyId], type: QueryTypes.SELECT },
+    );
     expect(rows).toHaveLength(30);
     expect(rows.every((r) => r.status_code === 3 && r.text === "hi" && r.sent_at?.toISOString() === "2026-11-20T09:00:00.000Z")).toBe(true);
     expect(await eventsOf(companyId)).toHaveLength(30);
@@ -336,23 +455,65 @@ describe("races", () => {
 
 describe("bad input", () => {
   const companyId = "bad-input-co";
-  const count = async () => (await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT }))[0]!.n;
+  const count = async () =>
+    (await t.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT }))[0]!
+      .n;
 
   it.each([
-    ["a code from the RCS row on SMS", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 9, DELIVERY_DATE: "2026-11-20T10:00:00Z" }, "DELIVERY_STATUS"],
-    ["ACCEPTED (1) as a receipt", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 1, DELIVERY_DATE: "2026-11-20T10:00:00Z" }, "DELIVERY_STATUS"],
-    ["UNKNOWN (0) as a receipt", "/receipts/rcs", { companyId, messageId: "a", destination: "+351911111111", statusCode: 0, eventDate: "2026-11-20T10:00:00Z" }, "statusCode"],
-    ["an SMS-only code on RCS", "/receipts/rcs", { companyId, messageId: "a", destination: "+351911111111", statusCode: 5, eventDate: "2026-11-20T10:00:00Z" }, "statusCode"],
-    ["NUM_PART above TOTAL_PARTS", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", TOTAL_PARTS: 2, NUM_PART: 3 }, "NUM_PART"],
-    ["a date that does not parse", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "yesterday" }, "DELIVERY_DATE"],
+    [
+      "a code from the RCS row on SMS",
+      "/receipts/sms",
+      { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 9, DELIVERY_DATE: "2026-11-20T10:00:00Z" },
+      "DELIVERY_STATUS",
+    ],
+    [
+      "ACCEPTED (1) as a receipt",
+      "/receipts/sms",
+      { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 1, DELIVERY_DATE: "2026-11-20T10:00:00Z" },
+      "DELIVERY_STATUS",
+    ],
+    [
+      "UNKNOWN (0) as a receipt",
+      "/receipts/rcs",
+      { companyId, messageId: "a", destination: "+351911111111", statusCode: 0, eventDate: "2026-11-20T10:00:00Z" },
+      "statusCode",
+    ],
+    [
+      "an SMS-only code on RCS",
+      "/receipts/rcs",
+      { companyId, messageId: "a", destination: "+351911111111", statusCode: 5, eventDate: "2026-11-20T10:00:00Z" },
+      "statusCode",
+    ],
+    [
+      "NUM_PART above TOTAL_PARTS",
+      "/receipts/sms",
+      { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", TOTAL_PARTS: 2, NUM_PART: 3 },
+      "NUM_PART",
+    ],
+    [
+      "a date that does not parse",
+      "/receipts/sms",
+      { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "yesterday" },
+      "DELIVERY_DATE",
+    ],
     ["an impossible date", "/reads/whatsapp", { companyId, messageId: "a", destination: "+351911111111", eventDate: "2026-02-30T10:00:00Z" }, "eventDate"],
     ["an unknown channel", "/messages", { companyId, channel: "TELEGRAM", customerMessageId: "a", destination: "+351911111111" }, "channel"],
     ["a missing channel", "/messages", { companyId, customerMessageId: "a", destination: "+351911111111" }, "channel"],
     ["a missing companyId", "/messages", { channel: "SMS", customerMessageId: "a", destination: "+351911111111" }, "companyId"],
     ["a destination not in E.164", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "912345678" }, "destination"],
-    ["a price out of range", "/receipts/sms", { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", PRICE: 100000000 }, "PRICE"],
+    [
+      "a price out of range",
+      "/receipts/sms",
+      { companyId, MESSAGE_ID: "a", DESTINATION: "+351911111111", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", PRICE: 100000000 },
+      "PRICE",
+    ],
     ["a NUL in a text", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", text: "a\u0000b" }, "text"],
-    ["an unpaired surrogate in a text", "/inbound/rcs", { companyId, messageId: "a", source: "+351911111111", destination: "agent", receivedDate: "2026-11-20T10:00:00Z", messageType: "TEXT", text: "\ud800" }, "text"],
+    [
+      "an unpaired surrogate in a text",
+      "/inbound/rcs",
+      { companyId, messageId: "a", source: "+351911111111", destination: "agent", receivedDate: "2026-11-20T10:00:00Z", messageType: "TEXT", text: "\ud800" },
+      "text",
+    ],
     ["year 0", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", sentAt: "0000-01-01T00:00:00Z" }, "sentAt"],
     ["an unknown field", "/messages", { companyId, channel: "SMS", customerMessageId: "a", destination: "+351911111111", colour: "red" }, "colour"],
   ])("refuses %s with 400 naming the field", async (_name, path, body, field) => {
@@ -363,7 +524,12 @@ describe("bad input", () => {
   });
 
   it("stores nothing of an array with one bad object, and names it by index", async () => {
-    const body = Array.from({ length: 5 }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `batch-${i}`, destination: i === 3 ? "nope" : "+351911111111" }));
+    const body = Array.from({ length: 5 }, (_, i) => ({
+      companyId,
+      channel: "SMS",
+      customerMessageId: `batch-${i}`,
+      destination: i === 3 ? "nope" : "+351911111111",
+    }));
     const res = await t.ingress.post("/messages", body);
     expectProblem(res, 400);
     expect(res.body.errors).toEqual([expect.objectContaining({ path: "[3].destination" })]);
@@ -405,7 +571,10 @@ describe("the ingress listener", () => {
     const before = await root.get("/metrics");
     const count = (text: string, re: RegExp) => Number(re.exec(text)?.[1] ?? 0);
     const objects = /ingest_objects_total\{path="messages"\} (\d+)/;
-    await t.ingress.post("/messages", [1, 2, 3].map(() => ({ companyId: uid(), channel: "SMS", customerMessageId: mid(), destination: phone() })));
+    await t.ingress.post(
+      "/messages",
+      [1, 2, 3].map(() => ({ companyId: uid(), channel: "SMS", customerMessageId: mid(), destination: phone() })),
+    );
     await t.ingress.post("/nowhere/at/all", {});
     const after = await root.get("/metrics");
     expect(after.status).toBe(200);

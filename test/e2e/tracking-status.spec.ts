@@ -22,7 +22,18 @@ describe("GET /messages/status/{customerMessageId}", () => {
     const a = await t.newAccount(["SMS"]);
     const res = await a.api.get("/messages/status/never-sent?channel=SMS");
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ customerMessageId: "never-sent", channel: "SMS", deliveryStatus: "UNKNOWN", statusCode: 0, description: "unknown", destination: null, sentAt: null, deliveryDate: null, readAt: null, simulation: false });
+    expect(res.body).toEqual({
+      customerMessageId: "never-sent",
+      channel: "SMS",
+      deliveryStatus: "UNKNOWN",
+      statusCode: 0,
+      description: "unknown",
+      destination: null,
+      sentAt: null,
+      deliveryDate: null,
+      readAt: null,
+      simulation: false,
+    });
   });
 
   it("never shows another account's message (it reads UNKNOWN there)", async () => {
@@ -71,10 +82,22 @@ describe("GET /messages/status (bulk)", () => {
       { companyId: a.companyId, channel: "WHATSAPP", customerMessageId: "w1", destination: "+351911000011" },
       { companyId: a.companyId, channel: "WHATSAPP", customerMessageId: "w2", destination: "+351911000012" },
     ]);
-    await post("/receipts/whatsapp", { companyId: a.companyId, messageId: "w2", destination: "+351911000012", statusCode: 10, eventDate: "2026-11-20T10:00:00Z" });
+    await post("/receipts/whatsapp", {
+      companyId: a.companyId,
+      messageId: "w2",
+      destination: "+351911000012",
+      statusCode: 10,
+      eventDate: "2026-11-20T10:00:00Z",
+    });
     const res = await a.api.get("/messages/status?channel=WHATSAPP&ids=w2,nope,w1,w2");
     expect(res.status).toBe(200);
-    expect(res.body.data.map((s: { customerMessageId: string; deliveryStatus: string; statusCode: number }) => [s.customerMessageId, s.deliveryStatus, s.statusCode])).toEqual([
+    expect(
+      res.body.data.map((s: { customerMessageId: string; deliveryStatus: string; statusCode: number }) => [
+        s.customerMessageId,
+        s.deliveryStatus,
+        s.statusCode,
+      ]),
+    ).toEqual([
       ["w2", "DISABLED", 10],
       ["nope", "UNKNOWN", 0],
       ["w1", "UNKNOWN", 0],
@@ -133,7 +156,14 @@ describe("GET /messages/history", () => {
       campaignId: i % 2 === 0 ? "camp-even" : undefined,
     }));
     await post("/messages", body);
-    await post("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: "h-00", DESTINATION: "+351930000000", DELIVERY_STATUS: 3, DELIVERY_DATE: sent(30), PRICE: 0.05 });
+    await post("/receipts/sms", {
+      companyId: a.companyId,
+      MESSAGE_ID: "h-00",
+      DESTINATION: "+351930000000",
+      DELIVERY_STATUS: 3,
+      DELIVERY_DATE: sent(30),
+      PRICE: 0.05,
+    });
     await post("/receipts/rcs", { companyId: a.companyId, messageId: "h-01", destination: "+351930000001", statusCode: 9, eventDate: sent(31) });
     // Another account's messages never show.
     const other = await t.newAccount(["SMS"]);
@@ -196,7 +226,9 @@ describe("GET /messages/history", () => {
     [`channel=SMS&destination=%2B351930000000&from=${encodeURIComponent(sent(5))}`, (i: number) => i % 3 === 0 && i % 5 === 0 && i >= 5],
   ])("filters by %s", async (query, keep) => {
     const rows = await all(a.api, `&${query}`, 3);
-    const expected = Array.from({ length: 25 }, (_, i) => i).filter(keep).map((i) => `h-${String(i).padStart(2, "0")}`);
+    const expected = Array.from({ length: 25 }, (_, i) => i)
+      .filter(keep)
+      .map((i) => `h-${String(i).padStart(2, "0")}`);
     expect(rows.map((r) => r.customerMessageId).sort()).toEqual(expected.sort());
   });
 
@@ -232,15 +264,31 @@ describe("GET /messages/history", () => {
 describe("retention", () => {
   it("removes messages older than the retention in bounded batches and keeps the rest", async () => {
     const companyId = uid();
-    await post("/messages", Array.from({ length: 7 }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `r-${i}`, destination: "+351911000099" })));
-    await post("/inbound/rcs", { companyId, messageId: "in-1", source: "+351911000099", destination: "agent", receivedDate: "2026-11-20T10:00:00Z", messageType: "TEXT", text: "x" });
-    await t.db.sequelize.query(`UPDATE messages SET created_at = now() - interval '401 days' WHERE company_id = $1 AND customer_message_id <> 'r-6'`, { bind: [companyId] });
+    await post(
+      "/messages",
+      Array.from({ length: 7 }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `r-${i}`, destination: "+351911000099" })),
+    );
+    await post("/inbound/rcs", {
+      companyId,
+      messageId: "in-1",
+      source: "+351911000099",
+      destination: "agent",
+      receivedDate: "2026-11-20T10:00:00Z",
+      messageType: "TEXT",
+      text: "x",
+    });
+    await t.db.sequelize.query(`UPDATE messages SET created_at = now() - interval '401 days' WHERE company_id = $1 AND customer_message_id <> 'r-6'`, {
+      bind: [companyId],
+    });
     await t.db.sequelize.query(`UPDATE inbound_messages SET created_at = now() - interval '401 days' WHERE company_id = $1`, { bind: [companyId] });
     const out = (await t.app.broker.call("tracking.purge", { batchSize: 2 })) as { messages: number; inbound: number; batches: number };
     expect(out.messages).toBeGreaterThanOrEqual(6);
     expect(out.inbound).toBeGreaterThanOrEqual(1);
     expect(out.batches).toBeGreaterThanOrEqual(4); // 6 rows at 2 per statement, and the last, short one
-    const left = await t.db.sequelize.query<{ customer_message_id: string }>(`SELECT customer_message_id FROM messages WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT });
+    const left = await t.db.sequelize.query<{ customer_message_id: string }>(`SELECT customer_message_id FROM messages WHERE company_id = $1`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    });
     expect(left.map((r) => r.customer_message_id)).toEqual(["r-6"]);
   });
 });

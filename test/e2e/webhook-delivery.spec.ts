@@ -70,11 +70,11 @@ async function smsSentAndDelivered(companyId: string, o: { id?: string; status?:
 async function attempts(a: Account, query = "") {
   const res = await a.api.get(`/webhooks/delivery-status/attempts?limit=1000${query}`);
   expect(res.status).toBe(200);
-  return res.body.data as Array<Record<string, any>>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  return res.body.data as Array<Record<string, any>>;
 }
 
 /** Waits until the attempts log of `a` satisfies `ok`. */
-async function attemptsUntil(a: Account, ok: (rows: Array<Record<string, any>>) => boolean, timeoutMs = 20000, query = "") { // eslint-disable-line @typescript-eslint/no-explicit-any
+async function attemptsUntil(a: Account, ok: (rows: Array<Record<string, any>>) => boolean, timeoutMs = 20000, query = "") {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const rows = await attempts(a, query);
@@ -134,12 +134,29 @@ describe("what is sent", () => {
     await ingest("/reads/rcs", { companyId: a.companyId, messageId: id, destination, eventDate: d2 });
     await r.waitFor(2);
     const d3 = now();
-    await ingest("/inbound/whatsapp", { companyId: a.companyId, messageId: "in-1", source: destination, destination: "+351910000000", receivedDate: d3, messageType: "TEXT", text: "hi" });
+    await ingest("/inbound/whatsapp", {
+      companyId: a.companyId,
+      messageId: "in-1",
+      source: destination,
+      destination: "+351910000000",
+      receivedDate: d3,
+      messageType: "TEXT",
+      text: "hi",
+    });
     const got = (await r.waitFor(3)).map((x) => x.json);
     expect(got).toEqual([
       { eventType: "DELIVERY", channel: "RCS", messageId: id, destination, statusCode: 3, description: "delivered", eventDate: d1 },
       { eventType: "READ", channel: "RCS", messageId: id, destination, eventDate: d2 },
-      { eventType: "INBOUND", channel: "WHATSAPP", messageId: "in-1", source: destination, destination: "+351910000000", receivedDate: d3, messageType: "TEXT", text: "hi" },
+      {
+        eventType: "INBOUND",
+        channel: "WHATSAPP",
+        messageId: "in-1",
+        source: destination,
+        destination: "+351910000000",
+        receivedDate: d3,
+        messageType: "TEXT",
+        text: "hi",
+      },
     ]);
   });
 
@@ -149,10 +166,22 @@ describe("what is sent", () => {
     const destination = phone();
     await ingest("/messages", { companyId: a.companyId, channel: "SMS", customerMessageId: id, destination, sentAt: now(), totalParts: 3 });
     for (const part of [1, 2, 3]) {
-      await ingest("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: id, DESTINATION: destination, DELIVERY_STATUS: 3, DELIVERY_DATE: now(), TOTAL_PARTS: 3, NUM_PART: part });
+      await ingest("/receipts/sms", {
+        companyId: a.companyId,
+        MESSAGE_ID: id,
+        DESTINATION: destination,
+        DELIVERY_STATUS: 3,
+        DELIVERY_DATE: now(),
+        TOTAL_PARTS: 3,
+        NUM_PART: part,
+      });
     }
     const got = await r.waitFor(3);
-    expect(got.map((x) => [x.json.numPart, x.json.totalParts]).sort()).toEqual([[1, 3], [2, 3], [3, 3]]);
+    expect(got.map((x) => [x.json.numPart, x.json.totalParts]).sort()).toEqual([
+      [1, 3],
+      [2, 3],
+      [3, 3],
+    ]);
   });
 
   it("sends nothing for a simulated message", async () => {
@@ -272,7 +301,13 @@ describe("retries", () => {
     // A message sent 10 days ago less 1.5 s: the first retry (after ~1 s) is made, the second would fall past the window.
     const edge = uid("edge");
     const destination = phone();
-    await ingest("/messages", { companyId: a.companyId, channel: "RCS", customerMessageId: edge, destination, sentAt: new Date(Date.now() - 10 * 86400_000 + 1500).toISOString() });
+    await ingest("/messages", {
+      companyId: a.companyId,
+      channel: "RCS",
+      customerMessageId: edge,
+      destination,
+      sentAt: new Date(Date.now() - 10 * 86400_000 + 1500).toISOString(),
+    });
     await ingest("/receipts/rcs", { companyId: a.companyId, messageId: edge, destination, statusCode: 4, eventDate: now() });
     const edgeLog = await attemptsUntil(a, (rows) => rows.some((x) => x.outcome === "EXPIRED"), 10000, `&messageId=${edge}`);
     expect(edgeLog.map((x) => [x.attempt, x.outcome])).toEqual([
@@ -333,7 +368,14 @@ describe("the replica's own limit", () => {
     const ca = await testCa();
     small = await startTestApp({
       services: ["gateway", "auth", "tracking", "notifier"],
-      config: { webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierRetryDelaySmsMs: 100, notifierPollMs: 20, notifierEndpointConcurrency: 2, notifierMaxInFlight: 2 },
+      config: {
+        webhookAllowPrivateTargets: true,
+        extraCaCerts: ca.file,
+        notifierRetryDelaySmsMs: 100,
+        notifierPollMs: 20,
+        notifierEndpointConcurrency: 2,
+        notifierMaxInFlight: 2,
+      },
     });
     const hang = await receiver();
     hang.behave(() => "hang");
@@ -343,7 +385,13 @@ describe("the replica's own limit", () => {
     await a.api.post("/webhooks/delivery-status", { callbackUrl: hang.url() });
     await b.api.post("/webhooks/delivery-status", { callbackUrl: ok.url() });
     const send = async (companyId: string, n: number) => {
-      const items = Array.from({ length: n }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `${companyId}-${i}`, destination: "+351912345678", sentAt: now() }));
+      const items = Array.from({ length: n }, (_, i) => ({
+        companyId,
+        channel: "SMS",
+        customerMessageId: `${companyId}-${i}`,
+        destination: "+351912345678",
+        sentAt: now(),
+      }));
       expect((await small.ingress.post("/messages", items)).status).toBe(202);
       const receipts = items.map((m) => ({ companyId, MESSAGE_ID: m.customerMessageId, DESTINATION: m.destination, DELIVERY_STATUS: 3, DELIVERY_DATE: now() }));
       expect((await small.ingress.post("/receipts/sms", receipts)).status).toBe(202);
@@ -394,7 +442,8 @@ describe("accounts without a webhook, metrics", () => {
   it("sends nothing for an account without a webhook and clears its events", async () => {
     const a = await t.newAccount(["SMS"]);
     await smsSentAndDelivered(a.companyId);
-    const count = () => t.db.sequelize.query(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true, type: QueryTypes.SELECT });
+    const count = () =>
+      t.db.sequelize.query(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true, type: QueryTypes.SELECT });
     expect(await count()).toEqual({ n: 1 });
     const swept = await t.app.broker.call<{ orphans: number }>("notifier.housekeep");
     expect(swept.orphans).toBeGreaterThanOrEqual(1);
@@ -425,13 +474,20 @@ describe("two notifiers", () => {
 
   itWithPostgres("share the outbox: every event is attempted once", async () => {
     const ca = await testCa();
-    second = await startApp(
-      testConfig({ webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierPollMs: 20, notifierEndpointConcurrency: 4 }),
-      { services: ["notifier"], db: t.db, broker: { namespace: uid("t2") } },
-    );
+    second = await startApp(testConfig({ webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierPollMs: 20, notifierEndpointConcurrency: 4 }), {
+      services: ["notifier"],
+      db: t.db,
+      broker: { namespace: uid("t2") },
+    });
     const { a, r } = await subscribed();
     r.behave(() => ({ status: 200, delayMs: 5 }));
-    const items = Array.from({ length: 200 }, (_, i) => ({ companyId: a.companyId, channel: "SMS", customerMessageId: `two-${i}`, destination: "+351912345678", sentAt: now() }));
+    const items = Array.from({ length: 200 }, (_, i) => ({
+      companyId: a.companyId,
+      channel: "SMS",
+      customerMessageId: `two-${i}`,
+      destination: "+351912345678",
+      sentAt: now(),
+    }));
     await ingest("/messages", items);
     await ingest(
       "/receipts/sms",

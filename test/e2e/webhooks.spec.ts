@@ -95,7 +95,13 @@ describe("callback URL rules", () => {
   });
 
   it("accepts public addresses on 443 and 8443, IPv4 and IPv6", async () => {
-    for (const callbackUrl of ["https://93.184.216.34/hook", "https://93.184.216.34:8443/hook", "https://93.184.216.34:443/hook", "https://[2001:4860:4860::8888]/hook", "https://[::ffff:5db8:d822]/hook"]) {
+    for (const callbackUrl of [
+      "https://93.184.216.34/hook",
+      "https://93.184.216.34:8443/hook",
+      "https://93.184.216.34:443/hook",
+      "https://[2001:4860:4860::8888]/hook",
+      "https://[::ffff:5db8:d822]/hook",
+    ]) {
       const a = await strict.newAccount(["WEBHOOKS"]);
       expect({ callbackUrl, status: (await a.api.post("/webhooks/delivery-status", { callbackUrl })).status }).toEqual({ callbackUrl, status: 201 });
     }
@@ -105,7 +111,13 @@ describe("callback URL rules", () => {
     const a = await dev.newAccount(["WEBHOOKS"]);
     expect((await a.api.post("/webhooks/delivery-status", { callbackUrl: "https://localhost:8443/hook" })).status).toBe(201);
     expect((await a.api.put("/webhooks/delivery-status", { callbackUrl: "https://127.0.0.1/hook" })).status).toBe(200);
-    for (const bad of ["https://does-not-exist.invalid/hook", "http://localhost/hook", "https://localhost:8080/hook", "https://u:p@localhost/hook", "https://localhost/#x"]) {
+    for (const bad of [
+      "https://does-not-exist.invalid/hook",
+      "http://localhost/hook",
+      "https://localhost:8080/hook",
+      "https://u:p@localhost/hook",
+      "https://localhost/#x",
+    ]) {
       expectProblem(await a.api.put("/webhooks/delivery-status", { callbackUrl: bad }), 400);
     }
     expect((await a.api.get("/webhooks/delivery-status")).body.callbackUrl).toBe("https://127.0.0.1/hook");

@@ -57,7 +57,12 @@ export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("he
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return loadConfig(
     { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_PRETTY: "false" },
-    { port: 0, internalPort: 0, host: "127.0.0.1", validateResponses: true, importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")),
+    {
+      port: 0,
+      internalPort: 0,
+      host: "127.0.0.1",
+      validateResponses: true,
+      importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")),
       exportDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-exports-")),
       exportSigningKey: TEST_SIGNING_KEY,
       ...overrides,
@@ -91,7 +96,10 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
       const key = await createKey(models, {
         companyId,
         userId: o.userId === undefined ? uid("user") : o.userId,
-        operations: operations === "ALL" ? (["SMS", "RCS", "WHATSAPP", "AUTHENTICATION", "CONTACTS", "CAMPAIGNS", "EXPORTS", "INBOX", "MEDIA", "SOCIAL_PROFILES", "WEBHOOKS"] as Operation[]) : operations,
+        operations:
+          operations === "ALL"
+            ? (["SMS", "RCS", "WHATSAPP", "AUTHENTICATION", "CONTACTS", "CAMPAIGNS", "EXPORTS", "INBOX", "MEDIA", "SOCIAL_PROFILES", "WEBHOOKS"] as Operation[])
+            : operations,
         trafficType: o.trafficType ?? "TRANSACTIONAL",
       });
       return { companyId, key, api: new Http(base + API_PREFIX, { "x-api-key": key.apiKey }) };

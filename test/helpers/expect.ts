@@ -3,6 +3,12 @@ export function expectProblem(res: { status: number; headers: Headers; body: any
   expect(res.status).toBe(status);
   expect(res.headers.get("content-type")).toMatch(/^application\/problem\+json/);
   expect(res.body).toEqual(
-    expect.objectContaining({ type: expect.any(String), title: expect.any(String), status, detail: expect.any(String), requestId: res.headers.get("x-request-id") }),
+    expect.objectContaining({
+      type: expect.any(String),
+      title: expect.any(String),
+      status,
+      detail: expect.any(String),
+      requestId: res.headers.get("x-request-id"),
+    }),
   );
 }

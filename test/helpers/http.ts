@@ -1,5 +1,5 @@
 /** A small HTTP client over Node's fetch, for tests that talk to the real gateway. */
-export interface Res<T = any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+export interface Res<T = any> {
   status: number;
   headers: Headers;
   body: T;

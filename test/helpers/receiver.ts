@@ -75,7 +75,14 @@ async function serverCert(host: string) {
       { name: "basicConstraints", cA: false },
       { name: "keyUsage", digitalSignature: true, keyEncipherment: true },
       { name: "extKeyUsage", serverAuth: true },
-      { name: "subjectAltName", altNames: [{ type: 7, ip: host }, { type: 2, value: "localhost" }, { type: 2, value: RECEIVER_NAME }] },
+      {
+        name: "subjectAltName",
+        altNames: [
+          { type: 7, ip: host },
+          { type: 2, value: "localhost" },
+          { type: 2, value: RECEIVER_NAME },
+        ],
+      },
     ],
   });
 }

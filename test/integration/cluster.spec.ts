@@ -29,7 +29,18 @@ const probe = {
 
 /** Every declared field arrived (the status schema reached the gateway whole). */
 function expectNoWireHoles(status: Record<string, unknown>) {
-  expect(Object.keys(status).sort()).toEqual(["channel", "customerMessageId", "deliveryDate", "deliveryStatus", "description", "destination", "readAt", "sentAt", "simulation", "statusCode"]);
+  expect(Object.keys(status).sort()).toEqual([
+    "channel",
+    "customerMessageId",
+    "deliveryDate",
+    "deliveryStatus",
+    "description",
+    "destination",
+    "readAt",
+    "sentAt",
+    "simulation",
+    "statusCode",
+  ]);
 }
 
 describeOverNats("cluster over NATS", () => {
@@ -42,13 +53,21 @@ describeOverNats("cluster over NATS", () => {
   beforeAll(async () => {
     tdb = await createTestDatabase();
     const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
-    authNode = await startTestApp({ services: ["auth", "contacts", "tracking"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-auth` }, extraServices: [probe as never] });
+    authNode = await startTestApp({
+      services: ["auth", "contacts", "tracking"],
+      db: tdb.db,
+      config: cluster,
+      broker: { namespace, nodeID: `${namespace}-auth` },
+      extraServices: [probe as never],
+    });
     gwA = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-a` } });
     gwB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-b` } });
     // The cluster is formed once every node knows every other: the auth node must know both gateways
     // (its key-deletion broadcast goes to the nodes it knows), each gateway the remote actions.
     for (let i = 0; i < 200; i++) {
-      const known = (authNode.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter((s) => s.name === "gateway");
+      const known = (authNode.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter(
+        (s) => s.name === "gateway",
+      );
       if (known.length === 2) break;
       await new Promise((res) => setTimeout(res, 50));
     }
@@ -137,7 +156,9 @@ describeOverNats("cluster over NATS", () => {
     }
     expect(done).toMatchObject({ status: "COMPLETED", totalRows: 30000, created: 30000, skipped: 0 });
     expect((await api.get("/contacts?email=n29999@cluster.example")).body.data[0].firstName).toMatch(/^First29999x/);
-    const refused = await api.request("POST", "/contacts/upload", { form: ((f) => (f.append("file", new Blob(["email\nx@y.pt\n"]), "a.csv"), f.append("listId", "999999"), f))(new FormData()) });
+    const refused = await api.request("POST", "/contacts/upload", {
+      form: ((f) => (f.append("file", new Blob(["email\nx@y.pt\n"]), "a.csv"), f.append("listId", "999999"), f))(new FormData()),
+    });
     expect(refused.status).toBe(400);
     expect(refused.body.errors).toEqual([expect.objectContaining({ path: "listId" })]);
   }, 60000);
@@ -152,7 +173,15 @@ describeOverNats("cluster over NATS", () => {
       { companyId: a.companyId, channel: "SMS", customerMessageId: "c-1", destination: "+351919999001", totalParts: 2 },
       { companyId: a.companyId, channel: "RCS", customerMessageId: "c-2", destination: "+351919999001" },
     ]);
-    await post("/receipts/sms", { companyId: a.companyId, MESSAGE_ID: "c-1", DESTINATION: "+351919999001", DELIVERY_STATUS: 3, DELIVERY_DATE: "2026-11-20T10:00:00Z", TOTAL_PARTS: 2, NUM_PART: 2 });
+    await post("/receipts/sms", {
+      companyId: a.companyId,
+      MESSAGE_ID: "c-1",
+      DESTINATION: "+351919999001",
+      DELIVERY_STATUS: 3,
+      DELIVERY_DATE: "2026-11-20T10:00:00Z",
+      TOTAL_PARTS: 2,
+      NUM_PART: 2,
+    });
     await post("/receipts/rcs", { companyId: a.companyId, messageId: "c-2", destination: "+351919999001", statusCode: 3, eventDate: "2026-11-20T10:00:01Z" });
     const bulk = await api.get("/messages/status?channel=SMS&ids=c-1,nope");
     expect(bulk.body.data.map((x: { deliveryStatus: string }) => x.deliveryStatus)).toEqual(["ACCEPTED", "UNKNOWN"]);

@@ -25,7 +25,10 @@ describeOverNats("exports over NATS", () => {
   const namespace = uid("exports");
 
   const exportsNodes = () =>
-    (core.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter((s) => s.name === "exports").map((s) => s.nodeID).sort();
+    (core.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>)
+      .filter((s) => s.name === "exports")
+      .map((s) => s.nodeID)
+      .sort();
 
   async function waitForNodes(n: number) {
     for (let i = 0; i < 200 && exportsNodes().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
@@ -36,7 +39,12 @@ describeOverNats("exports over NATS", () => {
     tdb = await createTestDatabase();
     const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url };
     core = await startTestApp({ services: ["gateway", "auth", "tracking"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-core` } });
-    writer = await startTestApp({ services: ["exports"], db: tdb.db, config: { ...cluster, exportWorkers: 1 }, broker: { namespace, nodeID: `${namespace}-x1` } });
+    writer = await startTestApp({
+      services: ["exports"],
+      db: tdb.db,
+      config: { ...cluster, exportWorkers: 1 },
+      broker: { namespace, nodeID: `${namespace}-x1` },
+    });
     await waitForNodes(1);
     for (let i = 0; i < 200; i++) {
       if ((await core.api.get("/exports")).status === 401) break;
@@ -65,7 +73,12 @@ describeOverNats("exports over NATS", () => {
     expect(plain.toString("utf8").split("\n").length).toBeGreaterThan(20000);
 
     // A second exports node, without the file: it streams it from the writer.
-    reader = await startTestApp({ services: ["exports"], db: tdb.db, config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url }, broker: { namespace, nodeID: `${namespace}-x2` } });
+    reader = await startTestApp({
+      services: ["exports"],
+      db: tdb.db,
+      config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url },
+      broker: { namespace, nodeID: `${namespace}-x2` },
+    });
     await waitForNodes(2);
     const [, expires, signature] = /\/download\/([^/]+)\/([^/]+)$/.exec(url)!;
     const answer = (await core.app.broker.call("exports.download", { exportId, expires, signature }, { nodeID: `${namespace}-x2` })) as RemoteFile;

@@ -35,7 +35,9 @@ afterAll(async () => {
 
 async function notifier(): Promise<ChildProcess> {
   const ca = await testCa();
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NOTIFIER_)/.test(k)));
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NOTIFIER_)/.test(k)),
+  );
   const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
     cwd: ROOT,
     env: {
@@ -55,7 +57,8 @@ async function notifier(): Promise<ChildProcess> {
   return child;
 }
 
-const exited = (c: ChildProcess) => new Promise<number | null>((resolve) => (c.exitCode !== null ? resolve(c.exitCode) : c.on("exit", (code) => resolve(code))));
+const exited = (c: ChildProcess) =>
+  new Promise<number | null>((resolve) => (c.exitCode !== null ? resolve(c.exitCode) : c.on("exit", (code) => resolve(code))));
 
 async function outboxRow(companyId: string) {
   return t.db.sequelize.query<{ claim_token: string | null; due_in_ms: number; attempts: number }>(
@@ -65,58 +68,79 @@ async function outboxRow(companyId: string) {
 }
 
 describe("a notifier process that dies", () => {
-  itWithPostgres("killed mid-attempt loses no event: another process delivers it after the lease", async () => {
-    const companyId = uid();
-    await t.db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, { bind: [companyId, r.url()] });
-    let hung!: () => void;
-    const firstSeen = new Promise<void>((resolve) => (hung = resolve));
-    r.behave((_req, n) => {
-      if (n === 1) {
-        hung();
+  itWithPostgres(
+    "killed mid-attempt loses no event: another process delivers it after the lease",
+    async () => {
+      const companyId = uid();
+      await t.db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, { bind: [companyId, r.url()] });
+      let hung!: () => void;
+      const firstSeen = new Promise<void>((resolve) => (hung = resolve));
+      r.behave((_req, n) => {
+        if (n === 1) {
+          hung();
+          return "hang";
+        }
+        return { status: 200 };
+      });
+      const id = uid("kill");
+      const first = await notifier();
+      await t.ingress.post("/messages", { companyId, channel: "SMS", customerMessageId: id, destination: "+351912345678", sentAt: new Date().toISOString() });
+      await t.ingress.post("/receipts/sms", {
+        companyId,
+        MESSAGE_ID: id,
+        DESTINATION: "+351912345678",
+        DELIVERY_STATUS: 3,
+        DELIVERY_DATE: new Date().toISOString(),
+      });
+      await firstSeen;
+      first.kill("SIGKILL");
+      await exited(first);
+      // The claim outlives its dead holder until the lease ends; nothing was recorded as attempted.
+      const [row] = await outboxRow(companyId);
+      expect(row).toMatchObject({ claim_token: expect.any(String), attempts: 0 });
+      expect(row!.due_in_ms).toBeGreaterThan(0);
+      expect(row!.due_in_ms).toBeLessThanOrEqual(LEASE_MS);
+
+      const second = await notifier();
+      const [got] = await r.waitFor(1, LEASE_MS + 30_000);
+      expect(got!.json).toMatchObject({ eventType: "DELIVERY", messageId: id, statusCode: 3 });
+      expect(r.seen).toBe(2);
+      const deadline = Date.now() + 5000;
+      while ((await outboxRow(companyId)).length > 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+      expect(await outboxRow(companyId)).toEqual([]);
+      const log = await t.db.sequelize.query(`SELECT attempt, outcome FROM webhook_attempts WHERE company_id = $1`, {
+        bind: [companyId],
+        type: QueryTypes.SELECT,
+      });
+      expect(log).toEqual([{ attempt: 1, outcome: "DELIVERED" }]);
+
+      // Stopped cleanly (SIGTERM) mid-attempt, a notifier hands the event back at once.
+      const other = uid();
+      await t.db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, { bind: [other, r.url("/other")] });
+      let hungAgain!: () => void;
+      const secondHang = new Promise<void>((resolve) => (hungAgain = resolve));
+      r.behave(() => {
+        hungAgain();
         return "hang";
-      }
-      return { status: 200 };
-    });
-    const id = uid("kill");
-    const first = await notifier();
-    await t.ingress.post("/messages", { companyId, channel: "SMS", customerMessageId: id, destination: "+351912345678", sentAt: new Date().toISOString() });
-    await t.ingress.post("/receipts/sms", { companyId, MESSAGE_ID: id, DESTINATION: "+351912345678", DELIVERY_STATUS: 3, DELIVERY_DATE: new Date().toISOString() });
-    await firstSeen;
-    first.kill("SIGKILL");
-    await exited(first);
-    // The claim outlives its dead holder until the lease ends; nothing was recorded as attempted.
-    const [row] = await outboxRow(companyId);
-    expect(row).toMatchObject({ claim_token: expect.any(String), attempts: 0 });
-    expect(row!.due_in_ms).toBeGreaterThan(0);
-    expect(row!.due_in_ms).toBeLessThanOrEqual(LEASE_MS);
-
-    const second = await notifier();
-    const [got] = await r.waitFor(1, LEASE_MS + 30_000);
-    expect(got!.json).toMatchObject({ eventType: "DELIVERY", messageId: id, statusCode: 3 });
-    expect(r.seen).toBe(2);
-    const deadline = Date.now() + 5000;
-    while ((await outboxRow(companyId)).length > 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
-    expect(await outboxRow(companyId)).toEqual([]);
-    const log = await t.db.sequelize.query(`SELECT attempt, outcome FROM webhook_attempts WHERE company_id = $1`, { bind: [companyId], type: QueryTypes.SELECT });
-    expect(log).toEqual([{ attempt: 1, outcome: "DELIVERED" }]);
-
-    // Stopped cleanly (SIGTERM) mid-attempt, a notifier hands the event back at once.
-    const other = uid();
-    await t.db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, { bind: [other, r.url("/other")] });
-    let hungAgain!: () => void;
-    const secondHang = new Promise<void>((resolve) => (hungAgain = resolve));
-    r.behave(() => {
-      hungAgain();
-      return "hang";
-    });
-    await t.ingress.post("/inbound/rcs", { companyId: other, messageId: "in-1", source: "+351912345678", destination: "agent", receivedDate: new Date().toISOString(), messageType: "TEXT", text: "hello" });
-    await secondHang;
-    const stoppedAt = Date.now();
-    second.kill("SIGTERM");
-    expect(await exited(second)).toBe(0);
-    expect(Date.now() - stoppedAt).toBeLessThan(4000);
-    const [released] = await outboxRow(other);
-    expect(released).toMatchObject({ claim_token: null, attempts: 0 });
-    expect(released!.due_in_ms).toBeLessThanOrEqual(0);
-  }, 90_000);
+      });
+      await t.ingress.post("/inbound/rcs", {
+        companyId: other,
+        messageId: "in-1",
+        source: "+351912345678",
+        destination: "agent",
+        receivedDate: new Date().toISOString(),
+        messageType: "TEXT",
+        text: "hello",
+      });
+      await secondHang;
+      const stoppedAt = Date.now();
+      second.kill("SIGTERM");
+      expect(await exited(second)).toBe(0);
+      expect(Date.now() - stoppedAt).toBeLessThan(4000);
+      const [released] = await outboxRow(other);
+      expect(released).toMatchObject({ claim_token: null, attempts: 0 });
+      expect(released!.due_in_ms).toBeLessThanOrEqual(0);
+    },
+    90_000,
+  );
 });

@@ -80,7 +80,10 @@ describe("embedded mode (PGlite under DATA_DIR)", () => {
     const running = await startEmbedded(dir);
     try {
       await expect(openEmbedded(dir, "service", 1000)).rejects.toThrow(/in use by another running service/);
-      const created = await admin(["keys:create", "--company", "beta", "--user", "ops-1", "--traffic-type", "MARKETING", "--operations", "SMS,AUTHENTICATION"], { DATA_DIR: dir });
+      const created = await admin(
+        ["keys:create", "--company", "beta", "--user", "ops-1", "--traffic-type", "MARKETING", "--operations", "SMS,AUTHENTICATION"],
+        { DATA_DIR: dir },
+      );
       expect(created.stderr).toBe("");
       expect(created.code).toBe(0);
       const body = JSON.parse(created.stdout);

@@ -63,7 +63,10 @@ async function plansOf(seen: Recorded[]): Promise<Array<{ sql: string; nodes: Pl
   const out = [];
   for (const r of seen) {
     if (!/\bmessages\b/.test(r.sql)) continue;
-    const [row] = await sequelize.query<{ "QUERY PLAN": Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) ${r.sql}`, { bind: r.bind, type: QueryTypes.SELECT });
+    const [row] = await sequelize.query<{ "QUERY PLAN": Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) ${r.sql}`, {
+      bind: r.bind,
+      type: QueryTypes.SELECT,
+    });
     const plan = row!["QUERY PLAN"];
     out.push({ sql: r.sql, nodes: nodes((typeof plan === "string" ? JSON.parse(plan) : plan)[0].Plan) });
   }
@@ -81,7 +84,12 @@ function expectNoSeqScanOfMessages(plans: Array<{ sql: string; nodes: PlanNode[]
 it("polls one id and 1000 ids through the unique index", async () => {
   const { proxy, seen } = recording();
   await statusesOf(proxy, "co-7", "SMS", ["m-7"]);
-  await statusesOf(proxy, "co-7", "RCS", Array.from({ length: 1000 }, (_, i) => `m-${i * 60 + 7}`));
+  await statusesOf(
+    proxy,
+    "co-7",
+    "RCS",
+    Array.from({ length: 1000 }, (_, i) => `m-${i * 60 + 7}`),
+  );
   const plans = await plansOf(seen);
   expectNoSeqScanOfMessages(plans);
   expect(plans.flatMap((p) => p.nodes.map((n) => n["Index Name"]))).toContain("messages_key");
@@ -91,8 +99,28 @@ it("applies receipts and reads (registered or not) without scanning messages", a
   const seen: Recorded[] = [];
   const items: IngestItem[] = [
     { kind: "message", message: { companyId: "co-1", channel: "SMS", customerMessageId: "new-1", destination: "+351911111111" } },
-    { kind: "receipt", channel: "SMS", companyId: "co-3", messageId: "m-3", destination: "+351900000003", code: 3, date: "2026-11-01T00:00:00.000Z", totalParts: 1, numPart: 1 },
-    { kind: "receipt", channel: "SMS", companyId: "co-1", messageId: "not-yet-registered", destination: "+351900000001", code: 3, date: "2026-11-01T00:00:00.000Z", totalParts: 1, numPart: 1 },
+    {
+      kind: "receipt",
+      channel: "SMS",
+      companyId: "co-3",
+      messageId: "m-3",
+      destination: "+351900000003",
+      code: 3,
+      date: "2026-11-01T00:00:00.000Z",
+      totalParts: 1,
+      numPart: 1,
+    },
+    {
+      kind: "receipt",
+      channel: "SMS",
+      companyId: "co-1",
+      messageId: "not-yet-registered",
+      destination: "+351900000001",
+      code: 3,
+      date: "2026-11-01T00:00:00.000Z",
+      totalParts: 1,
+      numPart: 1,
+    },
     { kind: "read", channel: "RCS", companyId: "co-4", messageId: "m-4", destination: "+351900000004", date: "2026-11-01T00:00:00.000Z" },
   ];
   await rawTransaction(sequelize, (exec) => {

@@ -41,8 +41,20 @@ describe("loadConfig", () => {
   });
 
   it("reads the notifier's settings, NODE_EXTRA_CA_CERTS among them", () => {
-    const c = loadConfig({ NOTIFIER_ENDPOINT_CONCURRENCY: "4", NOTIFIER_MAX_IN_FLIGHT: "64", NOTIFIER_POLL_MS: "50", NOTIFIER_LEASE_MS: "15000", NODE_EXTRA_CA_CERTS: "/etc/ca.pem" });
-    expect([c.notifierEndpointConcurrency, c.notifierMaxInFlight, c.notifierPollMs, c.notifierLeaseMs, c.extraCaCerts]).toEqual([4, 64, 50, 15000, "/etc/ca.pem"]);
+    const c = loadConfig({
+      NOTIFIER_ENDPOINT_CONCURRENCY: "4",
+      NOTIFIER_MAX_IN_FLIGHT: "64",
+      NOTIFIER_POLL_MS: "50",
+      NOTIFIER_LEASE_MS: "15000",
+      NODE_EXTRA_CA_CERTS: "/etc/ca.pem",
+    });
+    expect([c.notifierEndpointConcurrency, c.notifierMaxInFlight, c.notifierPollMs, c.notifierLeaseMs, c.extraCaCerts]).toEqual([
+      4,
+      64,
+      50,
+      15000,
+      "/etc/ca.pem",
+    ]);
     const d = loadConfig({});
     expect([d.notifierEndpointConcurrency, d.notifierMaxInFlight, d.notifierPollMs, d.notifierLeaseMs, d.extraCaCerts]).toEqual([16, 256, 100, 60000, null]);
   });
@@ -76,7 +88,9 @@ describe("loadConfig", () => {
 
   it("refuses cluster mode without DATABASE_URL", () => {
     expect(() => loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222" })).toThrow(/TRANSPORTER is set but DATABASE_URL is not/);
-    expect(loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db", SERVICES: "gateway,auth" }).transporter).toBe("nats://127.0.0.1:4222");
+    expect(loadConfig({ TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db", SERVICES: "gateway,auth" }).transporter).toBe(
+      "nats://127.0.0.1:4222",
+    );
   });
 
   it("refuses an exports node in a cluster without EXPORT_SIGNING_KEY (every node must sign alike)", () => {
@@ -91,7 +105,12 @@ describe("loadConfig", () => {
   it("reads the exports settings and refuses bad ones, never echoing the signing key", () => {
     const c = loadConfig({ EXPORT_DIR: "/srv/exports", EXPORT_WORKERS: "3", EXPORT_URL_TTL_S: "60", EXPORT_RETENTION_S: "3600", EXPORT_LEASE_MS: "5000" });
     expect([c.exportDir, c.exportWorkers, c.exportUrlTtlS, c.exportRetentionS, c.exportLeaseMs]).toEqual(["/srv/exports", 3, 60, 3600, 5000]);
-    for (const [name, value] of [["EXPORT_WORKERS", "0"], ["EXPORT_URL_TTL_S", "1"], ["EXPORT_LEASE_MS", "100"], ["EXPORT_RETENTION_S", "x"]]) {
+    for (const [name, value] of [
+      ["EXPORT_WORKERS", "0"],
+      ["EXPORT_URL_TTL_S", "1"],
+      ["EXPORT_LEASE_MS", "100"],
+      ["EXPORT_RETENTION_S", "x"],
+    ]) {
       expect(() => loadConfig({ [name!]: value })).toThrow(new RegExp(name!));
     }
     expect(() => loadConfig({ EXPORT_SIGNING_KEY: "too-short-secret" })).toThrow(/EXPORT_SIGNING_KEY=\(value not shown\)/);

@@ -30,7 +30,11 @@ it("sets only variables the service reads", () => {
 it("runs every service somewhere, and only services that exist", () => {
   const run = base
     .filter((d) => ["Deployment", "StatefulSet"].includes(d.kind))
-    .flatMap((d) => d.spec.template.spec.containers.flatMap((c: any) => (c.env ?? []).filter((e: any) => e.name === "SERVICES").flatMap((e: any) => String(e.value).split(","))));
+    .flatMap((d) =>
+      d.spec.template.spec.containers.flatMap((c: any) =>
+        (c.env ?? []).filter((e: any) => e.name === "SERVICES").flatMap((e: any) => String(e.value).split(",")),
+      ),
+    );
   for (const s of run) expect(ALL_SERVICES).toContain(s);
   expect([...new Set(run)].sort()).toEqual([...ALL_SERVICES].sort());
 });

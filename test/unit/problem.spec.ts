@@ -5,11 +5,20 @@ import { toProblem } from "../../lib/problem";
 describe("toProblem", () => {
   it("keeps the detail and extensions of a documented error", () => {
     const p = toProblem(new ApiError("KEY_NOT_FOUND", "No API key x in this account.", { existingId: 7 }), "r1");
-    expect(p).toEqual({ type: "/docs#problem-key-not-found", title: "API key not found", status: 404, detail: "No API key x in this account.", requestId: "r1", existingId: 7 });
+    expect(p).toEqual({
+      type: "/docs#problem-key-not-found",
+      title: "API key not found",
+      status: 404,
+      detail: "No API key x in this account.",
+      requestId: "r1",
+      existingId: 7,
+    });
   });
 
   it("turns Moleculer's 422 validation error into a 400 with field errors", () => {
-    const err = new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", [{ path: "operations", message: "is required", nodeID: "n1", action: "auth.create" }]);
+    const err = new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", [
+      { path: "operations", message: "is required", nodeID: "n1", action: "auth.create" },
+    ]);
     const p = toProblem(err, "r2");
     expect(p.status).toBe(400);
     expect(p.errors).toEqual([{ path: "operations", message: "is required" }]);

@@ -22,7 +22,11 @@ it("every action's params, responses and upload reach other nodes unchanged", ()
       if (!action || typeof action !== "object" || !action.rest) continue;
       const remote = (sent.services[i]!.actions as Record<string, Record<string, unknown>>)[name]!;
       for (const field of ["params", "responses", "upload"]) {
-        expect({ action: `${svc.name}.${name}`, field, value: remote[field] }).toEqual({ action: `${svc.name}.${name}`, field, value: JSON.parse(JSON.stringify(action[field] ?? null)) ?? undefined });
+        expect({ action: `${svc.name}.${name}`, field, value: remote[field] }).toEqual({
+          action: `${svc.name}.${name}`,
+          field,
+          value: JSON.parse(JSON.stringify(action[field] ?? null)) ?? undefined,
+        });
       }
       checked++;
     }

@@ -34,7 +34,11 @@ const receipt = (over: Partial<ReceiptItem> = {}): ReceiptItem => ({
 
 it("makes an in-flight SMS final with one event, and a repeat or a later code changes nothing", () => {
   const s = base();
-  expect(fold(s, receipt({ code: 2, price: 0.05 }))).toMatchObject({ event_type: "DELIVERY", num_part: 1, payload: { statusCode: 2, description: "rejected", price: 0.05, totalParts: 1, numPart: 1 } });
+  expect(fold(s, receipt({ code: 2, price: 0.05 }))).toMatchObject({
+    event_type: "DELIVERY",
+    num_part: 1,
+    payload: { statusCode: 2, description: "rejected", price: 0.05, totalParts: 1, numPart: 1 },
+  });
   expect(s).toMatchObject({ statusCode: 2, deliveryDate: "2026-11-20T10:00:05.000Z", price: 0.05, changed: true });
   expect(fold(s, receipt({ code: 2 }))).toBeNull();
   expect(fold(s, receipt({ code: 3 }))).toBeNull();
@@ -56,8 +60,21 @@ it("folds parts in any order: final with the lowest-numbered failure and the lat
 
 it("keeps DELIVERED on a read, records readAt once, and makes nothing of a simulated message", () => {
   const s = base({ channel: "RCS", statusCode: 3 });
-  const read = { kind: "read" as const, channel: "RCS" as const, companyId: "co", messageId: "m", destination: "+351911111111", date: "2026-11-20T11:00:00.000Z" };
-  expect(fold(s, read)?.payload).toEqual({ eventType: "READ", channel: "RCS", messageId: "m", destination: "+351911111111", eventDate: "2026-11-20T11:00:00.000Z" });
+  const read = {
+    kind: "read" as const,
+    channel: "RCS" as const,
+    companyId: "co",
+    messageId: "m",
+    destination: "+351911111111",
+    date: "2026-11-20T11:00:00.000Z",
+  };
+  expect(fold(s, read)?.payload).toEqual({
+    eventType: "READ",
+    channel: "RCS",
+    messageId: "m",
+    destination: "+351911111111",
+    eventDate: "2026-11-20T11:00:00.000Z",
+  });
   expect(fold(s, { ...read, date: "2026-11-20T12:00:00.000Z" })).toBeNull();
   expect(s).toMatchObject({ statusCode: 3, readAt: "2026-11-20T11:00:00.000Z" });
   const sim = base({ simulation: true });
