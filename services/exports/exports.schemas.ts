@@ -3,8 +3,7 @@
  */
 import { pageSchema, pagingProperties } from "../../lib/paging";
 import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.schemas";
-import { historyFilterProperties } from "../tracking/tracking.schemas";
-import type { HistoryFilters } from "../tracking/tracking.queries";
+import { historyFilterProperties, type HistoryFilters } from "../tracking/tracking.contract";
 
 export const EXPORT_TYPES = ["CONTACTS", "DELIVERY_REPORTS", "MESSAGE_HISTORY"] as const;
 export type ExportType = (typeof EXPORT_TYPES)[number];

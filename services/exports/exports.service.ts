@@ -20,7 +20,7 @@ import { ApiError } from "../../lib/errors";
 import { queryPage, type Page } from "../../lib/paging";
 import { iso } from "../../lib/time";
 import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
-import { checkHistoryRange } from "../tracking/tracking.queries";
+import { checkHistoryRange } from "../tracking/tracking.contract";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { ExportMetrics } from "./exports.metrics";
 import { ExportRunner, FILE_RE } from "./exports.runner";

@@ -10,7 +10,7 @@ import { injectReplacements } from "sequelize/lib/utils/sql";
 import { CHANNELS, DELIVERY_STATUSES } from "../../lib/channels";
 import { contactOrder, contactWhere } from "../contacts/contacts.query";
 import type { CustomFieldType } from "../contacts/contacts.schemas";
-import { historyConditions } from "../tracking/tracking.queries";
+import { historyConditions } from "../tracking/tracking.contract";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
 
 /** A value as an SQL literal of the given type (strings escaped by pg's own escapeLiteral). */

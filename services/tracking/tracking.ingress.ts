@@ -34,8 +34,9 @@ import {
   type SmsReceiptIn,
   type IngestOut,
 } from "./tracking.schemas";
+import { dateError } from "./tracking.contract";
+import type { IngestItem } from "./tracking.fold";
 import { IngestMetrics } from "./tracking.metrics";
-import type { IngestItem } from "./tracking.store";
 
 /** Bodies up to 8 MiB: 1000 registrations with long texts fit. */
 export const MAX_INGEST_BODY = 8 * 1024 * 1024;
@@ -137,14 +138,6 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
       check: (v) => dateError((v as InboundIn).receivedDate, "receivedDate"),
     },
   };
-}
-
-/** A date-time that matched the format but is no real instant (or one PostgreSQL cannot store). */
-export function dateError(value: string | undefined, path: string): FieldError | null {
-  if (value === undefined) return null;
-  const t = Date.parse(value);
-  if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1)) return { path, message: "must be a date-time between 1970 and 9999" };
-  return null;
 }
 
 /**

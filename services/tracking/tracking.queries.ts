@@ -3,65 +3,11 @@
  * pagination on an index: no OFFSET, no COUNT) and retention (bounded batches).
  */
 import { QueryTypes, type Sequelize } from "sequelize";
-import { CHANNELS, statusByCode, statusByName, type Channel } from "../../lib/channels";
+import type { Channel } from "../../lib/channels";
 import { badRequest } from "../../lib/errors";
-import type { HistoryIn, HistoryItemOut, HistoryOut, MessageStatusOut } from "./tracking.schemas";
-import { dateError } from "./tracking.ingress";
-import { iso } from "../../lib/time";
-
-interface StatusRow {
-  customer_message_id: string;
-  channel: Channel;
-  destination: string;
-  sent_at: Date | null;
-  status_code: number;
-  delivery_date: Date | null;
-  read_at: Date | null;
-  simulation: boolean;
-}
-
-interface HistoryRow extends StatusRow {
-  id: string;
-  text: string | null;
-  campaign_id: string | null;
-  total_parts: number;
-  price: string | null;
-  sent_key: string;
-}
-
-const STATUS_COLUMNS = "customer_message_id, channel, destination, sent_at, status_code, delivery_date, read_at, simulation";
-
-export function toStatusOut(r: StatusRow): MessageStatusOut {
-  const st = statusByCode(r.status_code);
-  return {
-    customerMessageId: r.customer_message_id,
-    channel: r.channel,
-    deliveryStatus: st.name,
-    statusCode: st.code,
-    description: st.description,
-    destination: r.destination,
-    sentAt: iso(r.sent_at),
-    deliveryDate: iso(r.delivery_date),
-    readAt: iso(r.read_at),
-    simulation: r.simulation,
-  };
-}
-
-/** What an id the account never sent answers: UNKNOWN, code 0. */
-export function unknownStatus(customerMessageId: string, channel: Channel): MessageStatusOut {
-  return {
-    customerMessageId,
-    channel,
-    deliveryStatus: "UNKNOWN",
-    statusCode: 0,
-    description: "unknown",
-    destination: null,
-    sentAt: null,
-    deliveryDate: null,
-    readAt: null,
-    simulation: false,
-  };
-}
+import { historyConditions } from "./tracking.contract";
+import { STATUS_COLUMNS, toHistoryItem, toStatusOut, unknownStatus, type HistoryRow, type StatusRow } from "./tracking.models";
+import type { HistoryIn, HistoryOut, MessageStatusOut } from "./tracking.schemas";
 
 /** Ids per lookup statement: a bulk poll of 1000 runs as up to 4 statements side by side. */
 const STATUS_CHUNK = 250;
@@ -123,44 +69,6 @@ function decodeCursor(raw: string): Cursor {
  * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
  * index that starts with the filter's equality columns (company, then destination or campaign).
  */
-/** The history filters (GET /messages/history, its export and delivery reports). */
-export type HistoryFilters = Pick<HistoryIn, "channel" | "status" | "destination" | "campaignId" | "from" | "to">;
-
-/** `from` and `to` must be dates PostgreSQL can store, `from` before `to` (400 otherwise). */
-export function checkHistoryRange(q: HistoryFilters): void {
-  for (const field of ["from", "to"] as const) {
-    const bad = dateError(q[field], field);
-    if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
-  }
-  if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to))
-    throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
-}
-
-/**
- * The history filters as SQL conditions on `messages m` of one account. `param` places each value:
- * a bind placeholder for a query, an inlined literal for a COPY (which takes no parameters).
- */
-export function historyConditions(
-  companyId: string,
-  channels: readonly Channel[],
-  q: HistoryFilters,
-  param: (value: unknown, cast: string) => string,
-): string[] {
-  const where = [`m.company_id = ${param(companyId, "text")}`];
-  const allowed = q.channel ? [q.channel] : channels;
-  if (allowed.length < CHANNELS.length) where.push(`m.channel = ANY (${param(allowed, "text[]")})`);
-  if (q.status) where.push(`m.status_code = ${param(statusByName(q.status)!.code, "smallint")}`);
-  if (q.destination) where.push(`m.destination = ${param(q.destination, "text")}`);
-  if (q.campaignId) where.push(`m.campaign_id = ${param(q.campaignId, "text")}`, "m.campaign_id IS NOT NULL");
-  if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
-  if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
-  return where;
-}
-
-/**
- * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
- * index that starts with the filter's equality columns (company, then destination or campaign).
- */
 export async function historyPage(sequelize: Sequelize, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
   const bind: unknown[] = [];
   const param = (value: unknown, cast: string) => {
@@ -193,10 +101,6 @@ export async function historyPage(sequelize: Sequelize, companyId: string, chann
     limit: q.limit,
     nextCursor: more && last ? encodeCursor({ s: last.sent_key, i: String(last.id) }) : null,
   };
-}
-
-function toHistoryItem(r: HistoryRow): HistoryItemOut {
-  return { ...toStatusOut(r), text: r.text, campaignId: r.campaign_id, totalParts: r.total_parts, price: r.price === null ? null : Number(r.price) };
 }
 
 /**

@@ -12,7 +12,9 @@ import type { Deps } from "../../lib/deps";
 import { badRequest } from "../../lib/errors";
 import { DbMixin } from "../../mixins/db.mixin";
 import { IngressMixin, parseIngest } from "./tracking.ingress";
-import { checkHistoryRange, historyPage, purgeBefore, statusesOf } from "./tracking.queries";
+import { GroupCommitter, writeWithRetry } from "./tracking.committer";
+import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
+import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
   historyIn,
   historyOut,
@@ -29,12 +31,6 @@ import {
   type StatusIn,
 } from "./tracking.schemas";
 import type { IngestMetrics } from "./tracking.metrics";
-import { GroupCommitter, writeWithRetry, type ChannelSupport } from "./tracking.store";
-
-/** Emitted after a commit when receipts showed a number reachable (or not) on RCS or WhatsApp. */
-export interface ChannelSupportEvent {
-  changes: ChannelSupport[];
-}
 
 interface TrackingVars {
   committer: GroupCommitter;

@@ -6,7 +6,8 @@
 import { QueryTypes, type Sequelize } from "sequelize";
 import { createTestDatabase, type TestDatabase } from "../helpers/db";
 import { historyPage, statusesOf } from "../../services/tracking/tracking.queries";
-import { writeItems, type IngestItem } from "../../services/tracking/tracking.store";
+import type { IngestItem } from "../../services/tracking/tracking.fold";
+import { writeItems } from "../../services/tracking/tracking.writes";
 import { rawTransaction, type Exec } from "../../lib/db";
 
 let tdb: TestDatabase;

@@ -1,5 +1,5 @@
 /** The status model as a pure function: receipts and reads folded into a message's state. */
-import { fold, placeholder, type MessageState, type ReceiptItem } from "../../services/tracking/tracking.store";
+import { fold, placeholder, type MessageState, type ReceiptItem } from "../../services/tracking/tracking.fold";
 
 const base = (over: Partial<MessageState> = {}): MessageState => ({
   id: "1",

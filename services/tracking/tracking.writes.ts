@@ -1,227 +1,33 @@
 /**
- * Ingestion: what upstreams report becomes message rows, statuses and outbox events, set-based and
- * in one transaction per write. The status model lives in `fold` (pure, unit-tested): receipts and
- * reads are folded into a message's state in arrival order, and every change the spec says produces
- * an event yields that event, exactly once.
+ * Ingestion's writes: what upstreams report becomes message rows, statuses and outbox events,
+ * set-based, in the one transaction the caller holds. Registrations first, then the common receipt
+ * in one statement, then everything else folded (tracking.fold.ts) into the rows it concerns, then
+ * inbound messages, then the outbox rows of exactly these changes.
  */
-import type { Sequelize } from "sequelize";
-import { rawTransaction, type Exec } from "../../lib/db";
-import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/channels";
-import { iso } from "../../lib/time";
+import type { Exec } from "../../lib/db";
+import { inFlightCode } from "../../lib/channels";
+import type { ChannelSupport } from "./tracking.contract";
+import {
+  channelSupportOf,
+  deliveryPayload,
+  fold,
+  inboundEvent,
+  placeholder,
+  type IngestItem,
+  type MessageState,
+  type OutboxEvent,
+  type ReadItem,
+  type ReceiptItem,
+} from "./tracking.fold";
+import { MESSAGE_COLUMNS, stateOf, type MessageRow } from "./tracking.models";
 import type { InboundIn, RegistrationIn } from "./tracking.schemas";
-
-export interface ReceiptItem {
-  kind: "receipt";
-  channel: Channel;
-  companyId: string;
-  messageId: string;
-  destination: string;
-  code: number;
-  /** ISO 8601, UTC. */
-  date: string;
-  price?: number;
-  /** The carrier's part count, when it said (SMS); RCS and WhatsApp: 1. */
-  totalParts: number | null;
-  numPart: number;
-}
-
-export interface ReadItem {
-  kind: "read";
-  channel: Channel;
-  companyId: string;
-  messageId: string;
-  destination: string;
-  date: string;
-}
-
-export type IngestItem =
-  { kind: "message"; message: RegistrationIn } | ReceiptItem | ReadItem | { kind: "inbound"; channel: "RCS" | "WHATSAPP"; inbound: InboundIn };
-
-/** A message row as the fold sees it. */
-export interface MessageState {
-  id: string | null;
-  companyId: string;
-  channel: Channel;
-  customerMessageId: string;
-  destination: string;
-  sentAt: string | null;
-  totalParts: number;
-  simulation: boolean;
-  statusCode: number;
-  deliveryDate: string | null;
-  readAt: string | null;
-  price: number | null;
-  partCodes: Array<number | null> | null;
-  lastPartDate: string | null;
-  changed: boolean;
-}
-
-export interface OutboxEvent {
-  company_id: string;
-  channel: Channel;
-  event_type: "DELIVERY" | "READ" | "INBOUND";
-  message_id: string;
-  num_part: number | null;
-  payload: Record<string, unknown>;
-  message_sent_at: string | null;
-}
-
-/** RCS/WhatsApp reachability learnt from a receipt, for the contacts' communicationSupported. */
-export interface ChannelSupport {
-  companyId: string;
-  channel: "RCS" | "WHATSAPP";
-  destination: string;
-  supported: boolean;
-}
 
 export interface WriteEffects {
   events: number;
   support: ChannelSupport[];
 }
 
-const isFinal = (code: number) => statusByCode(code).final;
 const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
-
-/** The state of a message first heard of through a receipt or read (its registration still to come). */
-export function placeholder(item: ReceiptItem | ReadItem): MessageState {
-  return {
-    id: null,
-    companyId: item.companyId,
-    channel: item.channel,
-    customerMessageId: item.messageId,
-    destination: item.destination,
-    sentAt: null,
-    totalParts: item.kind === "receipt" ? (item.totalParts ?? 1) : 1,
-    simulation: false,
-    statusCode: inFlightCode(item.channel),
-    deliveryDate: null,
-    readAt: null,
-    price: null,
-    partCodes: null,
-    lastPartDate: null,
-    changed: true,
-  };
-}
-
-const addPrice = (a: number | null, b: number | undefined) => (b === undefined ? a : Math.round(((a ?? 0) + b) * 1e6) / 1e6);
-const later = (a: string | null, b: string) => (a === null || Date.parse(b) > Date.parse(a) ? b : a);
-
-/**
- * Folds one receipt or read into a message's state (mutating it) and returns the event it produces,
- * or null: a repeat, a receipt for a message already final, or a simulated message.
- */
-export function fold(s: MessageState, item: ReceiptItem | ReadItem): OutboxEvent | null {
-  if (item.kind === "read") {
-    if (s.readAt !== null) return null;
-    s.readAt = item.date;
-    s.changed = true;
-    return s.simulation
-      ? null
-      : event(s, "READ", null, { eventType: "READ", channel: s.channel, messageId: s.customerMessageId, destination: item.destination, eventDate: item.date });
-  }
-  if (isFinal(s.statusCode)) return null; // final codes never change; a repeat makes no second event
-  let numPart: number | null = null;
-  if (s.channel === "SMS") {
-    // The carrier's part count is the authority until the first part is recorded: the registration
-    // may have left it out or got it wrong.
-    if (item.totalParts !== null && item.totalParts !== s.totalParts && s.partCodes === null) s.totalParts = item.totalParts;
-    if (s.totalParts > 1) {
-      if (item.numPart > s.totalParts) return null;
-      const codes = s.partCodes ?? (s.partCodes = Array.from({ length: s.totalParts }, () => null));
-      if (codes[item.numPart - 1] != null) return null; // this part was already reported
-      codes[item.numPart - 1] = item.code;
-      s.lastPartDate = later(s.lastPartDate, item.date);
-      s.price = addPrice(s.price, item.price);
-      numPart = item.numPart;
-      if (codes.every((c) => c != null)) {
-        // Final once every part has a receipt: DELIVERED if all were, else the lowest-numbered failure.
-        s.statusCode = codes.find((c) => c !== DELIVERED) ?? DELIVERED;
-        s.deliveryDate = s.lastPartDate;
-      }
-    } else {
-      s.statusCode = item.code;
-      s.deliveryDate = item.date;
-      s.price = addPrice(s.price, item.price);
-      numPart = 1;
-    }
-  } else {
-    s.statusCode = item.code;
-    s.deliveryDate = item.date;
-  }
-  s.changed = true;
-  if (s.simulation) return null;
-  return event(s, "DELIVERY", numPart, deliveryPayload(item, s.totalParts, numPart));
-}
-
-/** The DELIVERY event of spec part 6 for a receipt: SMS adds its price and `numPart` of `totalParts`. */
-function deliveryPayload(r: ReceiptItem, totalParts: number, numPart: number | null): Record<string, unknown> {
-  const st = statusByCode(r.code);
-  return withoutEmpty({
-    eventType: "DELIVERY",
-    channel: r.channel,
-    messageId: r.messageId,
-    destination: r.destination,
-    statusCode: st.code,
-    description: st.description,
-    eventDate: r.date,
-    ...(r.channel === "SMS" ? { price: r.price, totalParts, numPart } : {}),
-  });
-}
-
-/** Fields without a value are omitted (spec part 6). */
-function withoutEmpty(payload: Record<string, unknown>): Record<string, unknown> {
-  for (const k of Object.keys(payload)) if (payload[k] === undefined || payload[k] === null) delete payload[k];
-  return payload;
-}
-
-function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): OutboxEvent {
-  return {
-    company_id: s.companyId,
-    channel: s.channel,
-    event_type: type,
-    message_id: s.customerMessageId,
-    num_part: numPart,
-    payload: withoutEmpty(payload),
-    message_sent_at: s.sentAt,
-  };
-}
-
-interface MessageRow {
-  id: string;
-  company_id: string;
-  channel: Channel;
-  customer_message_id: string;
-  destination: string;
-  sent_at: Date | null;
-  total_parts: number;
-  simulation: boolean;
-  status_code: number;
-  delivery_date: Date | null;
-  read_at: Date | null;
-  price: string | null;
-  part_codes: number[] | null;
-  last_part_date: Date | null;
-}
-
-function stateOf(r: MessageRow): MessageState {
-  return {
-    id: r.id,
-    companyId: r.company_id,
-    channel: r.channel,
-    customerMessageId: r.customer_message_id,
-    destination: r.destination,
-    sentAt: iso(r.sent_at),
-    totalParts: r.total_parts,
-    simulation: r.simulation,
-    statusCode: r.status_code,
-    deliveryDate: iso(r.delivery_date),
-    readAt: iso(r.read_at),
-    price: r.price === null ? null : Number(r.price),
-    partCodes: r.part_codes,
-    lastPartDate: iso(r.last_part_date),
-    changed: false,
-  };
-}
 
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
 export class RetryWrite extends Error {
@@ -339,9 +145,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       eventCount += applied.length > 0 ? Number(applied[0]!.events) : 0;
       for (const { i, r } of fast) {
         if (!done.has(i) || simulated.has(i)) continue; // a simulated message was never sent: it proves nothing about the number
-        if (r.channel !== "SMS" && [DELIVERED, 10, 11].includes(r.code)) {
-          support.push({ companyId: r.companyId, channel: r.channel, destination: r.destination, supported: r.code === DELIVERED });
-        }
+        const learnt = channelSupportOf(r);
+        if (learnt) support.push(learnt);
       }
       updates = updates.filter((_, i) => !done.has(i));
     }
@@ -353,8 +158,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     const keys = new Map<string, { c: string; ch: string; id: string }>();
     for (const u of updates) keys.set(keyOf(u.companyId, u.channel, u.messageId), { c: u.companyId, ch: u.channel, id: u.messageId });
     const found = await q<MessageRow>(
-      `SELECT m.id, m.company_id, m.channel, m.customer_message_id, m.destination, m.sent_at, m.total_parts, m.simulation,
-              m.status_code, m.delivery_date, m.read_at, m.price, m.part_codes, m.last_part_date
+      `SELECT ${MESSAGE_COLUMNS}
          FROM jsonb_to_recordset($1::jsonb) AS k(c text, ch text, id text)
          JOIN messages m ON m.company_id = k.c AND m.channel = k.ch AND m.customer_message_id = k.id
         ORDER BY m.id FOR UPDATE OF m`,
@@ -368,9 +172,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       if (!s) states.set(k, (s = placeholder(u)));
       const ev = fold(s, u);
       if (ev) events.push(ev);
-      if (ev && u.kind === "receipt" && u.channel !== "SMS" && [DELIVERED, 10, 11].includes(u.code)) {
-        support.push({ companyId: u.companyId, channel: u.channel, destination: u.destination, supported: u.code === DELIVERED });
-      }
+      const learnt = ev && u.kind === "receipt" ? channelSupportOf(u) : null;
+      if (learnt) support.push(learnt);
     }
     const fresh = [...states.values()].filter((s) => s.id === null);
     const changed = [...states.values()].filter((s) => s.id !== null && s.changed);
@@ -435,109 +238,11 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     );
     for (const r of created) {
       const { channel, v } = inbound.get(keyOf(r.company_id, r.channel, r.message_id))!;
-      const payload: Record<string, unknown> = {
-        eventType: "INBOUND",
-        channel,
-        messageId: v.messageId,
-        source: v.source,
-        destination: v.destination,
-        receivedDate: new Date(v.receivedDate).toISOString(),
-        messageType: v.messageType,
-        text: v.text,
-        mediaKey: v.mediaKey,
-      };
-      events.push({
-        company_id: v.companyId,
-        channel,
-        event_type: "INBOUND",
-        message_id: v.messageId,
-        num_part: null,
-        payload: withoutEmpty(payload),
-        message_sent_at: null,
-      });
+      events.push(inboundEvent(channel, v));
     }
   }
 
   // 4. The outbox: the events of exactly these changes (those not written with the updates above).
   if (events.length > 0) await run(OUTBOX_INSERT, [JSON.stringify(events)]);
   return { events: eventCount + events.length, support };
-}
-
-const RETRYABLE_SQLSTATES = new Set(["40P01", "40001", "23505"]);
-
-/** Runs `writeItems` in a transaction, again (up to 5 times) after a deadlock, serialization failure or lost race. */
-export async function writeWithRetry(sequelize: Sequelize, items: IngestItem[]): Promise<WriteEffects> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await rawTransaction(sequelize, (exec) => writeItems(exec, items));
-    } catch (err) {
-      const code = (err as { code?: unknown }).code;
-      const retryable = err instanceof RetryWrite || (typeof code === "string" && RETRYABLE_SQLSTATES.has(code));
-      if (!retryable || attempt >= 5) throw err;
-      await new Promise((r) => setTimeout(r, 5 * attempt + Math.random() * 10));
-    }
-  }
-}
-
-/**
- * Group commit: concurrent submissions are written together, one transaction for many requests,
- * which is what lets single-object posts go past the cost of one commit each. A submission's
- * promise settles once its rows are committed. If a group fails, its submissions are written one
- * by one, so one bad submission never fails another.
- */
-export class GroupCommitter {
-  private queue: Array<{ items: IngestItem[]; resolve: () => void; reject: (e: unknown) => void }> = [];
-  private running = 0;
-
-  constructor(
-    private readonly write: (items: IngestItem[]) => Promise<void>,
-    private readonly maxConcurrent = 2,
-    private readonly maxItems = 2000,
-  ) {}
-
-  submit(items: IngestItem[]): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ items, resolve, reject });
-      this.pump();
-    });
-  }
-
-  /** Submissions waiting for a transaction (for metrics and tests). */
-  get pending(): number {
-    return this.queue.length;
-  }
-
-  private pump(): void {
-    while (this.running < this.maxConcurrent && this.queue.length > 0) {
-      const group = [this.queue.shift()!];
-      let n = group[0]!.items.length;
-      while (this.queue.length > 0 && n + this.queue[0]!.items.length <= this.maxItems) {
-        const next = this.queue.shift()!;
-        n += next.items.length;
-        group.push(next);
-      }
-      this.running++;
-      void this.flush(group).finally(() => {
-        this.running--;
-        this.pump();
-      });
-    }
-  }
-
-  private async flush(group: Array<{ items: IngestItem[]; resolve: () => void; reject: (e: unknown) => void }>): Promise<void> {
-    try {
-      await this.write(group.length === 1 ? group[0]!.items : group.flatMap((g) => g.items));
-      for (const g of group) g.resolve();
-    } catch (err) {
-      if (group.length === 1) return group[0]!.reject(err);
-      for (const g of group) {
-        try {
-          await this.write(g.items);
-          g.resolve();
-        } catch (e) {
-          g.reject(e);
-        }
-      }
-    }
-  }
 }

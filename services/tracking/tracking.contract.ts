@@ -1,0 +1,64 @@
+/**
+ * What other services may import from tracking: the payload of the events it emits and the history
+ * filters (schema, range check, SQL conditions) that the exports of messages reuse.
+ */
+import { CHANNELS, statusByName, type Channel } from "../../lib/channels";
+import { badRequest, type FieldError } from "../../lib/errors";
+import { historyFilterProperties, type HistoryIn } from "./tracking.schemas";
+
+export { historyFilterProperties };
+
+/** RCS/WhatsApp reachability learnt from a receipt, for the contacts' communicationSupported. */
+export interface ChannelSupport {
+  companyId: string;
+  channel: "RCS" | "WHATSAPP";
+  destination: string;
+  supported: boolean;
+}
+
+/** `tracking.channelSupportChanged`: emitted after a commit when receipts showed numbers reachable (or not) on RCS or WhatsApp. */
+export interface ChannelSupportEvent {
+  changes: ChannelSupport[];
+}
+
+/** The history filters (GET /messages/history, its export and delivery reports). */
+export type HistoryFilters = Pick<HistoryIn, "channel" | "status" | "destination" | "campaignId" | "from" | "to">;
+
+/** A date-time that matched the format but is no real instant (or one PostgreSQL cannot store). */
+export function dateError(value: string | undefined, path: string): FieldError | null {
+  if (value === undefined) return null;
+  const t = Date.parse(value);
+  if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1)) return { path, message: "must be a date-time between 1970 and 9999" };
+  return null;
+}
+
+/** `from` and `to` must be dates PostgreSQL can store, `from` before `to` (400 otherwise). */
+export function checkHistoryRange(q: HistoryFilters): void {
+  for (const field of ["from", "to"] as const) {
+    const bad = dateError(q[field], field);
+    if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
+  }
+  if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to))
+    throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
+}
+
+/**
+ * The history filters as SQL conditions on `messages m` of one account. `param` places each value:
+ * a bind placeholder for a query, an inlined literal for a COPY (which takes no parameters).
+ */
+export function historyConditions(
+  companyId: string,
+  channels: readonly Channel[],
+  q: HistoryFilters,
+  param: (value: unknown, cast: string) => string,
+): string[] {
+  const where = [`m.company_id = ${param(companyId, "text")}`];
+  const allowed = q.channel ? [q.channel] : channels;
+  if (allowed.length < CHANNELS.length) where.push(`m.channel = ANY (${param(allowed, "text[]")})`);
+  if (q.status) where.push(`m.status_code = ${param(statusByName(q.status)!.code, "smallint")}`);
+  if (q.destination) where.push(`m.destination = ${param(q.destination, "text")}`);
+  if (q.campaignId) where.push(`m.campaign_id = ${param(q.campaignId, "text")}`, "m.campaign_id IS NOT NULL");
+  if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
+  if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
+  return where;
+}
