@@ -9,7 +9,7 @@ import { ApiError, type FieldError } from "../../lib/errors";
 import { queryPage, type Page } from "../../lib/paging";
 import { CONTACT_COLUMNS, toContactOut, toCustomFieldOut, type ContactRow, type CustomFieldRow } from "./contacts.models";
 import { checkCustomFields, normalizeEmail, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import { contactOrder, contactWhere } from "./contacts.query";
+import { contactOrder, contactWhere } from "./contacts.contract";
 import {
   contactIdIn,
   contactOut,

@@ -9,7 +9,8 @@ import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
 import { queryPage, type Page } from "../../lib/paging";
 import type { ContactsThis } from "./contacts.actions";
-import { likeEscape } from "./contacts.query";
+import { likeEscape } from "./contacts.contract";
+import { LIST_SELECT, toListOut, type ListRow } from "./contacts.models";
 import {
   addMembersIn,
   addMembersOut,
@@ -34,32 +35,6 @@ import {
   type ListSort,
   type MembershipIn,
 } from "./contacts.schemas";
-
-interface ListRow {
-  id: string;
-  name: string;
-  description: string | null;
-  is_test: boolean;
-  created_at: Date;
-  updated_at: Date;
-  deleted_at: Date | null;
-  contact_count: string;
-}
-
-const LIST_SELECT = `SELECT l.id, l.name, l.description, l.is_test, l.created_at, l.updated_at, l.deleted_at,
-  (SELECT count(*) FROM contact_list_members m WHERE m.list_id = l.id) AS contact_count FROM contact_lists l`;
-
-const toListOut = (r: ListRow): ListOut => ({
-  id: Number(r.id),
-  name: r.name,
-  description: r.description,
-  isTest: r.is_test,
-  createdAt: new Date(r.created_at).toISOString(),
-  updatedAt: new Date(r.updated_at).toISOString(),
-  contactCount: Number(r.contact_count),
-  deleted: r.deleted_at !== null,
-  deletedAt: r.deleted_at ? new Date(r.deleted_at).toISOString() : null,
-});
 
 // Names sort case-insensitively, the same on PostgreSQL and PGlite whatever their collations.
 const LIST_SORT_COLUMNS: Record<ListSort, string> = { name: "lower(l.name)", createdAt: "l.created_at", updatedAt: "l.updated_at", id: "l.id" };

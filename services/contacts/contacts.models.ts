@@ -2,7 +2,7 @@
  * The contacts service's rows (tables of migrations/20261122-0003-contacts) and their wire form.
  * Queries are SQL (set-based where it matters); these are the shapes they read.
  */
-import type { Channel, ContactOut, CustomFieldOut, CustomFieldType, CustomValue, Gender } from "./contacts.schemas";
+import type { Channel, ContactOut, CustomFieldOut, CustomFieldType, CustomValue, Gender, ListOut } from "./contacts.schemas";
 
 export interface ContactRow {
   id: string;
@@ -50,3 +50,30 @@ export interface CustomFieldRow {
 }
 
 export const toCustomFieldOut = (r: CustomFieldRow): CustomFieldOut => ({ key: r.key, type: r.type, createdAt: new Date(r.created_at).toISOString() });
+
+export interface ListRow {
+  id: string;
+  name: string;
+  description: string | null;
+  is_test: boolean;
+  created_at: Date;
+  updated_at: Date;
+  deleted_at: Date | null;
+  contact_count: string;
+}
+
+/** A contact list with its member count, on alias `l`. */
+export const LIST_SELECT = `SELECT l.id, l.name, l.description, l.is_test, l.created_at, l.updated_at, l.deleted_at,
+  (SELECT count(*) FROM contact_list_members m WHERE m.list_id = l.id) AS contact_count FROM contact_lists l`;
+
+export const toListOut = (r: ListRow): ListOut => ({
+  id: Number(r.id),
+  name: r.name,
+  description: r.description,
+  isTest: r.is_test,
+  createdAt: new Date(r.created_at).toISOString(),
+  updatedAt: new Date(r.updated_at).toISOString(),
+  contactCount: Number(r.contact_count),
+  deleted: r.deleted_at !== null,
+  deletedAt: r.deleted_at ? new Date(r.deleted_at).toISOString() : null,
+});

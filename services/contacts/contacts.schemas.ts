@@ -6,20 +6,39 @@ import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { uploadedFileSchema } from "../../lib/upload";
 
 import { CHANNELS, type Channel } from "../../lib/channels";
+import {
+  CONTACT_SORTS,
+  contactFilterProperties,
+  CUSTOM_FIELD_TYPES,
+  customFieldFilter,
+  GENDERS,
+  listId,
+  UUID,
+  type ContactFilters,
+  type ContactSort,
+  type CustomFieldType,
+  type Gender,
+} from "./contacts.contract";
 
+// Defined in the contract (exports reuse them), available here with the rest of the wire forms.
+export {
+  CONTACT_SORTS,
+  contactFilterProperties,
+  CUSTOM_FIELD_TYPES,
+  customFieldFilter,
+  GENDERS,
+  UUID,
+  type ContactFilters,
+  type ContactSort,
+  type CustomFieldType,
+  type Gender,
+} from "./contacts.contract";
 export { CHANNELS, type Channel };
-export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
-export type Gender = (typeof GENDERS)[number];
-export const CUSTOM_FIELD_TYPES = ["TEXT", "NUMBER", "DATE", "BOOLEAN"] as const;
-export type CustomFieldType = (typeof CUSTOM_FIELD_TYPES)[number];
-
-export const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 export const CUSTOM_KEY = "^[A-Za-z][A-Za-z0-9_]{0,63}$";
 /** Bulk bodies name at most this many contacts. */
 export const MAX_BULK_IDS = 10000;
 
 const uuid = { type: "string", pattern: UUID, examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"] };
-const listId = { type: "integer", minimum: 1, maximum: 9007199254740991, examples: [42] };
 const dateTime = { type: "string", format: "date-time" };
 
 export type CustomValue = string | number | boolean;
@@ -132,54 +151,7 @@ export const updateContactIn = {
 
 export const contactIdIn = { $id: "ContactIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: uuid } };
 
-export const CONTACT_SORTS = [
-  "fullName",
-  "firstName",
-  "lastName",
-  "email",
-  "phoneNumber",
-  "gender",
-  "isValid",
-  "isTest",
-  "lastContactType",
-  "lastCampaignType",
-  "createdAt",
-  "updatedAt",
-] as const;
-export type ContactSort = (typeof CONTACT_SORTS)[number];
-
-export interface ContactFilters {
-  fullName?: string;
-  isValid?: boolean;
-  communicationSupported?: Channel;
-  isTest?: boolean;
-  phoneNumber?: string;
-  email?: string;
-  lastContactType?: Channel;
-  lastCampaignType?: Channel;
-  gender?: Gender;
-  search?: string;
-  listIds?: number[];
-  [customField: `customFields.${string}`]: string;
-}
 export type ListContactsIn = ContactFilters & PageIn<ContactSort>;
-
-/** The filters of GET /contacts (also of a list's contacts and, later, of contact exports). */
-export const contactFilterProperties = {
-  fullName: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the full name." },
-  isValid: { type: "boolean" },
-  communicationSupported: { type: "string", enum: [...CHANNELS] },
-  isTest: { type: "boolean" },
-  phoneNumber: { type: "string", minLength: 3, maxLength: 32, description: "Exact number, any international format." },
-  email: { type: "string", format: "email", maxLength: 254 },
-  lastContactType: { type: "string", enum: [...CHANNELS] },
-  lastCampaignType: { type: "string", enum: [...CHANNELS] },
-  gender: { type: "string", enum: [...GENDERS] },
-  search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name, phone number or email." },
-  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Contacts in any of these lists." },
-} as const;
-
-export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
 
 export const listContactsIn = {
   $id: "ListContactsIn",

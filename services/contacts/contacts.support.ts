@@ -4,11 +4,10 @@
  * DISABLED receipt. Applied in one statement per event, in the order the receipts came.
  */
 import type { Sequelize } from "sequelize";
+import type { ChannelSupportEvent } from "../tracking/tracking.contract";
 
-/** The event tracking emits after a commit (the same shape, declared here: services share no code). */
-export interface ChannelSupportEvent {
-  changes: Array<{ companyId: string; channel: "RCS" | "WHATSAPP"; destination: string; supported: boolean }>;
-}
+/** The payload of `tracking.channelSupportChanged`, as tracking publishes it. */
+export type { ChannelSupportEvent };
 
 export async function applyChannelSupport(sequelize: Sequelize, changes: ChannelSupportEvent["changes"]): Promise<void> {
   // The last word per (account, channel, number) wins, as it came last.

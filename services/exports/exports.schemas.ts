@@ -2,7 +2,7 @@
  * Export jobs on the wire (spec part 2 Export job, part 4 Exports; contract section 4).
  */
 import { pageSchema, pagingProperties } from "../../lib/paging";
-import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.schemas";
+import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.contract";
 import { historyFilterProperties, type HistoryFilters } from "../tracking/tracking.contract";
 
 export const EXPORT_TYPES = ["CONTACTS", "DELIVERY_REPORTS", "MESSAGE_HISTORY"] as const;

@@ -42,7 +42,7 @@ import {
   type MessageExportIn,
 } from "./exports.schemas";
 import { signingKey, UrlSigner } from "./exports.signing";
-import { UUID } from "../contacts/contacts.schemas";
+import { UUID } from "../contacts/contacts.contract";
 import { contactExportSql } from "./exports.sql";
 
 interface JobRow {

@@ -8,8 +8,7 @@ import pg from "pg";
 import { QueryTypes, type Sequelize } from "sequelize";
 import { injectReplacements } from "sequelize/lib/utils/sql";
 import { CHANNELS, DELIVERY_STATUSES } from "../../lib/channels";
-import { contactOrder, contactWhere } from "../contacts/contacts.query";
-import type { CustomFieldType } from "../contacts/contacts.schemas";
+import { contactOrder, contactWhere, type CustomFieldType } from "../contacts/contacts.contract";
 import { historyConditions } from "../tracking/tracking.contract";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
 

@@ -1,11 +1,68 @@
 /**
- * The contact filters of GET /contacts as one SQL WHERE clause (also used for a list's contacts and,
- * later, contact exports): every filter an index can serve, named replacements only, and every
+ * What other services may import from contacts: the contact filters of GET /contacts (schema pieces
+ * and types) and the read-side query builders that turn them into SQL (contactWhere, contactOrder),
+ * which contact exports reuse. Every filter an index can serve, named replacements only, and every
  * refusal a 400 naming its parameter.
  */
+import { CHANNELS, type Channel } from "../../lib/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import { CHANNELS, type ContactFilters, type ContactSort, type CustomFieldType } from "./contacts.schemas";
+
+export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
+export type Gender = (typeof GENDERS)[number];
+export const CUSTOM_FIELD_TYPES = ["TEXT", "NUMBER", "DATE", "BOOLEAN"] as const;
+export type CustomFieldType = (typeof CUSTOM_FIELD_TYPES)[number];
+
+export const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+/** A contact list's id, as a schema. */
+export const listId = { type: "integer", minimum: 1, maximum: 9007199254740991, examples: [42] };
+
+export const CONTACT_SORTS = [
+  "fullName",
+  "firstName",
+  "lastName",
+  "email",
+  "phoneNumber",
+  "gender",
+  "isValid",
+  "isTest",
+  "lastContactType",
+  "lastCampaignType",
+  "createdAt",
+  "updatedAt",
+] as const;
+export type ContactSort = (typeof CONTACT_SORTS)[number];
+
+export interface ContactFilters {
+  fullName?: string;
+  isValid?: boolean;
+  communicationSupported?: Channel;
+  isTest?: boolean;
+  phoneNumber?: string;
+  email?: string;
+  lastContactType?: Channel;
+  lastCampaignType?: Channel;
+  gender?: Gender;
+  search?: string;
+  listIds?: number[];
+  [customField: `customFields.${string}`]: string;
+}
+/** The filters of GET /contacts (also of a list's contacts and, later, of contact exports). */
+export const contactFilterProperties = {
+  fullName: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the full name." },
+  isValid: { type: "boolean" },
+  communicationSupported: { type: "string", enum: [...CHANNELS] },
+  isTest: { type: "boolean" },
+  phoneNumber: { type: "string", minLength: 3, maxLength: 32, description: "Exact number, any international format." },
+  email: { type: "string", format: "email", maxLength: 254 },
+  lastContactType: { type: "string", enum: [...CHANNELS] },
+  lastCampaignType: { type: "string", enum: [...CHANNELS] },
+  gender: { type: "string", enum: [...GENDERS] },
+  search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name, phone number or email." },
+  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Contacts in any of these lists." },
+} as const;
+
+export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
 
 export interface Where {
   sql: string;
