@@ -13,8 +13,7 @@ import { parseArgs } from "node:util";
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../lib/api";
 import { ConfigError, loadConfig } from "../lib/config";
 import { openDatabase } from "../lib/db";
-import { createKey } from "../services/auth/auth.keys";
-import { defineAuthModels } from "../services/auth/auth.models";
+import { createKeyAsAdmin } from "../services/auth/auth.contract";
 
 const USAGE = `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`;
 const ID_RE = /^[A-Za-z0-9._@:-]{1,128}$/;
@@ -95,7 +94,7 @@ async function main(): Promise<number> {
   }
   const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "admin", poolMax: 2 });
   try {
-    const created = await createKey(defineAuthModels(db.sequelize), { ...cmd.args, createdBy: null });
+    const created = await createKeyAsAdmin(db.sequelize, { ...cmd.args, createdBy: null });
     process.stdout.write(`${JSON.stringify(created)}\n`);
     return 0;
   } finally {

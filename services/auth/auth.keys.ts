@@ -1,41 +1,19 @@
 /**
- * Key values and the one way keys are created, shared by the auth service and the admin command.
- * A key is `pgw_` + 256 random bits (base64url); only its SHA-256 is stored. A fast hash is right
- * here: the value has 256 bits of entropy, so there is nothing to stretch, and lookups stay O(1).
+ * Key values and the one way keys are created, shared by the auth service and the admin command
+ * (through auth.contract.ts). A key is `pgw_` + 256 random bits (base64url); only its SHA-256 is
+ * stored. A fast hash is right here: the value has 256 bits of entropy, so there is nothing to
+ * stretch, and lookups stay O(1).
  */
 import { randomBytes, randomUUID } from "node:crypto";
 import { API_KEY_PREFIX, hashApiKey } from "../../lib/api-key";
 import type { Operation, TrafficType } from "../../lib/api";
-import type { AuthModels, ApiKey } from "./auth.models";
-import type { ApiKeyOut, CreatedApiKeyOut, Principal } from "./auth.schemas";
+import { toApiKeyOut, type AuthModels } from "./auth.models";
+import { insertKey } from "./auth.queries";
+import type { CreatedApiKeyOut } from "./auth.schemas";
 
 export function generateKey(): { value: string; hash: Buffer } {
   const value = API_KEY_PREFIX + randomBytes(32).toString("base64url");
   return { value, hash: hashApiKey(value) };
-}
-
-export function toApiKeyOut(row: ApiKey): ApiKeyOut {
-  return {
-    id: row.id,
-    companyId: row.companyId,
-    userId: row.userId,
-    username: row.username,
-    operations: row.operations,
-    trafficType: row.trafficType,
-    createdAt: row.createdAt.toISOString(),
-  };
-}
-
-export function toPrincipal(row: ApiKey): Principal {
-  return {
-    keyId: row.id,
-    companyId: row.companyId,
-    userId: row.userId,
-    username: row.username,
-    operations: row.operations,
-    trafficType: row.trafficType,
-    keyCreatedAt: row.createdAt.toISOString(),
-  };
 }
 
 export interface NewKey {
@@ -50,7 +28,7 @@ export interface NewKey {
 /** Creates a key and returns the 201 body of POST /authentication, the only time the value is seen. */
 export async function createKey(models: AuthModels, input: NewKey): Promise<CreatedApiKeyOut> {
   const { value, hash } = generateKey();
-  const row = await models.ApiKey.create({
+  const row = await insertKey(models, {
     id: randomUUID(),
     companyId: input.companyId,
     userId: input.userId,

@@ -1,6 +1,7 @@
-/** The auth service's tables (created by migrations/20261122-0001-api-keys). */
+/** The auth service's tables (created by migrations/20261122-0001-api-keys) and their mappers. */
 import { DataTypes, Model, type InferAttributes, type InferCreationAttributes, type CreationOptional, type Sequelize } from "sequelize";
 import type { Operation, TrafficType } from "../../lib/api";
+import type { ApiKeyOut, Principal } from "./auth.schemas";
 
 export class ApiKey extends Model<InferAttributes<ApiKey>, InferCreationAttributes<ApiKey>> {
   declare id: string;
@@ -37,4 +38,28 @@ export function defineAuthModels(sequelize: Sequelize): AuthModels {
     { sequelize, tableName: "api_keys", modelName: "ApiKey", underscored: true, timestamps: false },
   );
   return { ApiKey: Bound };
+}
+
+export function toApiKeyOut(row: ApiKey): ApiKeyOut {
+  return {
+    id: row.id,
+    companyId: row.companyId,
+    userId: row.userId,
+    username: row.username,
+    operations: row.operations,
+    trafficType: row.trafficType,
+    createdAt: row.createdAt.toISOString(),
+  };
+}
+
+export function toPrincipal(row: ApiKey): Principal {
+  return {
+    keyId: row.id,
+    companyId: row.companyId,
+    userId: row.userId,
+    username: row.username,
+    operations: row.operations,
+    trafficType: row.trafficType,
+    keyCreatedAt: row.createdAt.toISOString(),
+  };
 }

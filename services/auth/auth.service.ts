@@ -4,14 +4,15 @@
  * `auth.keyDeleted` so that every gateway replica forgets it at once.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { Op } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { DbMixin, type DbThis } from "../../mixins/db.mixin";
 import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
-import { createKey, toApiKeyOut, toPrincipal } from "./auth.keys";
-import { defineAuthModels, type AuthModels } from "./auth.models";
+import type { KeyDeletedEvent } from "./auth.contract";
+import { createKey } from "./auth.keys";
+import { defineAuthModels, toApiKeyOut, toPrincipal, type AuthModels } from "./auth.models";
+import { findKeyByHash, findKeys, findOwnKey } from "./auth.queries";
 import {
   apiKeyOut,
   apiKeyPage,
@@ -28,11 +29,6 @@ import {
   type Principal,
   type VerifyIn,
 } from "./auth.schemas";
-
-export interface KeyDeletedEvent {
-  keyId: string;
-  companyId: string;
-}
 
 interface AuthThis {
   models: AuthModels;
@@ -90,17 +86,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         responses: { 200: apiKeyPage },
         async handler(this: AuthThis, ctx: Context<ListKeysIn, AuthMeta>): Promise<Page<ApiKeyOut>> {
           const { page, limit, sortOrder, userId } = ctx.params;
-          const where = { companyId: ctx.meta.companyId, ...(userId !== undefined ? { userId } : {}) };
-          const dir = sortOrder === "desc" ? "DESC" : "ASC";
-          const { rows, count } = await this.models.ApiKey.findAndCountAll({
-            where,
-            order: [
-              ["createdAt", dir],
-              ["id", dir],
-            ],
-            offset: page * limit,
-            limit,
-          });
+          const { rows, count } = await findKeys(this.models, { companyId: ctx.meta.companyId, userId, sortOrder, page, limit });
           return toPage(rows.map(toApiKeyOut), count, page, limit);
         },
       }),
@@ -163,7 +149,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         visibility: "public",
         params: verifyIn,
         async handler(this: AuthThis, ctx: Context<VerifyIn>): Promise<Principal | null> {
-          const row = await this.models.ApiKey.findOne({ where: { keyHash: Buffer.from(ctx.params.keyHash, "hex") } });
+          const row = await findKeyByHash(this.models, Buffer.from(ctx.params.keyHash, "hex"));
           return row ? toPrincipal(row) : null;
         },
       }),
@@ -183,7 +169,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         if (nodes.length > 0) await this.broker.ping([...new Set(nodes)], 2000).catch(() => undefined);
       },
       async findOwnKey(this: AuthThis, ctx: Context<KeyIdIn, AuthMeta>) {
-        const row = await this.models.ApiKey.findOne({ where: { id: { [Op.eq]: ctx.params.id }, companyId: ctx.meta.companyId } });
+        const row = await findOwnKey(this.models, ctx.meta.companyId, ctx.params.id);
         if (!row) throw new ApiError("KEY_NOT_FOUND", `No API key ${ctx.params.id} in this account.`);
         return row;
       },
