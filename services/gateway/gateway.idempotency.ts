@@ -6,14 +6,29 @@
  * than any action may run.
  */
 import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from "node:crypto";
-import { ApiError } from "../../lib/errors";
+import type { ServerResponse } from "node:http";
+import type { Service } from "moleculer";
 import { QueryTypes, type Sequelize } from "sequelize";
+import { ApiError } from "../../lib/errors";
+import { writeProblem } from "../../lib/http";
+import { toProblem } from "../../lib/problem";
+import type { GwRequest, GwRoute } from "./gateway.request";
 
 export type Claim =
   { kind: "claimed" } | { kind: "replay"; status: number; body: unknown; headers: Record<string, string> } | { kind: "mismatch" } | { kind: "running" };
 
 /** 1-255 printable ASCII characters. */
 export const IDEMPOTENCY_KEY_RE = /^[\x20-\x7e]{1,255}$/;
+
+/** The Idempotency-Key header's value; 400 when it is not 1-255 printable ASCII characters (or given twice). */
+export function checkIdempotencyKey(key: string | string[]): string {
+  if (typeof key !== "string" || !IDEMPOTENCY_KEY_RE.test(key)) {
+    throw new ApiError("INVALID_HEADER", "Idempotency-Key must be 1-255 printable ASCII characters.", {
+      errors: [{ path: "Idempotency-Key", message: "must be 1-255 printable characters" }],
+    });
+  }
+  return key;
+}
 
 const MAX_DEPTH = 32;
 
@@ -126,4 +141,97 @@ export class IdempotencyStore {
     });
     return (meta as { rowCount?: number })?.rowCount ?? 0;
   }
+}
+
+/** What the idempotent call needs of the gateway service. */
+export interface IdempotentHost {
+  idempotency: IdempotencyStore;
+  logger: Pick<Service["logger"], "error">;
+  checkResponse(req: GwRequest, status: number, data: unknown): void;
+  sendResponse(req: GwRequest, res: ServerResponse, data: unknown, action: unknown): void;
+}
+
+/** Answers a repeat with the stored answer (marked Idempotent-Replayed); a stored problem gets this request's id. */
+function writeReplay(res: ServerResponse, claim: Extract<Claim, { kind: "replay" }>, requestId: string): void {
+  res.setHeader("Idempotent-Replayed", "true");
+  for (const [k, v] of Object.entries(claim.headers)) res.setHeader(k, v);
+  if (claim.status >= 400) {
+    writeProblem(res, { ...(claim.body as object), requestId } as never);
+  } else {
+    res.statusCode = claim.status;
+    if (claim.status === 204 || claim.body == null) res.end();
+    else {
+      res.setHeader("Content-Type", "application/json; charset=utf-8");
+      res.end(JSON.stringify(claim.body));
+    }
+  }
+}
+
+/** Stores an answer; if that fails the caller still gets the answer, and the claim stays until abandoned. */
+async function storeAnswer(
+  host: IdempotentHost,
+  companyId: string,
+  key: string,
+  status: number,
+  body: unknown,
+  headers: Record<string, string>,
+  sealer: Sealer,
+): Promise<void> {
+  try {
+    await host.idempotency.complete(companyId, key, status, body, headers, sealer);
+  } catch (err) {
+    host.logger.error({ err: { name: (err as Error).name, message: (err as Error).message } }, "could not store an idempotent answer");
+  }
+}
+
+/**
+ * A POST with Idempotency-Key: claims the key, then replays the stored answer, refuses (another
+ * request, or the first still running), or calls the action and stores its answer. Always answers
+ * the request itself (true: moleculer-web must not go on to a 404).
+ */
+export async function callIdempotent(
+  host: IdempotentHost,
+  route: GwRoute,
+  req: GwRequest,
+  res: ServerResponse,
+  params: Record<string, unknown>,
+  key: string,
+  defaultTimeoutMs: number,
+): Promise<true> {
+  const ctx = req.$ctx;
+  const companyId = ctx.meta.companyId;
+  const sealer = new Sealer(req.headers["x-api-key"] as string, companyId, key);
+  const timeout = (route.callOptions?.timeout as number | undefined) ?? defaultTimeoutMs;
+  const claim = await host.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer, timeout / 1000);
+  if (claim.kind === "mismatch")
+    throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
+  if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");
+  if (claim.kind === "replay") {
+    writeReplay(res, claim, req.$requestId);
+    return true;
+  }
+  let data: unknown;
+  try {
+    data = await ctx.call(req.$endpoint as string, params, { ...route.callOptions });
+  } catch (err) {
+    const problem = toProblem(err, req.$requestId);
+    const type = (err as { type?: string }).type ?? "";
+    if (problem.status < 500) {
+      const { requestId: _drop, ...stored } = problem;
+      await storeAnswer(host, companyId, key, problem.status, stored, {}, sealer);
+    } else if (type !== "REQUEST_TIMEOUT") {
+      // Nothing ran (no service), or the action ended with an error: it is over, retry freely.
+      await host.idempotency.release(companyId, key).catch(() => undefined);
+    }
+    // A timeout leaves the claim RUNNING: the handler may still be at work, so repeats get 409
+    // until the claim is abandoned (IdempotencyStore.abandonAfterS) rather than acting twice.
+    throw err;
+  }
+  const status = ctx.meta.$statusCode ?? 200;
+  host.checkResponse(req, status, data);
+  const location = (ctx.meta as { $location?: string }).$location;
+  await storeAnswer(host, companyId, key, status, data, location ? { Location: location } : {}, sealer);
+  if (location && status === 202) res.setHeader("Location", location);
+  host.sendResponse(req, res, data, (req.$endpoint as { action: unknown }).action);
+  return true;
 }

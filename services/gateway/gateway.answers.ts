@@ -1,0 +1,194 @@
+/**
+ * What the gateway answers besides an action's own result: problems for every error (with the
+ * request id, RateLimit-* on partner paths and the log line), 404/405/OPTIONS from the routing
+ * table, the ops route (/healthz, /metrics, /docs), the action's answer on its way out, and, with
+ * VALIDATE_RESPONSES, the check of answers against their declared schemas.
+ */
+import type { ServerResponse } from "node:http";
+import { Readable } from "node:stream";
+import type { Context, Service, ServiceBroker } from "moleculer";
+import { API_PREFIX, type AuthMeta } from "../../lib/api";
+import type { Database } from "../../lib/db";
+import { ApiError } from "../../lib/errors";
+import { requestIdOf, writeProblem } from "../../lib/http";
+import type { HttpMetrics } from "../../lib/http-metrics";
+import { withRequestId } from "../../lib/logger";
+import type { ExposedAction } from "../../lib/openapi";
+import { toProblem } from "../../lib/problem";
+import { isRemoteFile, remoteFileStream } from "../../lib/remote-file";
+import { compileSchema, toFieldErrors } from "../../lib/validator";
+import { renderDocs } from "./gateway.docs";
+import { decodeForClient } from "./gateway.encoding";
+import type { Alias, GwRequest } from "./gateway.request";
+
+const METHOD_ORDER = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/** The methods routed on a path (empty: no such path). */
+export function allowedMethods(aliases: Alias[], url: string): string[] {
+  const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
+  return [...new Set(aliases.filter((a) => a.match(path)).map((a) => a.method))]
+    .filter((m) => m !== "*")
+    .sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
+}
+
+/** What writing a problem needs of the gateway service. */
+export interface ProblemHost {
+  logger: Pick<Service["logger"], "error" | "warn">;
+  rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
+}
+
+/** Any error as an application/problem+json answer; a 500 is logged with its stack, other 5xx as a warning. */
+export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerResponse, err: unknown): void {
+  const requestId = req.$requestId ?? requestIdOf(undefined);
+  const problem = toProblem(err, requestId);
+  if (problem.status === 500) {
+    withRequestId(requestId, () => host.logger.error({ err, method: req.method, path: req.url }, "request failed"));
+  } else if (problem.status > 500) {
+    withRequestId(requestId, () =>
+      host.logger.warn({ method: req.method, path: req.url, status: problem.status, detail: problem.detail }, "request not served"),
+    );
+  }
+  // Every partner answer carries RateLimit-*: those refused before authentication count per address.
+  const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
+  if (url.startsWith(API_PREFIX) && !res.headersSent && !res.hasHeader("RateLimit-Limit")) {
+    host.rateLimit(res, `ip:${req.socket.remoteAddress}`, false);
+  }
+  writeProblem(res, problem, { "X-Request-Id": requestId });
+}
+
+/** OPTIONS: 204 with Allow on a known path, 404 otherwise (no CORS: this API is server to server). */
+export function answerOptions(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
+  const allowed = allowedMethods(aliases, req.url?.split("?")[0] ?? "");
+  if (allowed.length === 0) return sendProblem(host, req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.url?.split("?")[0]}.`));
+  res.setHeader("Allow", [...allowed, "OPTIONS"].join(", "));
+  res.statusCode = 204;
+  res.end();
+}
+
+/** Unknown path: 404; known path with another method: 405 with Allow. */
+export function answerNoRoute(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
+  const url = req.parsedUrl ?? req.url?.split("?")[0] ?? "";
+  const allowed = allowedMethods(aliases, url);
+  if (allowed.length > 0) {
+    res.setHeader("Allow", allowed.join(", "));
+    return sendProblem(host, req, res, new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${url}; allowed: ${allowed.join(", ")}.`));
+  }
+  sendProblem(host, req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.method} ${url}.`));
+}
+
+/** An answer that does not match the schema its action declares for `status` throws (a 500). */
+export function checkAnswer(action: NonNullable<GwRequest["$action"]>, status: number, data: unknown): void {
+  const schema = action.responses?.[status];
+  if (schema === undefined) throw new Error(`${action.name} answered ${status}, which it does not declare`);
+  if (schema === null) {
+    if (data != null) throw new Error(`${action.name} answered a body with ${status}, declared without one`);
+    return;
+  }
+  if (data instanceof Readable) {
+    if (schema.format !== "binary") throw new Error(`${action.name} answered a stream where its schema declares JSON`);
+    return;
+  }
+  const validate = compileSchema(schema);
+  if (!validate(data)) throw new Error(`${action.name} answer does not match its schema: ${JSON.stringify(toFieldErrors(validate.errors))}`);
+}
+
+/** What the partner route's answer needs of the gateway service. */
+export interface AnswerHost {
+  broker: ServiceBroker;
+  checkResponse(req: GwRequest, status: number, data: unknown): void;
+}
+
+/**
+ * A partner action's result on its way to the client: a file answered by reference is pulled from
+ * its node as the client reads it, the answer is checked, a 202 names its job in Location, and a
+ * stream is decoded when the client does not take its encoding.
+ */
+export function partnerAnswer(
+  host: AnswerHost,
+  ctx: Context<unknown, AuthMeta>,
+  req: GwRequest,
+  res: ServerResponse,
+  data: unknown,
+  timeoutMs: number,
+): unknown {
+  if (isRemoteFile(data)) {
+    // Each range is a call of its own (not a child of this request's context, whose time-out would cut a long download).
+    const ranges = {
+      call: (action: string, params: unknown, opts: { nodeID: string }) =>
+        host.broker.call(action, params, { ...opts, requestID: ctx.requestID ?? undefined, timeout: timeoutMs }),
+    };
+    data = remoteFileStream(ranges, data.$remoteFile);
+  }
+  host.checkResponse(req, ctx.meta.$statusCode ?? 200, data);
+  // moleculer-web sends $location with 201 and redirects only; a 202 names its job too.
+  const location = (ctx.meta as { $location?: string }).$location;
+  if (location && ctx.meta.$statusCode === 202) res.setHeader("Location", location);
+  return data instanceof Readable ? decodeForClient(req, ctx.meta, data) : data;
+}
+
+/** Every published action with a `rest` declaration in the cluster right now, once each. */
+export function exposedActions(broker: ServiceBroker): ExposedAction[] {
+  const seen = new Set<string>();
+  const out: ExposedAction[] = [];
+  for (const svc of broker.registry.getServiceList({ withActions: true }) as Array<{ actions?: Record<string, ExposedAction> }>) {
+    for (const action of Object.values(svc.actions ?? {})) {
+      const a = action as ExposedAction & { visibility?: string };
+      if (!a.rest || seen.has(a.name) || (a.visibility && a.visibility !== "published")) continue;
+      seen.add(a.name);
+      out.push(a);
+    }
+  }
+  return out;
+}
+
+/** Readiness: the database answers, the transporter (if any) is connected, the partner routes are built. */
+export async function readinessChecks(db: Database, broker: ServiceBroker, withTransporter: boolean, routesReady: boolean): Promise<Record<string, string>> {
+  const checks: Record<string, string> = {};
+  try {
+    await db.ping(1000);
+    checks.database = "ok";
+  } catch {
+    checks.database = "unreachable";
+  }
+  if (withTransporter) checks.transporter = broker.transit?.connected ? "ok" : "disconnected";
+  checks.routes = routesReady ? "ok" : "loading";
+  return checks;
+}
+
+/** What the ops route needs of the gateway service. */
+export interface OpsHost {
+  metrics: HttpMetrics;
+  readiness(): Promise<Record<string, string>>;
+  openApiDocument(): Record<string, unknown>;
+}
+
+/** Function aliases of the ops route answer directly; moleculer-web calls them with `this` = service. */
+export const opsAliases = {
+  "GET /healthz/live"(this: OpsHost, _req: GwRequest, res: ServerResponse) {
+    res.setHeader("Content-Type", "application/json; charset=utf-8");
+    res.end(JSON.stringify({ status: "live" }));
+  },
+  async "GET /healthz/ready"(this: OpsHost, req: GwRequest, res: ServerResponse) {
+    const checks = await this.readiness();
+    if (Object.values(checks).every((v) => v === "ok")) {
+      res.setHeader("Content-Type", "application/json; charset=utf-8");
+      res.end(JSON.stringify({ status: "ready", checks }));
+    } else {
+      const why = Object.entries(checks)
+        .filter(([, v]) => v !== "ok")
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ");
+      // Not ready is a normal state (starting, or a dependency down), not a failed request: no error log.
+      writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", `Not ready: ${why}`, { checks }), req.$requestId));
+    }
+  },
+  async "GET /metrics"(this: OpsHost, _req: GwRequest, res: ServerResponse) {
+    const text = await this.metrics.render();
+    res.setHeader("Content-Type", this.metrics.contentType);
+    res.end(text);
+  },
+  "GET /docs"(this: OpsHost, _req: GwRequest, res: ServerResponse) {
+    res.setHeader("Content-Type", "text/html; charset=utf-8");
+    res.end(renderDocs(this.openApiDocument()));
+  },
+};
