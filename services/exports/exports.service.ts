@@ -37,48 +37,13 @@ import {
   type ContactExportIn,
   type ExportLinkOut,
   type ExportOut,
-  type ExportStatus,
   type ExportType,
   type MessageExportIn,
 } from "./exports.schemas";
 import { signingKey, UrlSigner } from "./exports.signing";
 import { UUID } from "../contacts/contacts.contract";
 import { contactExportSql } from "./exports.sql";
-
-interface JobRow {
-  id: string;
-  company_id: string;
-  type: ExportType;
-  status: ExportStatus;
-  run: number;
-  node_id: string | null;
-  file_name: string | null;
-  row_count: string | null;
-  error: string | null;
-  created_at: Date;
-  completed_at: Date | null;
-  expires_at: Date | null;
-}
-
-const JOB_COLUMNS = "id, company_id, type, status, run, node_id, file_name, row_count, error, created_at, completed_at, expires_at";
-
-/** Available: COMPLETED and not past its expiry (the sweeper may not have run yet). */
-const available = (r: JobRow) => r.status === "COMPLETED" && r.expires_at !== null && new Date(r.expires_at).getTime() > Date.now();
-
-function toExportOut(r: JobRow): ExportOut {
-  const ok = available(r);
-  return {
-    exportId: r.id,
-    type: r.type,
-    status: r.status === "COMPLETED" && !ok ? "EXPIRED" : r.status,
-    isAvailableForDownload: ok,
-    rowCount: r.row_count === null ? null : Number(r.row_count),
-    createdAt: iso(r.created_at)!,
-    completedAt: iso(r.completed_at),
-    expiresAt: iso(r.expires_at),
-    error: r.error,
-  };
-}
+import { available, JOB_COLUMNS, toExportOut, type JobRow } from "./exports.models";
 
 const FILE_TITLES: Record<ExportType, string> = { CONTACTS: "contacts", DELIVERY_REPORTS: "delivery-reports", MESSAGE_HISTORY: "message-history" };
 
