@@ -1,6 +1,7 @@
 /**
  * A database of this test file's own: a fresh database on the PostgreSQL at TEST_DATABASE_URL when
- * set, else an in-memory PGlite. With REQUIRE_REAL_SERVICES=1 the PostgreSQL is mandatory.
+ * set, else an in-memory PGlite. With REQUIRE_REAL_SERVICES=1 the PostgreSQL is mandatory (the
+ * e2e-embedded jest project clears both variables before this module loads: PGlite there by design).
  */
 import { randomBytes } from "node:crypto";
 import pg from "pg";
@@ -10,8 +11,21 @@ export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
 export const TEST_NATS_URL = process.env.TEST_NATS_URL || null;
 export const REQUIRE_REAL = process.env.REQUIRE_REAL_SERVICES === "1";
 
-/** A test that needs the real PostgreSQL; without TEST_DATABASE_URL it is listed as a todo, visibly not run. */
-export const itWithPostgres = TEST_DATABASE_URL ? it : (name: string, _fn: () => unknown, _timeout?: number) => it.todo(`${name} (needs TEST_DATABASE_URL)`);
+/** Set by the `e2e-embedded` jest project (test/helpers/embedded-project.ts): this run is on PGlite by design. */
+export const EMBEDDED_PROJECT = process.env.TEST_EMBEDDED_PROJECT === "1";
+
+/**
+ * A test that needs the real PostgreSQL. Without TEST_DATABASE_URL it is listed as a todo, visibly
+ * not run; under REQUIRE_REAL_SERVICES=1 its absence is a failure, never a silent todo.
+ */
+export function itWithPostgres(name: string, fn: () => unknown, timeout?: number): void {
+  if (TEST_DATABASE_URL) it(name, fn as jest.ProvidesCallback, timeout);
+  else if (REQUIRE_REAL) {
+    it(`${name} (needs PostgreSQL)`, () => {
+      throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set: a PostgreSQL test cannot be skipped here");
+    });
+  } else it.todo(`${name} (needs TEST_DATABASE_URL${EMBEDDED_PROJECT ? "; this project runs on embedded PGlite" : ""})`);
+}
 
 /**
  * Cross-node tests over the real NATS at TEST_NATS_URL: without it they list themselves as a todo,
