@@ -1,5 +1,6 @@
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { email, listIn } from "../helpers/builders";
 import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
@@ -9,18 +10,18 @@ beforeAll(async () => {
 afterAll(() => t?.stop());
 
 let seq = 0;
+/** `n` contacts of `a`, each with an email and a first name that sorts in creation order. */
 async function contacts(a: Account, n: number, over: Record<string, unknown> = {}): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
-    seq++;
-    const res = await a.api.post("/contacts", { firstName: `C${String(seq).padStart(4, "0")}`, email: `c${seq}@lists.example`, ...over });
+    const res = await a.api.post("/contacts", { firstName: `C${String(++seq).padStart(4, "0")}`, email: email(), ...over });
     expect(res.status).toBe(201);
     ids.push(res.body.id);
   }
   return ids;
 }
 const list = async (a: Account, body: Record<string, unknown> = {}) => {
-  const res = await a.api.post("/contacts/list", { name: `List ${++seq}`, ...body });
+  const res = await a.api.post("/contacts/list", listIn(body));
   expect(res.status).toBe(201);
   return res.body as { id: number; name: string };
 };
@@ -207,6 +208,34 @@ describe("memberships", () => {
     expectProblem(await a.api.delete(`/contacts/list/contacts/${theirAssoc.body.ids[0]}`), 404);
     const all = await a.api.post("/contacts/list/contacts", { listIds: [mine.id], allContacts: true });
     expect(all.body.created).toBe(1); // only the account's own contacts
+  });
+
+  it("refuses another account's lists or contacts on DELETE /contacts/list/contacts (400 naming them), changing nothing of either account", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const b = await t.newAccount(["CONTACTS"]);
+    const mine = await list(a);
+    const theirs = await list(b);
+    const myContacts = await contacts(a, 2);
+    const theirContacts = await contacts(b, 2);
+    expect((await a.api.post("/contacts/list/contacts", { listIds: [mine.id], contactIds: myContacts })).status).toBe(201);
+    expect((await b.api.post("/contacts/list/contacts", { listIds: [theirs.id], contactIds: theirContacts })).status).toBe(201);
+    const members = async (who: Account, listId: number) =>
+      (await who.api.get(`/contacts/list/${listId}/contacts`)).body.data.map((c: { id: string }) => c.id).sort();
+
+    const foreignList = await a.api.delete("/contacts/list/contacts", { body: { listIds: [mine.id, theirs.id], contactIds: myContacts } });
+    expectProblem(foreignList, 400);
+    expect(foreignList.body.errors).toEqual([{ path: "listIds", message: expect.stringContaining(String(theirs.id)) }]);
+    const foreignContact = await a.api.delete("/contacts/list/contacts", { body: { listIds: [mine.id], contactIds: [myContacts[0], theirContacts[0]] } });
+    expectProblem(foreignContact, 400);
+    expect(foreignContact.body.errors).toEqual([{ path: "contactIds", message: expect.stringContaining(theirContacts[0]!) }]);
+    const allOfTheirs = await a.api.delete("/contacts/list/contacts", { body: { listIds: [theirs.id], allContacts: true } });
+    expectProblem(allOfTheirs, 400);
+    expect(allOfTheirs.body.errors).toEqual([{ path: "listIds", message: expect.stringContaining(String(theirs.id)) }]);
+
+    // Nothing half-done on either side.
+    expect(await members(a, mine.id)).toEqual([...myContacts].sort());
+    expect(await members(b, theirs.id)).toEqual([...theirContacts].sort());
+    expect((await b.api.get(`/contacts/list/${theirs.id}`)).body.contactCount).toBe(2);
   });
 
   it.each([

@@ -1,4 +1,5 @@
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { contactIn } from "../helpers/builders";
 import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
@@ -6,15 +7,6 @@ beforeAll(async () => {
   t = await startTestApp({ services: ["gateway", "auth", "contacts"] });
 });
 afterAll(() => t?.stop());
-
-let seq = 0;
-/** A contact body with a phone number of its own; overrides win. */
-const contactIn = (over: Record<string, unknown> = {}) => ({
-  firstName: "Ana",
-  lastName: `Silva${++seq}`,
-  phoneNumber: `+35191${String(1000000 + seq).slice(-7)}`,
-  ...over,
-});
 
 describe("POST /contacts", () => {
   it("creates a contact with its phone in E.164 and answers 201 with every field", async () => {
@@ -212,6 +204,18 @@ describe("custom fields", () => {
     expect((await b.api.get(`/contacts/${c.id}`)).body.customFields).toEqual({});
     expectProblem(await b.api.delete("/contacts/custom-fields/temp"), 404);
     expectProblem(await b.api.post("/contacts", contactIn({ customFields: { temp: "x" } })), 400);
+  });
+
+  it("answers 404 for deleting another account's custom field, whose declaration and values stay", async () => {
+    const owner = await t.newAccount(["CONTACTS"]);
+    const other = await t.newAccount(["CONTACTS"]);
+    expect((await owner.api.post("/contacts/custom-fields", { key: "region", type: "TEXT" })).status).toBe(201);
+    const c = (await owner.api.post("/contacts", contactIn({ customFields: { region: "north" } }))).body;
+    expectProblem(await other.api.delete("/contacts/custom-fields/region"), 404);
+    expect((await owner.api.get("/contacts/custom-fields")).body.data).toEqual([expect.objectContaining({ key: "region", type: "TEXT" })]);
+    expect((await owner.api.get(`/contacts/${c.id}`)).body.customFields).toEqual({ region: "north" });
+    expect((await owner.api.get("/contacts?customFields.region=north")).body.data.map((x: { id: string }) => x.id)).toEqual([c.id]);
+    expect((await other.api.get("/contacts/custom-fields")).body.data).toEqual([]);
   });
 });
 

@@ -3,7 +3,10 @@ import { expectProblem } from "../helpers/expect";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Two equally slow actions: one keeps the default timeout, one declares a longer one. */
+/**
+ * Two equally slow actions (1.5 s): one keeps the default timeout (200 ms here), one declares a
+ * longer one (10 s). Both margins are wide, so that a busy machine cannot turn either answer.
+ */
 const sleepy = {
   name: "sleepy",
   settings: { rest: "/" },
@@ -12,14 +15,14 @@ const sleepy = {
       rest: "GET /probe/usual",
       operation: "AUTHENTICATION",
       responses: { 200: { type: "object" } },
-      handler: () => sleep(600).then(() => ({ done: true })),
+      handler: () => sleep(1500).then(() => ({ done: true })),
     },
     patient: {
       rest: "GET /probe/patient",
       operation: "AUTHENTICATION",
-      timeout: 5000,
+      timeout: 10_000,
       responses: { 200: { type: "object" } },
-      handler: () => sleep(600).then(() => ({ done: true })),
+      handler: () => sleep(1500).then(() => ({ done: true })),
     },
   },
 };

@@ -4,6 +4,8 @@
  */
 import { QueryTypes } from "sequelize";
 import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
+import { messageIn, phone, receiptIn, smsReceiptIn, uniqueId, type Sent } from "../helpers/builders";
+import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { Http } from "../helpers/http";
 import { applyChannelSupport } from "../../services/contacts/contacts.support";
@@ -14,9 +16,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.stop());
 
-let seq = 0;
-const phone = () => `+3519${String(10000000 + ++seq).slice(-8)}`;
-const mid = () => `m-${uid("x")}`;
+const mid = () => uniqueId("m");
 
 interface EventRow {
   event_type: string;
@@ -37,21 +37,17 @@ const status = async (a: Account, channel: string, id: string) => {
   return res.body;
 };
 
+/** Registers a message (sent at a fixed time, so that the statuses below can be compared whole). */
 const register = async (companyId: string, over: Record<string, unknown> = {}) => {
-  const body = { companyId, channel: "SMS", customerMessageId: mid(), destination: phone(), sentAt: "2026-11-20T10:00:00Z", ...over };
+  const body = messageIn(companyId, { sentAt: "2026-11-20T10:00:00Z", ...over });
   const res = await t.ingress.post("/messages", body);
   expect(res.status).toBe(202);
-  return body as typeof body & { customerMessageId: string; destination: string };
+  return body as typeof body & Sent;
 };
 
-const smsReceipt = (companyId: string, m: { customerMessageId: string; destination: string }, over: Record<string, unknown> = {}) => ({
-  companyId,
-  MESSAGE_ID: m.customerMessageId,
-  DESTINATION: m.destination,
-  DELIVERY_STATUS: 3,
-  DELIVERY_DATE: "2026-11-20T10:00:05Z",
-  ...over,
-});
+/** An SMS receipt of `m` (DELIVERED at a fixed time). */
+const smsReceipt = (companyId: string, m: Omit<Sent, "companyId">, over: Record<string, unknown> = {}) =>
+  smsReceiptIn({ companyId, ...m }, { DELIVERY_DATE: "2026-11-20T10:00:05Z", ...over });
 
 describe("registration", () => {
   it("registers an SMS as ACCEPTED and an RCS or WhatsApp message as UNKNOWN, answering 202 once stored", async () => {
@@ -298,19 +294,13 @@ describe("RCS and WhatsApp receipts and reads", () => {
     expect(c.body.communicationSupported).toEqual(["SMS"]);
     const receipt = async (code: number) => {
       const m = await register(a.companyId, { channel: "RCS", destination: number });
-      await t.ingress.post("/receipts/rcs", {
-        companyId: a.companyId,
-        messageId: m.customerMessageId,
-        destination: number,
-        statusCode: code,
-        eventDate: "2026-11-20T10:01:00Z",
-      });
+      await t.ingress.post("/receipts/rcs", receiptIn(m, { statusCode: code, eventDate: "2026-11-20T10:01:00Z" }));
     };
     const supported = async () => (await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported;
     await receipt(3);
-    await waitFor(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
+    await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
     await receipt(11);
-    await waitFor(async () => expect(await supported()).toEqual(["SMS"]));
+    await eventually(async () => expect(await supported()).toEqual(["SMS"]));
   });
 });
 
@@ -326,15 +316,13 @@ describe("communicationSupported", () => {
     expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
     // A simulated message is never sent: its "receipt" says nothing about the number.
     const m = await register(a.companyId, { channel: "WHATSAPP", destination: number, simulation: true });
-    await t.ingress.post("/receipts/whatsapp", {
-      companyId: a.companyId,
-      messageId: m.customerMessageId,
-      destination: number,
-      statusCode: 11,
-      eventDate: "2026-11-20T10:01:00Z",
-    });
-    await new Promise((r) => setTimeout(r, 300));
-    expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
+    expect((await t.ingress.post("/receipts/whatsapp", receiptIn(m, { statusCode: 11, eventDate: "2026-11-20T10:01:00Z" }))).status).toBe(202);
+    // Then a real UNSUPPORTED receipt on RCS, posted after it: once that one has been applied, the
+    // simulated one (had it counted) would have been too. Only RCS goes.
+    const real = await register(a.companyId, { channel: "RCS", destination: number });
+    expect((await t.ingress.post("/receipts/rcs", receiptIn(real, { statusCode: 11, eventDate: "2026-11-20T10:01:00Z" }))).status).toBe(202);
+    await eventually(async () => expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).not.toContain("RCS"));
+    expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "WHATSAPP"]);
   });
 });
 
@@ -609,15 +597,3 @@ describe("X-Internal-Token", () => {
     expect((await guarded.ingress.post("/messages", body, { headers: { "x-internal-token": "s3cret-token-0123456789" } })).status).toBe(202);
   });
 });
-
-async function waitFor(check: () => Promise<void>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await check();
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
