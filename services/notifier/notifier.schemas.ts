@@ -1,4 +1,5 @@
 /** Webhook registration on the wire (spec parts 2 and 4, contract section 4 "Webhook"). */
+import { pageSchema } from "../../lib/paging";
 import { MAX_CALLBACK_URL } from "./notifier.url";
 
 export interface WebhookIn {
@@ -101,3 +102,8 @@ export const attemptOut = {
     },
   },
 };
+
+export const attemptPage = pageSchema("WebhookAttemptPage", attemptOut);
+
+/** notifier.housekeep (the REPL) takes no parameters. */
+export const housekeepIn = { $id: "NotifierHousekeepIn", type: "object", additionalProperties: false, properties: {} };

@@ -5,62 +5,29 @@
  * (notifier.client.ts), and partners read the attempts log.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { QueryTypes } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
-import { pageSchema, queryPage, type Page } from "../../lib/paging";
+import type { Page } from "../../lib/paging";
 import { DbMixin } from "../../mixins/db.mixin";
 import { CallbackClient } from "./notifier.client";
 import { ATTEMPTS_KEPT_DAYS, Deliverer } from "./notifier.delivery";
 import { NotifierMetrics } from "./notifier.metrics";
-import { attemptOut, attemptsIn, webhookIn, webhookOut, type AttemptOut, type AttemptsIn, type WebhookIn, type WebhookOut } from "./notifier.schemas";
+import { toWebhookOut } from "./notifier.models";
+import { attemptsPage, deleteWebhook, findWebhook, insertWebhook, updateWebhook } from "./notifier.queries";
+import {
+  attemptPage,
+  attemptsIn,
+  housekeepIn,
+  webhookIn,
+  webhookOut,
+  type AttemptOut,
+  type AttemptsIn,
+  type WebhookIn,
+  type WebhookOut,
+} from "./notifier.schemas";
 import { CallbackUrlError, validateCallbackUrl } from "./notifier.url";
-
-interface WebhookRow {
-  company_id: string;
-  callback_url: string;
-  created_at: Date;
-  updated_at: Date;
-}
-
-const toWebhookOut = (r: WebhookRow): WebhookOut => ({
-  companyId: r.company_id,
-  callbackUrl: r.callback_url,
-  createdAt: new Date(r.created_at).toISOString(),
-  updatedAt: new Date(r.updated_at).toISOString(),
-});
-
-interface AttemptRow {
-  event_type: AttemptOut["eventType"];
-  channel: AttemptOut["channel"];
-  message_id: string;
-  num_part: number | null;
-  attempt: number;
-  attempted_at: Date;
-  http_status: number | null;
-  duration_ms: number | null;
-  error: string | null;
-  next_attempt_at: Date | null;
-  outcome: AttemptOut["outcome"];
-}
-
-const toAttemptOut = (r: AttemptRow): AttemptOut => ({
-  eventType: r.event_type,
-  channel: r.channel,
-  messageId: r.message_id,
-  numPart: r.num_part,
-  attempt: r.attempt,
-  attemptedAt: new Date(r.attempted_at).toISOString(),
-  httpStatus: r.http_status,
-  durationMs: r.duration_ms,
-  error: r.error,
-  nextAttemptAt: r.next_attempt_at ? new Date(r.next_attempt_at).toISOString() : null,
-  outcome: r.outcome,
-});
-
-const attemptPage = pageSchema("WebhookAttemptPage", attemptOut);
 
 interface NotifierVars {
   deliverer: Deliverer;
@@ -73,7 +40,6 @@ const notConfigured = () => new ApiError("WEBHOOK_NOT_FOUND", "No delivery-statu
 export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, NotifierVars> {
   const { config, db } = deps;
   const sequelize = db.sequelize;
-  const one = async (sql: string, bind: unknown[]) => (await sequelize.query<WebhookRow>(sql, { bind, type: QueryTypes.SELECT }))[0] ?? null;
 
   /** The URL rules of spec part 6; a failure is a 400 naming callbackUrl. */
   async function checked(url: string): Promise<string> {
@@ -101,7 +67,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         responses: { 200: webhookOut },
         errors: [404],
         async handler(ctx: Context<unknown, AuthMeta>): Promise<WebhookOut> {
-          const row = await one(`SELECT * FROM webhooks WHERE company_id = $1`, [ctx.meta.companyId]);
+          const row = await findWebhook(sequelize, ctx.meta.companyId);
           if (!row) throw notConfigured();
           return toWebhookOut(row);
         },
@@ -120,10 +86,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         errors: [400, 409],
         async handler(ctx: Context<WebhookIn, AuthMeta & { $statusCode?: number; $location?: string }>): Promise<WebhookOut> {
           const url = await checked(ctx.params.callbackUrl);
-          const row = await one(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2) ON CONFLICT (company_id) DO NOTHING RETURNING *`, [
-            ctx.meta.companyId,
-            url,
-          ]);
+          const row = await insertWebhook(sequelize, ctx.meta.companyId, url);
           if (!row) throw new ApiError("WEBHOOK_EXISTS", "A delivery-status webhook is already configured; change it with PUT or remove it with DELETE.");
           ctx.meta.$statusCode = 201;
           ctx.meta.$location = `${API_PREFIX}/webhooks/delivery-status`;
@@ -142,7 +105,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         errors: [400, 404],
         async handler(ctx: Context<WebhookIn, AuthMeta>): Promise<WebhookOut> {
           const url = await checked(ctx.params.callbackUrl);
-          const row = await one(`UPDATE webhooks SET callback_url = $2, updated_at = now() WHERE company_id = $1 RETURNING *`, [ctx.meta.companyId, url]);
+          const row = await updateWebhook(sequelize, ctx.meta.companyId, url);
           if (!row) throw notConfigured();
           return toWebhookOut(row);
         },
@@ -157,7 +120,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         responses: { 204: null },
         errors: [404],
         async handler(ctx: Context<unknown, AuthMeta & { $statusCode?: number }>): Promise<void> {
-          const row = await one(`DELETE FROM webhooks WHERE company_id = $1 RETURNING *`, [ctx.meta.companyId]);
+          const row = await deleteWebhook(sequelize, ctx.meta.companyId);
           if (!row) throw notConfigured();
           ctx.meta.$statusCode = 204;
         },
@@ -173,23 +136,14 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         params: attemptsIn,
         responses: { 200: attemptPage },
         async handler(ctx: Context<AttemptsIn, AuthMeta>): Promise<Page<AttemptOut>> {
-          const { page, limit, messageId, outcome } = ctx.params;
-          const where = `company_id = :companyId AND attempted_at >= now() - interval '${ATTEMPTS_KEPT_DAYS} days'${messageId ? " AND message_id = :messageId" : ""}${outcome ? " AND outcome = :outcome" : ""}`;
-          return queryPage<AttemptRow, AttemptOut>(sequelize, {
-            select: `SELECT event_type, channel, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome
-                       FROM webhook_attempts WHERE ${where} ORDER BY attempted_at DESC, id DESC LIMIT :limit OFFSET :offset`,
-            count: `SELECT count(*) AS total FROM webhook_attempts WHERE ${where}`,
-            replacements: { companyId: ctx.meta.companyId, messageId: messageId ?? null, outcome: outcome ?? null },
-            page,
-            limit,
-            map: toAttemptOut,
-          });
+          return attemptsPage(sequelize, ctx.meta.companyId, ctx.params);
         },
       }),
 
       /** Housekeeping now (the REPL; it also runs every minute): attempts past 7 days, events of accounts without a webhook. */
       housekeep: {
         visibility: "public",
+        params: housekeepIn,
         async handler(this: NotifierThis) {
           return this.deliverer.housekeeping();
         },
