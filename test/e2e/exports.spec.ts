@@ -13,6 +13,8 @@ import { QueryTypes } from "sequelize";
 import { API_PREFIX } from "../../lib/api";
 import { UrlSigner } from "../../services/exports/exports.signing";
 import { startTestApp, TEST_SIGNING_KEY, type Account, type TestApp } from "../helpers/app";
+import { contactIn } from "../helpers/builders";
+import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
@@ -30,14 +32,17 @@ const ingest = async (path: string, body: unknown) => {
 };
 
 /** Polls GET /exports (as partners do) until the job has left QUEUED and PROCESSING. */
-async function settled(a: Account, exportId: string) {
-  for (let i = 0; i < 400; i++) {
-    const res = await a.api.get("/exports?limit=1000");
-    const job = res.body.data.find((j: { exportId: string }) => j.exportId === exportId);
-    if (job && !["QUEUED", "PROCESSING"].includes(job.status)) return job;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`export ${exportId} did not settle`);
+function settled(a: Account, exportId: string) {
+  return eventually(
+    async () => {
+      const res = await a.api.get("/exports?limit=1000");
+      const job = res.body.data.find((j: { exportId: string }) => j.exportId === exportId);
+      expect(job).toBeDefined();
+      expect(["QUEUED", "PROCESSING"]).not.toContain(job.status);
+      return job;
+    },
+    { timeoutMs: 30_000, intervalMs: 25 },
+  );
 }
 
 interface Got {
@@ -386,6 +391,38 @@ describe("POST /exports/contacts", () => {
     expect(rows.find((r) => r[5] === "bruno@example.com")![1]).toBe("'=cmd|' /C calc'!A0");
   });
 
+  it("writes only the caller's contacts and custom fields, next to another account's", async () => {
+    const mine = await t.newAccount(["EXPORTS", "CONTACTS"]);
+    const theirs = await t.newAccount(["EXPORTS", "CONTACTS"]);
+    expect((await theirs.api.post("/contacts/custom-fields", { key: "secret", type: "TEXT" })).status).toBe(201);
+    const theirIds: string[] = [];
+    for (const body of [
+      contactIn({ phoneNumber: "+351913100001", customFields: { secret: "x" } }),
+      contactIn({ email: "shared@example.com" }),
+      contactIn({ firstName: "Zed" }),
+    ]) {
+      const res = await theirs.api.post("/contacts", body);
+      expect(res.status).toBe(201);
+      theirIds.push(res.body.id);
+    }
+    // The same phone and email in the caller's account: different contacts.
+    const myIds: string[] = [];
+    for (const body of [contactIn({ phoneNumber: "+351913100001" }), contactIn({ email: "shared@example.com" })]) {
+      const res = await mine.api.post("/contacts", body);
+      expect(res.status).toBe(201);
+      myIds.push(res.body.id);
+    }
+    const { header, rows, job } = await exportAndDownload(mine, "/exports/contacts");
+    expect(job.rowCount).toBe(2);
+    expect(rows.map((r) => r[0]).sort()).toEqual([...myIds].sort());
+    expect(header.filter((h) => h.startsWith("customFields."))).toEqual([]);
+    for (const id of theirIds) expect(rows.flat()).not.toContain(id);
+    // And the other way round.
+    const other = await exportAndDownload(theirs, "/exports/contacts");
+    expect(other.rows.map((r) => r[0]).sort()).toEqual([...theirIds].sort());
+    expect(other.header).toContain("customFields.secret");
+  });
+
   it("applies the filters of GET /contacts, custom fields included", async () => {
     const listId = (a as Account & { listId: number }).listId;
     const names = async (body: object) => (await exportAndDownload(a, "/exports/contacts", body)).rows.map((r) => r[1]);
@@ -693,7 +730,10 @@ describe("jobs a dead node left behind", () => {
        VALUES ($1, $2, 'MESSAGE_HISTORY', '{}', 'PROCESSING', 'busy-node', now() + interval '1 hour', 1)`,
       { bind: [id, a.companyId] },
     );
-    await new Promise((r) => setTimeout(r, 1500));
+    // Two exports of another account run from start to end after it: the runner has claimed since
+    // (twice), and passed over the leased job.
+    const b = await t.newAccount(["EXPORTS"]);
+    for (let i = 0; i < 2; i++) expect((await settled(b, (await b.api.post("/messages/history/export", {})).body.exportId)).status).toBe("COMPLETED");
     const [row] = await t.db.sequelize.query<{ status: string; node_id: string }>("SELECT status, node_id FROM export_jobs WHERE id = $1", {
       bind: [id],
       type: QueryTypes.SELECT,
