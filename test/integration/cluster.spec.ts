@@ -9,6 +9,8 @@ import type { Context } from "moleculer";
 import { API_PREFIX } from "../../lib/api";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
+import { messageIn, smsReceiptIn, receiptIn } from "../helpers/builders";
+import { eventually } from "../helpers/eventually";
 import { Http } from "../helpers/http";
 
 /** Runs on the auth node: shows what arrived there. */
@@ -64,20 +66,13 @@ describeOverNats("cluster over NATS", () => {
     gwB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw-b` } });
     // The cluster is formed once every node knows every other: the auth node must know both gateways
     // (its key-deletion broadcast goes to the nodes it knows), each gateway the remote actions.
-    for (let i = 0; i < 200; i++) {
+    await eventually(() => {
       const known = (authNode.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>).filter(
         (s) => s.name === "gateway",
       );
-      if (known.length === 2) break;
-      await new Promise((res) => setTimeout(res, 50));
-    }
-    for (const gw of [gwA, gwB]) {
-      for (let i = 0; i < 200; i++) {
-        const r = await gw.api.get("/probe/whoami");
-        if (r.status === 401) break;
-        await new Promise((res) => setTimeout(res, 50));
-      }
-    }
+      expect(known).toHaveLength(2);
+    });
+    for (const gw of [gwA, gwB]) await eventually(async () => expect((await gw.api.get("/probe/whoami")).status).toBe(401));
   }, 60000);
 
   afterAll(async () => {
@@ -149,11 +144,14 @@ describeOverNats("cluster over NATS", () => {
     file.append("file", new Blob([lines.join("\n") + "\n"]), "cluster.csv");
     const res = await api.request("POST", "/contacts/upload", { form: file });
     expect(res.status).toBe(202);
-    let done: { status: string } | null = null;
-    for (let i = 0; i < 600 && !(done && ["COMPLETED", "FAILED"].includes(done.status)); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-      done = (await api.get(`/contacts/imports/${res.body.importId}`)).body;
-    }
+    const done = await eventually(
+      async () => {
+        const body = (await api.get(`/contacts/imports/${res.body.importId}`)).body;
+        expect(["COMPLETED", "FAILED"]).toContain(body.status);
+        return body;
+      },
+      { timeoutMs: 45_000 },
+    );
     expect(done).toMatchObject({ status: "COMPLETED", totalRows: 30000, created: 30000, skipped: 0 });
     expect((await api.get("/contacts?email=n29999@cluster.example")).body.data[0].firstName).toMatch(/^First29999x/);
     const refused = await api.request("POST", "/contacts/upload", {
@@ -169,20 +167,11 @@ describeOverNats("cluster over NATS", () => {
     const contact = await api.post("/contacts", { phoneNumber: "+351919999001" });
     expect(contact.status).toBe(201);
     const post = (path: string, body: unknown) => authNode.ingress.post(path, body).then((r) => expect(r.status).toBe(202));
-    await post("/messages", [
-      { companyId: a.companyId, channel: "SMS", customerMessageId: "c-1", destination: "+351919999001", totalParts: 2 },
-      { companyId: a.companyId, channel: "RCS", customerMessageId: "c-2", destination: "+351919999001" },
-    ]);
-    await post("/receipts/sms", {
-      companyId: a.companyId,
-      MESSAGE_ID: "c-1",
-      DESTINATION: "+351919999001",
-      DELIVERY_STATUS: 3,
-      DELIVERY_DATE: "2026-11-20T10:00:00Z",
-      TOTAL_PARTS: 2,
-      NUM_PART: 2,
-    });
-    await post("/receipts/rcs", { companyId: a.companyId, messageId: "c-2", destination: "+351919999001", statusCode: 3, eventDate: "2026-11-20T10:00:01Z" });
+    const sms = messageIn(a.companyId, { customerMessageId: "c-1", destination: "+351919999001", totalParts: 2 });
+    const rcs = messageIn(a.companyId, { channel: "RCS", customerMessageId: "c-2", destination: "+351919999001" });
+    await post("/messages", [sms, rcs]);
+    await post("/receipts/sms", smsReceiptIn(sms, { DELIVERY_DATE: "2026-11-20T10:00:00Z", TOTAL_PARTS: 2, NUM_PART: 2 }));
+    await post("/receipts/rcs", receiptIn(rcs, { eventDate: "2026-11-20T10:00:01Z" }));
     const bulk = await api.get("/messages/status?channel=SMS&ids=c-1,nope");
     expect(bulk.body.data.map((x: { deliveryStatus: string }) => x.deliveryStatus)).toEqual(["ACCEPTED", "UNKNOWN"]);
     expect((await api.get("/messages/status/c-2?channel=RCS")).body).toMatchObject({ deliveryStatus: "DELIVERED", deliveryDate: "2026-11-20T10:00:01.000Z" });
@@ -192,10 +181,7 @@ describeOverNats("cluster over NATS", () => {
     expect(next.body.data).toHaveLength(1);
     expect(next.body.nextCursor).toBeNull();
     expectNoWireHoles(bulk.body.data[0]);
-    for (let i = 0; i < 100; i++) {
-      if ((await api.get(`/contacts/${contact.body.id}`)).body.communicationSupported.includes("RCS")) return;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error("the contact never gained RCS");
+    // The contact gains RCS (an event from the tracking node to the contacts node).
+    await eventually(async () => expect((await api.get(`/contacts/${contact.body.id}`)).body.communicationSupported).toContain("RCS"));
   }, 30000);
 });

@@ -10,6 +10,7 @@ import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/remote
 import { exportedFileUrl } from "../helpers/exports";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
+import { eventually } from "../helpers/eventually";
 
 async function bytesOf(s: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -30,10 +31,7 @@ describeOverNats("exports over NATS", () => {
       .map((s) => s.nodeID)
       .sort();
 
-  async function waitForNodes(n: number) {
-    for (let i = 0; i < 200 && exportsNodes().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
-    expect(exportsNodes()).toHaveLength(n);
-  }
+  const waitForNodes = (n: number) => eventually(() => expect(exportsNodes()).toHaveLength(n));
 
   beforeAll(async () => {
     tdb = await createTestDatabase();
@@ -46,10 +44,7 @@ describeOverNats("exports over NATS", () => {
       broker: { namespace, nodeID: `${namespace}-x1` },
     });
     await waitForNodes(1);
-    for (let i = 0; i < 200; i++) {
-      if ((await core.api.get("/exports")).status === 401) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await eventually(async () => expect((await core.api.get("/exports")).status).toBe(401));
   }, 60_000);
 
   afterAll(async () => {

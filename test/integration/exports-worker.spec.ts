@@ -13,6 +13,7 @@ import { QueryTypes } from "sequelize";
 import type { ExportRunner } from "../../services/exports/exports.runner";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { createTestDatabase, itWithPostgres, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
+import { eventually } from "../helpers/eventually";
 
 let tdb: TestDatabase;
 beforeAll(async () => {
@@ -30,15 +31,16 @@ async function jobRow(t: TestApp, id: string) {
   return row!;
 }
 
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+/** Polls `fn` until it answers something truthy. */
+const until = <T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 20_000): Promise<T> =>
+  eventually(
+    async () => {
+      const v = await fn();
+      if (!v) throw new Error(`timed out waiting for ${what}`);
+      return v;
+    },
+    { timeoutMs: ms, intervalMs: 20 },
+  );
 
 /** Holds ACCESS EXCLUSIVE on messages until released: an export's COPY waits on it mid-run. */
 async function lockMessages(url: string) {

@@ -55,12 +55,14 @@ describe("callback client", () => {
     });
     const res = await c.post("acme", "https://hangs.example.test/hook", "{}");
     expect(res).toMatchObject({ ok: false, httpStatus: null, error: "host hangs.example.test does not resolve" });
+    // The connection's 3 s: never sooner; later only by what a busy machine adds.
     expect(res.durationMs).toBeGreaterThanOrEqual(2900);
-    expect(res.durationMs).toBeLessThan(4000);
+    expect(res.durationMs).toBeLessThan(10_000);
     const again = await c.post("acme", "https://hangs.example.test/hook", "{}");
     expect(again.error).toMatch(/does not resolve/);
-    expect(again.durationMs).toBeLessThan(100);
+    // Remembered: the resolver was not asked again, and the answer did not wait another 3 s.
     expect(asked).toBe(1);
+    expect(again.durationMs).toBeLessThan(2900);
   });
 
   it("fails the TLS check without the local CA", async () => {
