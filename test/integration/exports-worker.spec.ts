@@ -74,7 +74,7 @@ async function seed(t: TestApp, a: Account, n: number) {
 describe("the export pool (PostgreSQL)", () => {
   let t: TestApp;
   beforeAll(async () => {
-    if (!TEST_DATABASE_URL) return; // every test below lists itself as a todo
+    if (!TEST_DATABASE_URL) return; // every test below lists itself as a todo (a failure under REQUIRE_REAL_SERVICES=1)
     // A short lease (renewed every second) so that a run outliving it shows the heartbeat at work.
     t = await startTestApp({ services: ["gateway", "auth", "exports"], db: tdb.db, config: { exportWorkers: 2, exportLeaseMs: 3000 } });
   });

@@ -13,7 +13,7 @@ import { startApp } from "../../lib/app";
 import { migrate, openDatabase } from "../../lib/db";
 import { openEmbedded } from "../../lib/embedded-db";
 import { testConfig, waitForRoutes } from "../helpers/app";
-import { createPgDatabase, itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
+import { createPgDatabase, itWithPostgres, REQUIRE_REAL, TEST_DATABASE_URL } from "../helpers/db";
 import { Http } from "../helpers/http";
 
 const ROOT = path.join(__dirname, "../..");
@@ -194,6 +194,8 @@ describe("migrations", () => {
         await pg.drop();
       }
     } else {
+      // Embedded: one process, the same calls at once. Under REQUIRE_REAL_SERVICES=1 the PostgreSQL case must run.
+      if (REQUIRE_REAL) throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set: the concurrent migrations must run on PostgreSQL");
       const db = await openDatabase({ databaseUrl: null, dataDir: null, migrate: false });
       const results = await Promise.all([migrate(db), migrate(db), migrate(db)]);
       expect(results.flat().sort()).toEqual(migrations.map((m) => m.name));
