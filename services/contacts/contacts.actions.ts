@@ -1,15 +1,28 @@
 /**
- * Contacts and their custom fields: the actions, and the helpers the list actions share.
+ * Contacts and their custom fields: the actions, and the methods the list and import actions share
+ * (their SQL is in contacts.queries.ts).
  */
 import { randomUUID } from "node:crypto";
 import type { Context } from "moleculer";
-import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import type { Sequelize, Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { queryPage, type Page } from "../../lib/paging";
-import { CONTACT_COLUMNS, toContactOut, toCustomFieldOut, type ContactRow, type CustomFieldRow } from "./contacts.models";
+import type { Page } from "../../lib/paging";
+import { toContactOut, toCustomFieldOut } from "./contacts.models";
 import { checkCustomFields, normalizeEmail, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import { contactOrder, contactWhere } from "./contacts.contract";
+import {
+  contactHolding,
+  contactHoldingEither,
+  contactsPage,
+  customFieldRows,
+  customFieldTypes,
+  deleteContact,
+  deleteCustomField,
+  findContact,
+  insertCustomField,
+  lockContact,
+  writeContactRow,
+} from "./contacts.queries";
 import {
   contactIdIn,
   contactOut,
@@ -78,10 +91,7 @@ export const contactActions = {
     responses: { 200: contactOut },
     errors: [404],
     async handler(this: ContactsThis, ctx: Ctx<{ id: string }>): Promise<ContactOut> {
-      const [row] = await this.sequelize.query<ContactRow>(`SELECT ${CONTACT_COLUMNS} FROM contacts c WHERE c.company_id = :companyId AND c.id = :id`, {
-        replacements: { companyId: ctx.meta.companyId, id: ctx.params.id },
-        type: QueryTypes.SELECT,
-      });
+      const row = await findContact(this.sequelize, ctx.meta.companyId, ctx.params.id);
       if (!row) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${ctx.params.id} in this account.`);
       return toContactOut(row);
     },
@@ -111,11 +121,8 @@ export const contactActions = {
     responses: { 204: null },
     errors: [404],
     async handler(this: ContactsThis, ctx: Ctx<{ id: string }>): Promise<null> {
-      const rows = await this.sequelize.query(`DELETE FROM contacts WHERE company_id = :companyId AND id = :id RETURNING id`, {
-        replacements: { companyId: ctx.meta.companyId, id: ctx.params.id },
-        type: QueryTypes.SELECT,
-      });
-      if (rows.length === 0) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${ctx.params.id} in this account.`);
+      if (!(await deleteContact(this.sequelize, ctx.meta.companyId, ctx.params.id)))
+        throw new ApiError("CONTACT_NOT_FOUND", `No contact ${ctx.params.id} in this account.`);
       ctx.meta.$statusCode = 204;
       return null;
     },
@@ -129,13 +136,7 @@ export const contactActions = {
     params: emptyIn,
     responses: { 200: customFieldList },
     async handler(this: ContactsThis, ctx: Ctx<object>): Promise<{ data: CustomFieldOut[] }> {
-      const rows = await this.sequelize.query<CustomFieldRow>(
-        `SELECT key, type, created_at FROM contact_custom_fields WHERE company_id = :companyId ORDER BY key`,
-        {
-          replacements: { companyId: ctx.meta.companyId },
-          type: QueryTypes.SELECT,
-        },
-      );
+      const rows = await customFieldRows(this.sequelize, ctx.meta.companyId);
       return { data: rows.map(toCustomFieldOut) };
     },
   }),
@@ -149,11 +150,7 @@ export const contactActions = {
     responses: { 201: customFieldOut },
     errors: [409],
     async handler(this: ContactsThis, ctx: Ctx<{ key: string; type: CustomFieldType }>): Promise<CustomFieldOut> {
-      const [row] = await this.sequelize.query<CustomFieldRow>(
-        `INSERT INTO contact_custom_fields (company_id, key, type) VALUES (:companyId, :key, :type)
-         ON CONFLICT (company_id, key) DO NOTHING RETURNING key, type, created_at`,
-        { replacements: { companyId: ctx.meta.companyId, ...ctx.params }, type: QueryTypes.SELECT },
-      );
+      const row = await insertCustomField(this.sequelize, ctx.meta.companyId, ctx.params.key, ctx.params.type);
       if (!row) throw new ApiError("CUSTOM_FIELD_EXISTS", `The custom field ${ctx.params.key} exists already.`);
       ctx.meta.$statusCode = 201;
       ctx.meta.$location = `${API_PREFIX}/contacts/custom-fields`;
@@ -174,21 +171,7 @@ export const contactActions = {
     async handler(this: ContactsThis, ctx: Ctx<{ key: string }>): Promise<null> {
       const { companyId } = ctx.meta;
       const { key } = ctx.params;
-      await this.sequelize.transaction(async (transaction) => {
-        const gone = await this.sequelize.query(`DELETE FROM contact_custom_fields WHERE company_id = :companyId AND key = :key RETURNING key`, {
-          replacements: { companyId, key },
-          type: QueryTypes.SELECT,
-          transaction,
-        });
-        if (gone.length === 0) throw new ApiError("CUSTOM_FIELD_NOT_FOUND", `No custom field ${key} in this account.`);
-        await this.sequelize.query(
-          `UPDATE contacts SET custom_fields = custom_fields - :key WHERE company_id = :companyId AND jsonb_exists(custom_fields, :key)`,
-          {
-            replacements: { companyId, key },
-            transaction,
-          },
-        );
-      });
+      if (!(await deleteCustomField(this.sequelize, companyId, key))) throw new ApiError("CUSTOM_FIELD_NOT_FOUND", `No custom field ${key} in this account.`);
       ctx.meta.$statusCode = 204;
       return null;
     },
@@ -197,32 +180,13 @@ export const contactActions = {
 
 export const contactMethods = {
   /** The account's declarations; `lock` holds them (FOR SHARE) until the transaction ends, so a removal waits for writers. */
-  async customTypes(this: ContactsThis, companyId: string, transaction?: Transaction, lock = false) {
-    const rows = await this.sequelize.query<{ key: string; type: CustomFieldType }>(
-      `SELECT key, type FROM contact_custom_fields WHERE company_id = :companyId${lock ? " FOR SHARE" : ""}`,
-      {
-        replacements: { companyId },
-        type: QueryTypes.SELECT,
-        transaction,
-      },
-    );
-    return new Map(rows.map((r) => [r.key, r.type]));
+  customTypes(this: ContactsThis, companyId: string, transaction?: Transaction, lock = false): Promise<Map<string, CustomFieldType>> {
+    return customFieldTypes(this.sequelize, companyId, transaction, lock);
   },
 
+  /** A page of the account's contacts by every filter of spec part 2. */
   async findContacts(this: ContactsThis, companyId: string, params: ListContactsIn): Promise<Page<ContactOut>> {
-    const { page, limit, sortBy, sortOrder } = params;
-    const where = contactWhere(companyId, params, await this.customTypes(companyId));
-    const order = contactOrder(sortBy, sortOrder);
-    // Deferred join: the page's ids come from the (index-only) sort order, the rows only for them.
-    return queryPage(this.sequelize, {
-      select: `SELECT ${CONTACT_COLUMNS} FROM contacts c
-                 JOIN (SELECT c.id FROM contacts c WHERE ${where.sql} ${order} LIMIT :limit OFFSET :offset) page USING (id) ${order}`,
-      count: `SELECT count(*) AS total FROM contacts c WHERE ${where.sql}`,
-      replacements: where.replacements,
-      page,
-      limit,
-      map: toContactOut,
-    });
+    return contactsPage(this.sequelize, companyId, params, await this.customTypes(companyId));
   },
 
   /** Inserts or replaces one contact, checking phone, email and custom fields; 409 names the holder. */
@@ -238,20 +202,11 @@ export const contactMethods = {
     try {
       return await this.sequelize.transaction(async (transaction) => {
         if (mode === "update") {
-          const [own] = await this.sequelize.query(`SELECT id FROM contacts WHERE company_id = :companyId AND id = :id FOR UPDATE`, {
-            replacements: { companyId, id },
-            type: QueryTypes.SELECT,
-            transaction,
-          });
-          if (!own) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
+          if (!(await lockContact(this.sequelize, companyId, id, transaction))) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
         }
         errors.push(...checkCustomFields(customFields, await this.customTypes(companyId, transaction, true)));
         if (errors.length) throw new ApiError("VALIDATION_ERROR", "The contact has invalid or missing fields.", { errors });
-        const [holder] = await this.sequelize.query<{ id: string; phone_number: string | null }>(
-          `SELECT id, phone_number FROM contacts WHERE company_id = :companyId AND id <> :id
-            AND ((phone_number = :phone AND :phone IS NOT NULL) OR (email = :email AND :email IS NOT NULL)) LIMIT 1`,
-          { replacements: { companyId, id, phone, email }, type: QueryTypes.SELECT, transaction },
-        );
+        const holder = await contactHolding(this.sequelize, { companyId, id, phone, email }, transaction);
         if (holder) {
           const what = phone && holder.phone_number === phone ? "phone number" : "email";
           throw new ApiError("CONTACT_EXISTS", `Contact ${holder.id} of this account has this ${what}.`, { existingId: holder.id });
@@ -267,33 +222,14 @@ export const contactMethods = {
           customFields: JSON.stringify(customFields),
           isTest: p.isTest ?? false,
         };
-        // SMS is supported wherever there is a phone number; RCS and WhatsApp come from delivery receipts.
-        const sql =
-          mode === "insert"
-            ? `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
-             VALUES (:id, :companyId, :firstName, :lastName, :gender, :phone, :email, CAST(:customFields AS jsonb), :isTest,
-                     CASE WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[] ELSE ARRAY['SMS'] END)
-             RETURNING ${CONTACT_COLUMNS}`
-            : `UPDATE contacts SET first_name = :firstName, last_name = :lastName, gender = :gender, email = :email, custom_fields = CAST(:customFields AS jsonb),
-                 is_test = :isTest, updated_at = now(),
-                 communication_supported = CASE
-                   WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[]
-                   WHEN phone_number IS DISTINCT FROM CAST(:phone AS text) THEN ARRAY['SMS']
-                   ELSE communication_supported END,
-                 phone_number = :phone
-               WHERE company_id = :companyId AND id = :id
-             RETURNING ${CONTACT_COLUMNS}`;
-        const [row] = await this.sequelize.query<ContactRow>(sql, { replacements: values, type: QueryTypes.SELECT, transaction });
+        const row = await writeContactRow(this.sequelize, mode, values, transaction);
         if (!row) throw new ApiError("CONTACT_NOT_FOUND", `No contact ${id} in this account.`);
         return toContactOut(row);
       });
     } catch (err) {
       // Another request took the phone number or email between our check and our write.
       if ((err as Error).name !== "SequelizeUniqueConstraintError") throw err;
-      const [holder] = await this.sequelize.query<{ id: string }>(
-        `SELECT id FROM contacts WHERE company_id = :companyId AND id <> :id AND (phone_number = :phone OR email = :email) LIMIT 1`,
-        { replacements: { companyId, id, phone, email }, type: QueryTypes.SELECT },
-      );
+      const holder = await contactHoldingEither(this.sequelize, { companyId, id, phone, email });
       throw new ApiError("CONTACT_EXISTS", "Another contact of this account has this phone number or email.", holder ? { existingId: holder.id } : undefined);
     }
   },

@@ -1,16 +1,28 @@
 /**
  * Contact lists and memberships. Bulk membership changes are single set-based statements (the
- * contacts never pass through Node), and an existing membership is kept, never duplicated
- * (unique index, ON CONFLICT DO NOTHING).
+ * contacts never pass through Node; contacts.queries.ts), and an existing membership is kept,
+ * never duplicated (unique index, ON CONFLICT DO NOTHING).
  */
 import type { Context } from "moleculer";
-import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import type { Sequelize, Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
-import { queryPage, type Page } from "../../lib/paging";
+import type { Page } from "../../lib/paging";
 import type { ContactsThis } from "./contacts.actions";
-import { likeEscape } from "./contacts.contract";
-import { LIST_SELECT, toListOut, type ListRow } from "./contacts.models";
+import { toListOut } from "./contacts.models";
+import {
+  deleteMember,
+  deleteMembers,
+  findList,
+  insertList,
+  insertMembers,
+  listsPage,
+  liveListIds,
+  ownContactIds,
+  softDeleteLists,
+  updateList,
+  type AddedMembers,
+} from "./contacts.queries";
 import {
   addMembersIn,
   addMembersOut,
@@ -32,12 +44,8 @@ import {
   type ListContactsIn,
   type ListIn,
   type ListOut,
-  type ListSort,
   type MembershipIn,
 } from "./contacts.schemas";
-
-// Names sort case-insensitively, the same on PostgreSQL and PGlite whatever their collations.
-const LIST_SORT_COLUMNS: Record<ListSort, string> = { name: "lower(l.name)", createdAt: "l.created_at", updatedAt: "l.updated_at", id: "l.id" };
 
 type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 
@@ -45,13 +53,7 @@ type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 export const BULK_TIMEOUT_MS = 300_000;
 
 async function getList(sequelize: Sequelize, companyId: string, id: number, includeDeleted: boolean): Promise<ListOut> {
-  const [row] = await sequelize.query<ListRow>(
-    `${LIST_SELECT} WHERE l.company_id = :companyId AND l.id = :id${includeDeleted ? "" : " AND l.deleted_at IS NULL"}`,
-    {
-      replacements: { companyId, id },
-      type: QueryTypes.SELECT,
-    },
-  );
+  const row = await findList(sequelize, companyId, id, includeDeleted);
   if (!row) throw new ApiError("LIST_NOT_FOUND", `No contact list ${id} in this account.`);
   return toListOut(row);
 }
@@ -72,32 +74,16 @@ async function checkBulk(sequelize: Sequelize, companyId: string, p: MembershipI
       errors: [{ path: "contactIds", message: "is required when allContacts is false" }],
     });
   }
-  const lists = await sequelize.query<{ id: string }>(
-    `SELECT id FROM contact_lists WHERE company_id = :companyId AND id IN (:ids) AND deleted_at IS NULL${transaction ? " FOR SHARE" : ""}`,
-    { replacements: { companyId, ids: p.listIds }, type: QueryTypes.SELECT, transaction },
-  );
-  const found = new Set(lists.map((l) => Number(l.id)));
+  const found = await liveListIds(sequelize, companyId, p.listIds, transaction);
   const missingLists = p.listIds.filter((id) => !found.has(id));
   const errors = missingLists.map((id) => ({ path: "listIds", message: `contact list ${id} does not exist in this account` }));
   const named = p.allContacts ? (p.excludeIdsAllContacts ?? []) : (p.contactIds ?? []);
   if (named.length > 0 && !(removal && p.allContacts)) {
-    const rows = await sequelize.query<{ id: string }>(`SELECT id FROM contacts WHERE company_id = :companyId AND id IN (:ids)`, {
-      replacements: { companyId, ids: named },
-      type: QueryTypes.SELECT,
-      transaction,
-    });
-    const have = new Set(rows.map((r) => r.id.toLowerCase()));
+    const have = await ownContactIds(sequelize, companyId, named, transaction);
     const path = p.allContacts ? "excludeIdsAllContacts" : "contactIds";
     for (const id of named) if (!have.has(id.toLowerCase())) errors.push({ path, message: `contact ${id} does not exist in this account` });
   }
   if (errors.length) throw new ApiError("VALIDATION_ERROR", "Some lists or contacts do not exist in this account.", { errors: errors.slice(0, 100) });
-}
-
-/** The contacts a bulk membership body names, as SQL over alias `c`. */
-function memberFilter(p: MembershipIn): { sql: string; replacements: Record<string, unknown> } {
-  if (!p.allContacts) return { sql: "c.id IN (:contactIds)", replacements: { contactIds: p.contactIds } };
-  if (p.excludeIdsAllContacts?.length) return { sql: "c.id NOT IN (:exclude)", replacements: { exclude: p.excludeIdsAllContacts } };
-  return { sql: "TRUE", replacements: {} };
 }
 
 export const listActions = {
@@ -109,36 +95,7 @@ export const listActions = {
     params: findListsIn,
     responses: { 200: listPage },
     async handler(this: ContactsThis, ctx: Ctx<FindListsIn>): Promise<Page<ListOut>> {
-      const p = ctx.params;
-      const parts = ["l.company_id = :companyId"];
-      const r: Record<string, unknown> = { companyId: ctx.meta.companyId };
-      if (!p.includeDeleted) parts.push("l.deleted_at IS NULL");
-      if (p.search !== undefined) {
-        parts.push("l.name ILIKE :search");
-        r.search = likeEscape(p.search);
-      }
-      if (p.id) {
-        parts.push("l.id IN (:ids)");
-        r.ids = p.id;
-      }
-      if (p.isTest !== undefined) {
-        parts.push("l.is_test = :isTest");
-        r.isTest = p.isTest;
-      }
-      if (p.contactIds) {
-        parts.push("EXISTS (SELECT 1 FROM contact_list_members m WHERE m.list_id = l.id AND m.contact_id IN (:contactIds))");
-        r.contactIds = p.contactIds;
-      }
-      const where = parts.join(" AND ");
-      const dir = p.sortOrder === "desc" ? "DESC" : "ASC";
-      return queryPage(this.sequelize, {
-        select: `${LIST_SELECT} WHERE ${where} ORDER BY ${LIST_SORT_COLUMNS[p.sortBy]} ${dir}, l.id ${dir} LIMIT :limit OFFSET :offset`,
-        count: `SELECT count(*) AS total FROM contact_lists l WHERE ${where}`,
-        replacements: r,
-        page: p.page,
-        limit: p.limit,
-        map: toListOut,
-      });
+      return listsPage(this.sequelize, ctx.meta.companyId, ctx.params);
     },
   }),
 
@@ -150,20 +107,7 @@ export const listActions = {
     params: createListIn,
     responses: { 201: listOut },
     async handler(this: ContactsThis, ctx: Ctx<ListIn>): Promise<ListOut> {
-      const [row] = await this.sequelize.query<ListRow>(
-        `INSERT INTO contact_lists (company_id, name, description, is_test) VALUES (:companyId, :name, :description, :isTest)
-         RETURNING id, name, description, is_test, created_at, updated_at, deleted_at, 0 AS contact_count`,
-        {
-          replacements: {
-            companyId: ctx.meta.companyId,
-            name: ctx.params.name,
-            description: ctx.params.description ?? null,
-            isTest: ctx.params.isTest ?? false,
-          },
-          type: QueryTypes.SELECT,
-        },
-      );
-      const out = toListOut(row!);
+      const out = toListOut(await insertList(this.sequelize, ctx.meta.companyId, ctx.params));
       ctx.meta.$statusCode = 201;
       ctx.meta.$location = `${API_PREFIX}/contacts/list/${out.id}`;
       return out;
@@ -179,21 +123,8 @@ export const listActions = {
     responses: { 200: listOut },
     errors: [404],
     async handler(this: ContactsThis, ctx: Ctx<ListIn & { id: number }>): Promise<ListOut> {
-      const rows = await this.sequelize.query(
-        `UPDATE contact_lists SET name = :name, description = :description, is_test = :isTest, updated_at = now()
-          WHERE company_id = :companyId AND id = :id AND deleted_at IS NULL RETURNING id`,
-        {
-          replacements: {
-            companyId: ctx.meta.companyId,
-            id: ctx.params.id,
-            name: ctx.params.name,
-            description: ctx.params.description ?? null,
-            isTest: ctx.params.isTest ?? false,
-          },
-          type: QueryTypes.SELECT,
-        },
-      );
-      if (rows.length === 0) throw new ApiError("LIST_NOT_FOUND", `No contact list ${ctx.params.id} in this account.`);
+      if (!(await updateList(this.sequelize, ctx.meta.companyId, ctx.params.id, ctx.params)))
+        throw new ApiError("LIST_NOT_FOUND", `No contact list ${ctx.params.id} in this account.`);
       return getList(this.sequelize, ctx.meta.companyId, ctx.params.id, false);
     },
   }),
@@ -222,20 +153,7 @@ export const listActions = {
     responses: { 200: deleteListsOut },
     async handler(this: ContactsThis, ctx: Ctx<{ ids: number[] }>): Promise<{ deleted: number[]; notFound: number[] }> {
       const ids = [...new Set(ctx.params.ids)];
-      // Two statements in one transaction: the member deletion takes a fresh snapshot after the list
-      // rows are locked, so it also removes members an add committed while we waited for the lock.
-      const rows = await this.sequelize.transaction(async (transaction) => {
-        const del = await this.sequelize.query<{ id: string }>(
-          `UPDATE contact_lists SET deleted_at = now(), updated_at = now()
-            WHERE company_id = :companyId AND id IN (:ids) AND deleted_at IS NULL RETURNING id`,
-          { replacements: { companyId: ctx.meta.companyId, ids }, type: QueryTypes.SELECT, transaction },
-        );
-        if (del.length > 0) {
-          await this.sequelize.query(`DELETE FROM contact_list_members WHERE list_id IN (:ids)`, { replacements: { ids: del.map((r) => r.id) }, transaction });
-        }
-        return del.sort((a, b) => Number(a.id) - Number(b.id));
-      });
-      const deleted = rows.map((r) => Number(r.id));
+      const deleted = await softDeleteLists(this.sequelize, ctx.meta.companyId, ids);
       return { deleted, notFound: ids.filter((id) => !deleted.includes(id)) };
     },
   }),
@@ -268,27 +186,12 @@ export const listActions = {
     async handler(this: ContactsThis, ctx: Ctx<MembershipIn>) {
       const { companyId } = ctx.meta;
       const p = dedupe(ctx.params);
-      const f = memberFilter(p);
       const addOnce = () =>
         this.sequelize.transaction(async (transaction) => {
           await checkBulk(this.sequelize, companyId, p, false, transaction);
-          const [row] = await this.sequelize.query<{ total: string; created: string; ids: Array<string | number> | null }>(
-            `WITH cand AS (
-               SELECT l.id AS list_id, c.id AS contact_id
-                 FROM contacts c CROSS JOIN contact_lists l
-                WHERE c.company_id = :companyId AND ${f.sql}
-                  AND l.company_id = :companyId AND l.id IN (:listIds) AND l.deleted_at IS NULL),
-             ins AS (
-               INSERT INTO contact_list_members (company_id, list_id, contact_id)
-               SELECT :companyId, list_id, contact_id FROM cand
-               ON CONFLICT (list_id, contact_id) DO NOTHING RETURNING id)
-             SELECT (SELECT count(*) FROM cand) AS total, (SELECT count(*) FROM ins) AS created,
-                    (SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 1000) first) AS ids`,
-            { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT, transaction },
-          );
-          return row;
+          return insertMembers(this.sequelize, companyId, p, transaction);
         });
-      let row: Awaited<ReturnType<typeof addOnce>> | undefined;
+      let row: AddedMembers | undefined;
       for (let attempt = 1; !row; attempt++) {
         try {
           row = await addOnce();
@@ -319,16 +222,7 @@ export const listActions = {
       const { companyId } = ctx.meta;
       const p = dedupe(ctx.params);
       await checkBulk(this.sequelize, companyId, p, true);
-      const f = memberFilter(p);
-      const [row] = await this.sequelize.query<{ deleted: string }>(
-        `WITH d AS (
-           DELETE FROM contact_list_members m USING contacts c
-            WHERE m.company_id = :companyId AND m.list_id IN (:listIds) AND c.id = m.contact_id AND ${f.sql}
-           RETURNING 1)
-         SELECT count(*) AS deleted FROM d`,
-        { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT },
-      );
-      return { deleted: Number(row!.deleted) };
+      return { deleted: await deleteMembers(this.sequelize, companyId, p) };
     },
   }),
 
@@ -341,12 +235,8 @@ export const listActions = {
     responses: { 200: removeMembersOut },
     errors: [404],
     async handler(this: ContactsThis, ctx: Ctx<{ id: number }>): Promise<{ deleted: number }> {
-      const rows = await this.sequelize.query(
-        `DELETE FROM contact_list_members m USING contact_lists l
-          WHERE m.id = :id AND m.company_id = :companyId AND l.id = m.list_id AND l.deleted_at IS NULL RETURNING m.id`,
-        { replacements: { companyId: ctx.meta.companyId, id: ctx.params.id }, type: QueryTypes.SELECT },
-      );
-      if (rows.length === 0) throw new ApiError("ASSOCIATION_NOT_FOUND", `No association ${ctx.params.id} in this account.`);
+      if (!(await deleteMember(this.sequelize, ctx.meta.companyId, ctx.params.id)))
+        throw new ApiError("ASSOCIATION_NOT_FOUND", `No association ${ctx.params.id} in this account.`);
       return { deleted: 1 };
     },
   }),
