@@ -1,0 +1,117 @@
+/**
+ * Contact imports on the wire (spec part 4, contract section 4): the upload forms, the 202 and the
+ * import's status. contacts.schemas.ts re-exports them with the rest of the contacts' wire forms.
+ */
+import { uploadedFileSchema } from "../../lib/upload";
+import { listId } from "./contacts.contract";
+import { dateTime, uuid } from "./contacts.fields.schemas";
+
+export const IMPORT_STATUSES = ["QUEUED", "PROCESSING", "COMPLETED", "FAILED"] as const;
+export type ImportStatus = (typeof IMPORT_STATUSES)[number];
+export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024;
+
+const importListId = { ...listId, description: "Every imported contact (created or updated) is added to this list." };
+
+export const importUploadIn = {
+  $id: "ContactImportIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["file"],
+  properties: {
+    file: uploadedFileSchema,
+    listId: importListId,
+    mapping: {
+      type: "string",
+      maxLength: 65536,
+      description:
+        'A JSON object from column header to contact field (firstName, lastName, gender, phoneNumber, email, isTest) or custom field key (`tier` or `customFields.tier`); null ignores the column. Columns it does not name are matched by their header. Example: `{"Mobile": "phoneNumber", "Notes": null}`',
+      examples: ['{"Mobile":"phoneNumber","E-mail":"email","Tier":"tier"}'],
+    },
+  },
+};
+
+export const importVcardIn = {
+  $id: "ContactVcardImportIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["file"],
+  properties: { file: uploadedFileSchema, listId: importListId },
+};
+
+export interface ImportAccepted {
+  importId: string;
+  status: ImportStatus;
+}
+
+export const importAccepted = {
+  $id: "ContactImportAccepted",
+  type: "object",
+  additionalProperties: false,
+  required: ["importId", "status"],
+  properties: { importId: uuid, status: { type: "string", enum: [...IMPORT_STATUSES] } },
+};
+
+export interface ImportOut {
+  importId: string;
+  status: ImportStatus;
+  fileName: string;
+  listId: number | null;
+  totalRows: number;
+  created: number;
+  updated: number;
+  skipped: number;
+  errors: Array<{ row: number; message: string }>;
+  failureReason: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+}
+
+const count = { type: "integer", minimum: 0 };
+export const importOut = {
+  $id: "ContactImport",
+  type: "object",
+  additionalProperties: false,
+  required: [
+    "importId",
+    "status",
+    "fileName",
+    "listId",
+    "totalRows",
+    "created",
+    "updated",
+    "skipped",
+    "errors",
+    "failureReason",
+    "createdAt",
+    "startedAt",
+    "finishedAt",
+  ],
+  properties: {
+    importId: uuid,
+    status: { type: "string", enum: [...IMPORT_STATUSES] },
+    fileName: { type: "string" },
+    listId: { ...listId, nullable: true },
+    totalRows: { ...count, description: "Data rows read so far (header excluded, blank rows not counted)." },
+    created: count,
+    updated: { ...count, description: "Rows that matched an existing contact by phone number or email (or one created earlier in the file) and updated it." },
+    skipped: { ...count, description: "Rows in error, not imported." },
+    errors: {
+      type: "array",
+      maxItems: 1000,
+      description: "The first 1000 rows in error; `row` is the 1-based data row (header excluded) or, for a vCard file, the card.",
+      items: {
+        type: "object",
+        additionalProperties: false,
+        required: ["row", "message"],
+        properties: { row: { type: "integer", minimum: 1 }, message: { type: "string" } },
+      },
+    },
+    failureReason: { type: "string", nullable: true, description: "Why the import ended FAILED (rows written before that stay written)." },
+    createdAt: dateTime,
+    startedAt: { ...dateTime, nullable: true },
+    finishedAt: { ...dateTime, nullable: true },
+  },
+};
+
+export const importIdIn = { $id: "ContactImportIdIn", type: "object", additionalProperties: false, required: ["importId"], properties: { importId: uuid } };
