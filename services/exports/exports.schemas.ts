@@ -2,6 +2,7 @@
  * Export jobs on the wire (spec part 2 Export job, part 4 Exports; contract section 4).
  */
 import { pageSchema, pagingProperties } from "../../lib/paging";
+import { RANGE_BYTES } from "../../lib/remote-file";
 import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.contract";
 import { historyFilterProperties, type HistoryFilters } from "../tracking/tracking.contract";
 
@@ -135,4 +136,30 @@ export const downloadOut = {
   examples: [
     "customerMessageId,channel,destination,sentAt,deliveryStatus,statusCode,description,deliveryDate,readAt,text,campaignId,totalParts,price,simulation\norder-1,SMS,'+351912345678,2026-11-20T10:00:00.000Z,DELIVERED,3,delivered,2026-11-20T10:00:04.000Z,,Your code is 1234,,1,0.045,false\n",
   ],
+};
+
+// Internal actions (other exports nodes, the gateway pulling a file): they take other properties
+// too and ignore them, and a parameter that must be given may not be null.
+
+const fileName = { type: "string", maxLength: 100 };
+
+/** exports.fileSize: a file this node holds, by name. */
+export interface FileSizeIn {
+  fileName: string;
+}
+
+export const fileSizeIn = { $id: "ExportFileSizeIn", type: "object", required: ["fileName"], properties: { fileName } };
+
+/** exports.range: `length` bytes of a file this node holds, from `offset` (lib/remote-file.ts). */
+export interface FileRangeIn {
+  fileName: string;
+  offset: number;
+  length: number;
+}
+
+export const fileRangeIn = {
+  $id: "ExportFileRangeIn",
+  type: "object",
+  required: ["fileName", "offset", "length"],
+  properties: { fileName, offset: { type: "integer", minimum: 0 }, length: { type: "integer", minimum: 1, maximum: RANGE_BYTES } },
 };

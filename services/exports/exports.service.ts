@@ -19,7 +19,7 @@ import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { queryPage, type Page } from "../../lib/paging";
 import { iso } from "../../lib/time";
-import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
+import type { RemoteFile } from "../../lib/remote-file";
 import { checkHistoryRange } from "../tracking/tracking.contract";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { ExportMetrics } from "./exports.metrics";
@@ -32,12 +32,16 @@ import {
   exportLinkOut,
   exportOut,
   exportPage,
+  fileRangeIn,
+  fileSizeIn,
   listExportsIn,
   messageExportIn,
   type ContactExportIn,
   type ExportLinkOut,
   type ExportOut,
   type ExportType,
+  type FileRangeIn,
+  type FileSizeIn,
   type MessageExportIn,
 } from "./exports.schemas";
 import { signingKey, UrlSigner } from "./exports.signing";
@@ -241,8 +245,8 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** The size of a file this node holds (404 when it does not): checked before a download is answered. */
       fileSize: {
         visibility: "public",
-        params: { fileName: { type: "string", max: 100 } },
-        async handler(ctx: Context<{ fileName: string }>): Promise<number> {
+        params: fileSizeIn,
+        async handler(ctx: Context<FileSizeIn>): Promise<number> {
           const st = await stat(localFile(ctx.params.fileName)).catch(() => null);
           if (!st) throw fileGone();
           return st.size;
@@ -252,12 +256,8 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** A range of a file this node holds, base64: what the gateway pulls as the client reads (lib/remote-file.ts). */
       range: {
         visibility: "public",
-        params: {
-          fileName: { type: "string", max: 100 },
-          offset: { type: "number", integer: true, min: 0 },
-          length: { type: "number", integer: true, min: 1, max: RANGE_BYTES },
-        },
-        async handler(ctx: Context<{ fileName: string; offset: number; length: number }>): Promise<string> {
+        params: fileRangeIn,
+        async handler(ctx: Context<FileRangeIn>): Promise<string> {
           const fh = await open(localFile(ctx.params.fileName), "r");
           try {
             const buf = Buffer.allocUnsafe(ctx.params.length);

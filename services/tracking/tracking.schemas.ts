@@ -146,6 +146,39 @@ export interface IngestOut {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Internal actions (the REPL, other nodes): they take other properties too and ignore them, and a
+// parameter that must be given may not be null.
+// ---------------------------------------------------------------------------------------------
+
+/** tracking.ingest: what the HTTP ingress takes, by path (`receipts/sms`); parseIngest checks the body. */
+export interface IngestIn {
+  path: string;
+  body: unknown;
+}
+
+export const ingestIn = {
+  $id: "TrackingIngestIn",
+  type: "object",
+  required: ["path", "body"],
+  properties: { path: { type: "string" }, body: { not: { type: "null" }, description: "Any value but null." } },
+};
+
+/** tracking.purge: retention now, optionally of a shorter age or in other batch sizes (null: the default). */
+export interface PurgeIn {
+  olderThanDays?: number | null;
+  batchSize?: number | null;
+}
+
+export const purgeIn = {
+  $id: "TrackingPurgeIn",
+  type: "object",
+  properties: {
+    olderThanDays: { type: "integer", exclusiveMinimum: 0, nullable: true },
+    batchSize: { type: "integer", exclusiveMinimum: 0, maximum: 100000, nullable: true },
+  },
+};
+
+// ---------------------------------------------------------------------------------------------
 // Partners: polling and history
 // ---------------------------------------------------------------------------------------------
 

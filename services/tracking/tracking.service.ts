@@ -18,15 +18,19 @@ import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
   historyIn,
   historyOut,
+  ingestIn,
   MAX_STATUS_IDS,
   messageStatusesOut,
   messageStatusOut,
+  purgeIn,
   statusesIn,
   statusIn,
   type HistoryIn,
   type HistoryOut,
+  type IngestIn,
   type IngestOut,
   type MessageStatusOut,
+  type PurgeIn,
   type StatusesIn,
   type StatusIn,
 } from "./tracking.schemas";
@@ -55,12 +59,11 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
     settings: { rest: "/" },
 
     actions: {
-      /** Ingress: stores what an upstream posted (one object or an array of up to 1000), 202 once committed. */
-      /** Ingress for the REPL and other nodes: `{ path: "receipts/sms", body }`, as the HTTP ingress takes it. */
+      /** Ingress for the REPL and other nodes: `{ path: "receipts/sms", body }`, as the HTTP ingress takes it; resolves once committed. */
       ingest: {
         visibility: "public",
-        params: { path: { type: "string" }, body: { type: "any" } },
-        handler(this: TrackingThis, ctx: Context<{ path: string; body: unknown }>): Promise<IngestOut> {
+        params: ingestIn,
+        handler(this: TrackingThis, ctx: Context<IngestIn>): Promise<IngestOut> {
           return this.ingestBody(ctx.params.path, ctx.params.body);
         },
       },
@@ -123,11 +126,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       /** Retention: removes messages older than MESSAGE_RETENTION_DAYS (or `olderThanDays`) in bounded batches. */
       purge: {
         visibility: "public",
-        params: {
-          olderThanDays: { type: "number", integer: true, positive: true, optional: true },
-          batchSize: { type: "number", integer: true, positive: true, max: 100000, optional: true },
-        },
-        async handler(ctx: Context<{ olderThanDays?: number; batchSize?: number }>) {
+        params: purgeIn,
+        async handler(ctx: Context<PurgeIn>) {
           const days = ctx.params.olderThanDays ?? config.messageRetentionDays;
           return purgeBefore(sequelize, new Date(Date.now() - days * 86400_000), ctx.params.batchSize ?? PURGE_BATCH);
         },
