@@ -30,7 +30,12 @@ export class Http {
       body = JSON.stringify(opts.body);
       headers["content-type"] ??= "application/json";
     }
-    const r = await fetch(this.baseUrl + path, { method, headers, body });
+    const r = await fetch(this.baseUrl + path, { method, headers, body }).catch((err: Error & { cause?: { code?: string } }) => {
+      // A kept-alive connection the server closed just as it was reused: a GET is tried once more on
+      // a fresh one (as browsers do); any other method's failure is the test's to see.
+      if ((method === "GET" || method === "HEAD") && err.cause?.code === "ECONNRESET") return fetch(this.baseUrl + path, { method, headers, body });
+      throw err;
+    });
     const text = await r.text();
     let parsed: unknown = text;
     if (/json/.test(r.headers.get("content-type") ?? "") && text) parsed = JSON.parse(text);

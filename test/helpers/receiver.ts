@@ -32,7 +32,8 @@ export interface Receiver {
   delivered: number;
   /** TLS connections accepted. */
   connections: number;
-  behave(fn: (req: IncomingMessage, n: number) => Behaviour): void;
+  /** `body` is the request's body as text. */
+  behave(fn: (req: IncomingMessage, n: number, body: string) => Behaviour): void;
   waitFor(n: number, timeoutMs?: number): Promise<Received[]>;
   close(): Promise<void>;
 }
@@ -106,7 +107,7 @@ export async function startReceiver(opts: { port?: number; record?: boolean; onE
   let seen = 0;
   let delivered = 0;
   let connections = 0;
-  let behaviour: (req: IncomingMessage, n: number) => Behaviour = () => ({ status: 200 });
+  let behaviour: (req: IncomingMessage, n: number, body: string) => Behaviour = () => ({ status: 200 });
   const waiters: { n: number; resolve: () => void }[] = [];
   const sockets = new Set<import("node:stream").Duplex>();
 
@@ -116,7 +117,7 @@ export async function startReceiver(opts: { port?: number; record?: boolean; onE
     req.on("end", () => {
       const n = ++seen;
       const body = Buffer.concat(chunks).toString("utf8");
-      const b = behaviour(req, n);
+      const b = behaviour(req, n, body);
       if (b === "hang") return;
       if (b === "close") return req.socket.destroy();
       if ("redirect" in b) {
