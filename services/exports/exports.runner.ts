@@ -11,7 +11,7 @@ import path from "node:path";
 import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { Coalesced } from "../../lib/coalesce";
+import { claimSql, Coalesced, Jobs, leaseExpired, Loops, type JobTable } from "../../lib/jobs";
 import { workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
@@ -29,6 +29,29 @@ const SWEEP_MS = 60_000;
  * each other's file; the job names the one that completed (`file_name`).
  */
 export const FILE_RE = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(\d{1,9})\.([0-9a-f]{12})\.(csv\.gz|tmp)$/;
+
+const EXPORT_JOBS: JobTable = { table: "export_jobs", alias: "j", key: "id", keyType: "uuid", owner: "node_id", lease: { until: "leased_until" } };
+
+/**
+ * The oldest job waiting (or abandoned) of an account that has no export running: one export per
+ * account at a time, so one account's burst never holds every worker of the cluster. $1: this
+ * node, $2: the lease (ms).
+ */
+const CLAIM = claimSql(EXPORT_JOBS, {
+  candidates: {
+    where: `(j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND ${leaseExpired(EXPORT_JOBS)}))
+            AND NOT EXISTS (SELECT 1 FROM export_jobs p
+                             WHERE p.company_id = j.company_id AND p.id <> j.id AND p.status = 'PROCESSING' AND p.leased_until >= now())
+            -- Two nodes claiming at once would each miss the other's uncommitted claim: one account, one claimant.
+            AND pg_try_advisory_xact_lock(hashtext('pgw-export:' || j.company_id))`,
+    orderBy: "j.created_at, j.id",
+    limit: 1,
+  },
+  owner: "$1",
+  leaseMs: "$2",
+  set: "status = 'PROCESSING', attempts = j.attempts + 1, started_at = now()",
+  returning: "j.id, j.company_id, j.type, j.filters, j.run, j.attempts",
+});
 
 interface ClaimedJob {
   id: string;
@@ -49,7 +72,8 @@ interface Active {
 export class ExportRunner {
   private pool: Piscina | null = null;
   private readonly active = new Map<string, Active>();
-  private timers: NodeJS.Timeout[] = [];
+  private readonly loops: Loops;
+  private readonly jobs: Jobs;
   private readonly claims = new Coalesced(
     () => this.claimAll(),
     (err) => this.log.warn({ err }, "export claim failed"),
@@ -63,7 +87,10 @@ export class ExportRunner {
     private readonly nodeId: string,
     private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void },
     private readonly metrics: ExportMetrics,
-  ) {}
+  ) {
+    this.loops = new Loops(log);
+    this.jobs = new Jobs(sequelize, EXPORT_JOBS);
+  }
 
   get dir(): string {
     return this.config.exportDir;
@@ -76,16 +103,9 @@ export class ExportRunner {
 
   async start(): Promise<void> {
     await mkdir(this.dir, { recursive: true });
-    const every = (ms: number, fn: () => Promise<unknown>, what: string) => {
-      const t = setInterval(() => fn().catch((err) => this.log.warn({ err }, `${what} failed`)), ms);
-      t.unref();
-      this.timers.push(t);
-    };
-    every(POLL_MS, async () => this.kick(), "export claim");
-    every(Math.floor(this.config.exportLeaseMs / 3), () => this.heartbeat(), "export heartbeat");
-    every(SWEEP_MS, () => this.sweep(), "export sweep");
-    this.kick();
-    this.sweep().catch((err) => this.log.warn({ err }, "export sweep failed"));
+    this.loops.every(POLL_MS, "export claim", () => this.kick(), { runNow: true });
+    this.loops.every(Math.floor(this.config.exportLeaseMs / 3), "export heartbeat", () => this.heartbeat());
+    this.loops.every(SWEEP_MS, "export sweep", () => this.sweep(), { runNow: true });
   }
 
   /** Looks for work now (a job was just queued here); repeated calls while a claim runs coalesce. */
@@ -95,11 +115,11 @@ export class ExportRunner {
 
   private async claimAll(): Promise<void> {
     // Jobs whose node died on their last allowed attempt end here, whichever node notices.
-    await this.sequelize.query(
-      `UPDATE export_jobs SET status = 'FAILED', completed_at = now(), node_id = NULL, leased_until = NULL,
-              error = 'The export was interrupted ${MAX_ATTEMPTS} times (its node stopped); run it again with POST /exports/{exportId}.'
-        WHERE status = 'PROCESSING' AND leased_until < now() AND attempts >= ${MAX_ATTEMPTS}`,
-    );
+    await this.jobs.sweep({
+      set: `status = 'FAILED', completed_at = now(),
+            error = 'The export was interrupted ${MAX_ATTEMPTS} times (its node stopped); run it again with POST /exports/{exportId}.'`,
+      where: `j.status = 'PROCESSING' AND j.attempts >= ${MAX_ATTEMPTS}`,
+    });
     while (!this.stopping && this.active.size < this.config.exportWorkers) {
       const job = await this.claimOne();
       if (!job) return;
@@ -107,29 +127,8 @@ export class ExportRunner {
     }
   }
 
-  /**
-   * The oldest job waiting (or abandoned) of an account that has no export running: one export per
-   * account at a time, so one account's burst never holds every worker of the cluster.
-   */
   private async claimOne(): Promise<ClaimedJob | null> {
-    const [row] = await this.sequelize.query<ClaimedJob>(
-      `WITH next AS (
-         SELECT j.id FROM export_jobs j
-          WHERE (j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND j.leased_until < now()))
-            AND NOT EXISTS (SELECT 1 FROM export_jobs p
-                             WHERE p.company_id = j.company_id AND p.id <> j.id AND p.status = 'PROCESSING' AND p.leased_until >= now())
-            -- Two nodes claiming at once would each miss the other's uncommitted claim: one account, one claimant.
-            AND pg_try_advisory_xact_lock(hashtext('pgw-export:' || j.company_id))
-          ORDER BY j.created_at, j.id
-          LIMIT 1
-          FOR UPDATE SKIP LOCKED)
-       UPDATE export_jobs j
-          SET status = 'PROCESSING', node_id = $1, leased_until = now() + $2::integer * interval '1 millisecond',
-              attempts = j.attempts + 1, started_at = now()
-         FROM next WHERE j.id = next.id
-       RETURNING j.id, j.company_id, j.type, j.filters, j.run, j.attempts`,
-      { bind: [this.nodeId, this.config.exportLeaseMs], type: QueryTypes.SELECT },
-    );
+    const [row] = await this.jobs.claim<ClaimedJob>(CLAIM, [this.nodeId, this.config.exportLeaseMs]);
     return row ?? null;
   }
 
@@ -230,10 +229,9 @@ export class ExportRunner {
   private async heartbeat(): Promise<void> {
     if (this.active.size === 0) return;
     const runs = [...this.active.values()];
-    const rows = await this.sequelize.query<{ id: string; run: number }>(
-      `UPDATE export_jobs SET leased_until = now() + $3::integer * interval '1 millisecond'
-        WHERE id = ANY ($1::uuid[]) AND node_id = $2 AND status = 'PROCESSING' RETURNING id, run`,
-      { bind: [runs.map((a) => a.job.id), this.nodeId, this.config.exportLeaseMs], type: QueryTypes.SELECT },
+    const rows = await this.jobs.renew<{ id: string; run: number }>(
+      { ids: runs.map((a) => a.job.id), owner: this.nodeId },
+      { leaseMs: this.config.exportLeaseMs, where: "j.status = 'PROCESSING'", returning: "j.id, j.run" },
     );
     const ours = new Map(rows.map((r) => [r.id, Number(r.run)]));
     // Only the runs this renewal covered (one claimed meanwhile is not judged by it).
@@ -282,19 +280,16 @@ export class ExportRunner {
   /** Stops claiming, stops the runs in progress and hands their jobs back at once (QUEUED, the attempt not counted). */
   async stop(): Promise<void> {
     this.stopping = true;
-    for (const t of this.timers) clearInterval(t);
+    this.loops.stop();
     await this.claims.close();
     const mine = [...this.active.values()];
     for (const a of mine) a.abort.abort();
-    if (mine.length > 0) {
-      await this.sequelize
-        .query(
-          `UPDATE export_jobs SET status = 'QUEUED', node_id = NULL, leased_until = NULL, attempts = greatest(attempts - 1, 0)
-            WHERE id = ANY ($1::uuid[]) AND node_id = $2 AND status = 'PROCESSING'`,
-          { bind: [mine.map((a) => a.job.id), this.nodeId] },
-        )
-        .catch((err) => this.log.warn({ err }, "could not hand exports back"));
-    }
+    await this.jobs
+      .giveBack(
+        { ids: mine.map((a) => a.job.id), owner: this.nodeId },
+        { set: "status = 'QUEUED', attempts = greatest(j.attempts - 1, 0)", where: "j.status = 'PROCESSING'" },
+      )
+      .catch((err) => this.log.warn({ err }, "could not hand exports back"));
     await this.pool?.destroy().catch(() => undefined);
     this.pool = null;
     await Promise.all(mine.map((a) => rm(a.tmpPath, { force: true })));
