@@ -20,9 +20,9 @@
 import { randomBytes } from "node:crypto";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
-import { Coalesced } from "../../lib/coalesce";
 import type { Config } from "../../lib/config";
 import { rawQuery } from "../../lib/db";
+import { claimSql, Coalesced, Jobs, Loops, type JobTable } from "../../lib/jobs";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
 import type { NotifierMetrics, Outcome } from "./notifier.metrics";
 
@@ -80,8 +80,16 @@ export function afterFailure(n: number, failedAt: number, sentAt: number, baseMs
   return { outcome: "RETRYING", next };
 }
 
-const CLAIM = `
-  WITH c AS (
+/** The outbox as a job table: a claim is held by its token until its lease ends. */
+const OUTBOX: JobTable = { table: "outbox_events", alias: "o", key: "id", keyType: "bigint", owner: "claim_token", lease: { until: "leased_until" } };
+
+/**
+ * Per account with a webhook (in random order), its due events up to its free slots ($1: account ->
+ * slots, $2: slots of an account not held here), $3 in all; $4: the lease (ms), $5: the claim's token.
+ */
+const CLAIM = claimSql(OUTBOX, {
+  as: "c",
+  candidates: `
     SELECT e.id, w.callback_url
       FROM (SELECT company_id, callback_url FROM webhooks ORDER BY random()) w
       CROSS JOIN LATERAL (
@@ -90,12 +98,13 @@ const CLAIM = `
          ORDER BY o.due_at, o.id
          LIMIT COALESCE(($1::jsonb ->> w.company_id)::int, $2)
            FOR UPDATE SKIP LOCKED) e
-     LIMIT $3)
-  UPDATE outbox_events o SET leased_until = now() + make_interval(secs => $4::float8 / 1000), claim_token = $5
-    FROM c WHERE o.id = c.id
-  RETURNING o.id, o.company_id, o.channel, o.payload::text AS payload, o.attempts,
+     LIMIT $3`,
+  leaseMs: "$4",
+  owner: "$5",
+  returning: `o.id, o.company_id, o.channel, o.payload::text AS payload, o.attempts,
             EXTRACT(EPOCH FROM COALESCE(o.message_sent_at, o.created_at))::float8 * 1000 AS sent_at_ms,
-            EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`;
+            EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`,
+});
 
 /**
  * The outcomes of a group of attempts, in one statement. The event's own fields of the log row come
@@ -153,12 +162,15 @@ export class Deliverer {
     (err) => this.o.logger.warn({ err }, "notifier claim failed; retrying at the next poll"),
   );
   private stopped = true;
-  private poller: NodeJS.Timeout | null = null;
+  private readonly loops: Loops;
+  private readonly outbox: Jobs;
   private soonTimer: NodeJS.Timeout | null = null;
-  private housekeeper: NodeJS.Timeout | null = null;
   private readonly attempts = new Set<Promise<void>>();
 
-  constructor(private readonly o: DelivererOptions) {}
+  constructor(private readonly o: DelivererOptions) {
+    this.loops = new Loops(o.logger);
+    this.outbox = new Jobs(o.sequelize, OUTBOX);
+  }
 
   /**
    * Claims run ahead of the attempts: up to LOOK_AHEAD times an endpoint's concurrency is held, so
@@ -172,12 +184,16 @@ export class Deliverer {
 
   start(): void {
     this.stopped = false;
-    this.poller = setInterval(() => {
-      for (const company of this.endpoints.keys()) this.schedule(company);
-      this.wake();
-    }, this.o.config.notifierPollMs);
-    this.housekeeper = setInterval(() => void this.housekeeping().catch((err) => this.o.logger.warn({ err }, "notifier housekeeping failed")), HOUSEKEEPING_MS);
-    this.housekeeper.unref();
+    this.loops.every(
+      this.o.config.notifierPollMs,
+      "notifier poll",
+      () => {
+        for (const company of this.endpoints.keys()) this.schedule(company);
+        this.wake();
+      },
+      { unref: false },
+    );
+    this.loops.every(HOUSEKEEPING_MS, "notifier housekeeping", () => this.housekeeping());
     this.wake();
   }
 
@@ -185,9 +201,8 @@ export class Deliverer {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
-    if (this.poller) clearInterval(this.poller);
+    this.loops.stop();
     if (this.soonTimer) clearTimeout(this.soonTimer);
-    if (this.housekeeper) clearInterval(this.housekeeper);
     await this.claims.close();
     const abandoned = [...this.aborts.entries()].map(([id, a]) => ({ id, token: a.token }));
     for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
@@ -204,11 +219,9 @@ export class Deliverer {
   /** Hands claimed events back: due at once, for any replica. */
   private async release(events: { id: string; token: string }[]): Promise<void> {
     if (events.length === 0) return;
-    await rawQuery(
-      this.o.sequelize,
-      `UPDATE outbox_events o SET leased_until = NULL, claim_token = NULL FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, token text) WHERE o.id = x.id AND o.claim_token = x.token`,
-      [JSON.stringify(events)],
-    ).catch((err) => this.o.logger.warn({ err }, "could not release claimed events; they fall due when their lease ends"));
+    await this.outbox
+      .giveBack({ each: events.map((e) => ({ id: e.id, owner: e.token })) })
+      .catch((err) => this.o.logger.warn({ err }, "could not release claimed events; they fall due when their lease ends"));
   }
 
   /** Completions that come close together free their slots for one claim, not one claim each. */
@@ -235,8 +248,7 @@ export class Deliverer {
     // The lease runs from the statement's start: measure from before it.
     const claimedAt = Date.now();
     // One statement, atomic by itself: no transaction round trips around it.
-    const rows = await rawQuery<ClaimedEvent>(
-      this.o.sequelize,
+    const rows = await this.outbox.claim<ClaimedEvent>(
       CLAIM,
       [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token],
       this.o.prepare ? "notifier-claim" : undefined,
