@@ -8,8 +8,9 @@ import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { DbMixin } from "../../mixins/db.mixin";
 import { contactActions, contactMethods } from "./contacts.actions";
-import { importActions, Importer, type ImportsThis } from "./contacts.imports";
+import { importActions, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
+import { Importer } from "./contacts.runner";
 import { applyChannelSupport, type ChannelSupportEvent } from "./contacts.support";
 
 export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSettings> {
