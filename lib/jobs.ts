@@ -253,6 +253,7 @@ interface Warns {
 /** The timers of a component's background loops: each failure logged with what failed; stop() ends them all. */
 export class Loops {
   private readonly timers = new Set<NodeJS.Timeout>();
+  private stopped = false;
 
   constructor(private readonly log: Warns) {}
 
@@ -260,7 +261,7 @@ export class Loops {
    * Runs `fn` every `ms` (and at once with `runNow`). `unref` (the default) lets the process exit
    * while the loop waits.
    */
-  every(ms: number, what: string, fn: () => unknown, o: { unref?: boolean; runNow?: boolean } = {}): void {
+  every(ms: number, what: string, fn: () => unknown, o: { unref?: boolean; runNow?: boolean; firstAfterMs?: number } = {}): void {
     const run = () => {
       try {
         const out = fn();
@@ -269,14 +270,29 @@ export class Loops {
         this.log.warn({ err }, `${what} failed`);
       }
     };
-    const t = setInterval(run, ms);
-    if (o.unref ?? true) t.unref();
-    this.timers.add(t);
+    const repeat = () => {
+      const t = setInterval(run, ms);
+      if (o.unref ?? true) t.unref();
+      this.timers.add(t);
+    };
+    if (o.firstAfterMs !== undefined) {
+      // A first run later than at once, then every `ms` (a loop that must not start with the process).
+      const first: NodeJS.Timeout = setTimeout(() => {
+        this.timers.delete(first);
+        run();
+        if (!this.stopped) repeat();
+      }, o.firstAfterMs);
+      if (o.unref ?? true) first.unref();
+      this.timers.add(first);
+      return;
+    }
+    repeat();
     if (o.runNow) run();
   }
 
   /** Ends every loop (a run in progress finishes on its own). */
   stop(): void {
+    this.stopped = true;
     for (const t of this.timers) clearInterval(t);
     this.timers.clear();
   }

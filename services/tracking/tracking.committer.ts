@@ -5,23 +5,16 @@
  */
 import type { Sequelize } from "sequelize";
 import { rawTransaction } from "../../lib/db";
+import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs";
 import type { IngestItem } from "./tracking.fold";
 import { RetryWrite, writeItems, type WriteEffects } from "./tracking.writes";
 
-const RETRYABLE_SQLSTATES = new Set(["40P01", "40001", "23505"]);
-
 /** Runs `writeItems` in a transaction, again (up to 5 times) after a deadlock, serialization failure or lost race. */
-export async function writeWithRetry(sequelize: Sequelize, items: IngestItem[]): Promise<WriteEffects> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await rawTransaction(sequelize, (exec) => writeItems(exec, items));
-    } catch (err) {
-      const code = (err as { code?: unknown }).code;
-      const retryable = err instanceof RetryWrite || (typeof code === "string" && RETRYABLE_SQLSTATES.has(code));
-      if (!retryable || attempt >= 5) throw err;
-      await new Promise((r) => setTimeout(r, 5 * attempt + Math.random() * 10));
-    }
-  }
+export function writeWithRetry(sequelize: Sequelize, items: IngestItem[]): Promise<WriteEffects> {
+  return retryOn(RETRYABLE_SQLSTATES, 5, () => rawTransaction(sequelize, (exec) => writeItems(exec, items)), {
+    also: (err) => err instanceof RetryWrite,
+    delayMs: (n) => 5 * n + Math.random() * 10,
+  });
 }
 
 /**

@@ -10,6 +10,7 @@ import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api
 import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { badRequest } from "../../lib/errors";
+import { Loops } from "../../lib/jobs";
 import { DbMixin } from "../../mixins/db.mixin";
 import { IngressMixin, parseIngest } from "./tracking.ingress";
 import { GroupCommitter, writeWithRetry } from "./tracking.committer";
@@ -40,7 +41,7 @@ interface TrackingVars {
   committer: GroupCommitter;
   ingestMetrics: IngestMetrics;
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
-  retentionTimer?: NodeJS.Timeout;
+  loops: Loops;
   purgeOld(): Promise<void>;
 }
 type TrackingThis = Service<ApiServiceSettings> & TrackingVars;
@@ -169,14 +170,12 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
 
     started(this: TrackingThis) {
       // First a minute after start, then hourly; each run deletes in short batches of its own.
-      this.retentionTimer = setTimeout(() => {
-        void this.purgeOld();
-        this.retentionTimer = setInterval(() => void this.purgeOld(), PURGE_EVERY_MS).unref();
-      }, 60_000).unref();
+      this.loops = new Loops(this.logger);
+      this.loops.every(PURGE_EVERY_MS, "message retention", () => this.purgeOld(), { firstAfterMs: 60_000 });
     },
 
     stopped(this: TrackingThis) {
-      clearInterval(this.retentionTimer);
+      this.loops?.stop();
     },
   };
 }
