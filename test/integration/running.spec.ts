@@ -118,7 +118,8 @@ describe("stopping", () => {
     const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_)/.test(k)));
     const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
       cwd: ROOT,
-      env: { ...clean, DATA_DIR: dir, PORT: String(port), LOG_LEVEL: "warn" },
+      // Both listeners on ports of this test's own (the internal one defaults to 3001, which another process may hold).
+      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(port + 1000), LOG_LEVEL: "warn" },
       stdio: "ignore",
     });
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
