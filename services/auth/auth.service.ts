@@ -6,7 +6,6 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
-import { DbMixin, type DbThis } from "../../mixins/db.mixin";
 import { ApiError } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
 import type { KeyDeletedEvent } from "./auth.contract";
@@ -39,7 +38,6 @@ interface AuthThis {
 export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings> {
   return {
     name: "auth",
-    mixins: [DbMixin(deps)],
     settings: { rest: "/" },
 
     actions: {
@@ -176,8 +174,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
     },
 
     created() {
-      const self = this as unknown as AuthThis & DbThis;
-      self.models = defineAuthModels(self.sequelize);
+      (this as unknown as AuthThis).models = defineAuthModels(deps.db.sequelize);
     },
   };
 }

@@ -6,7 +6,6 @@
 import type { Context, ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
-import { DbMixin } from "../../mixins/db.mixin";
 import { contactActions, contactMethods } from "./contacts.actions";
 import { importActions, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
@@ -16,7 +15,6 @@ import { applyChannelSupport, type ChannelSupportEvent } from "./contacts.suppor
 export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSettings> {
   return {
     name: "contacts",
-    mixins: [DbMixin(deps)],
     settings: { rest: "/" },
     actions: { ...contactActions, ...listActions, ...importActions },
     events: {
@@ -30,6 +28,8 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
     },
     methods: contactMethods,
     created() {
+      // The action groups (contacts.actions.ts, contacts.lists.ts, contacts.imports.ts) reach the database as this.sequelize.
+      (this as unknown as ImportsThis).sequelize = deps.db.sequelize;
       (this as unknown as ImportsThis).importer = new Importer(deps.db.sequelize, deps.config, this.logger);
     },
     async started() {

@@ -10,7 +10,6 @@ import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import type { Page } from "../../lib/paging";
-import { DbMixin } from "../../mixins/db.mixin";
 import { CallbackClient } from "./notifier.client";
 import { ATTEMPTS_KEPT_DAYS, Deliverer } from "./notifier.delivery";
 import { NotifierMetrics } from "./notifier.metrics";
@@ -54,7 +53,6 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
 
   return {
     name: "notifier",
-    mixins: [DbMixin(deps)],
     settings: { rest: "/" },
 
     actions: {

@@ -11,7 +11,6 @@ import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { badRequest } from "../../lib/errors";
 import { Loops } from "../../lib/jobs";
-import { DbMixin } from "../../mixins/db.mixin";
 import { IngressMixin, parseIngest } from "./tracking.ingress";
 import { GroupCommitter, writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
@@ -56,7 +55,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
 
   return {
     name: "tracking",
-    mixins: [DbMixin(deps), IngressMixin(deps)],
+    mixins: [IngressMixin(deps)],
     settings: { rest: "/" },
 
     actions: {
