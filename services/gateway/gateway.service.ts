@@ -18,6 +18,7 @@ import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { answerClientError, parseJson, requireJson, tagRequest } from "../../lib/http";
 import { HttpMetrics } from "../../lib/http-metrics";
+import { Loops } from "../../lib/jobs";
 import { withRequestId } from "../../lib/logger";
 import { buildOpenApi } from "../../lib/openapi";
 import type { KeyDeletedEvent, Principal } from "../auth/auth.contract";
@@ -46,7 +47,7 @@ interface GatewayVars {
   openApiCache: Record<string, unknown> | null;
   aliases: Alias[];
   aliasesReady: boolean;
-  purgeTimer?: NodeJS.Timeout;
+  loops: Loops;
   /** Where uploads are spooled until their action has answered. */
   spoolDir: string;
   server: http.Server;
@@ -306,14 +307,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
     },
 
     started(this: GatewayThis) {
-      this.purgeTimer = setInterval(() => {
-        this.idempotency.purgeExpired().catch((err) => this.logger.warn({ err }, "idempotency purge failed"));
-      }, 3600_000);
-      this.purgeTimer.unref();
+      this.loops = new Loops(this.logger);
+      this.loops.every(3600_000, "idempotency purge", () => this.idempotency.purgeExpired());
     },
 
     stopped(this: GatewayThis) {
-      clearInterval(this.purgeTimer);
+      this.loops?.stop();
       rmSync(this.spoolDir, { recursive: true, force: true });
     },
   };
