@@ -16,6 +16,7 @@ import { Meter, type UploadedFile } from "../../lib/upload";
 import { iso } from "../../lib/time";
 import { targetOf } from "./contacts.import-rows";
 import type { Importer } from "./contacts.runner";
+import type { CustomFieldType } from "./contacts.contract";
 import {
   importAccepted,
   importIdIn,
@@ -23,11 +24,10 @@ import {
   importUploadIn,
   importVcardIn,
   MAX_UPLOAD_BYTES,
-  type CustomFieldType,
   type ImportAccepted,
   type ImportOut,
   type ImportStatus,
-} from "./contacts.schemas";
+} from "./contacts.imports.schemas";
 
 interface ImportDbRow {
   id: string;

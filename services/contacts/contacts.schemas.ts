@@ -32,19 +32,6 @@ export {
   type Gender,
 } from "./contacts.contract";
 export { CHANNELS, type Channel };
-// Contact imports (contacts.imports.ts, contacts.runner.ts) take their wire forms from here too.
-export {
-  IMPORT_STATUSES,
-  importAccepted,
-  importIdIn,
-  importOut,
-  importUploadIn,
-  importVcardIn,
-  MAX_UPLOAD_BYTES,
-  type ImportAccepted,
-  type ImportOut,
-  type ImportStatus,
-} from "./contacts.imports.schemas";
 export const CUSTOM_KEY = "^[A-Za-z][A-Za-z0-9_]{0,63}$";
 /** Bulk bodies name at most this many contacts. */
 export const MAX_BULK_IDS = 10000;
