@@ -1,6 +1,6 @@
 /**
  * Contact imports on the wire (spec part 4, contract section 4): the upload forms, the 202 and the
- * import's status. contacts.schemas.ts re-exports them with the rest of the contacts' wire forms.
+ * import's status. The upload and status actions (contacts.imports.ts) import them from here.
  */
 import { uploadedFileSchema } from "../../lib/upload";
 import { listId } from "./contacts.contract";
