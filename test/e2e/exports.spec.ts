@@ -15,6 +15,7 @@ import { UrlSigner } from "../../services/exports/exports.signing";
 import { startTestApp, TEST_SIGNING_KEY, type Account, type TestApp } from "../helpers/app";
 import { contactIn } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
+import { HISTORY_HEADER } from "../helpers/exports";
 import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
@@ -86,23 +87,6 @@ const fileOf = (exportId: string) => {
   const name = readdirSync(t.config.exportDir).find((n) => n.startsWith(`${exportId}.`) && n.endsWith(".csv.gz"));
   return name ? path.join(t.config.exportDir, name) : null;
 };
-
-const HISTORY_HEADER = [
-  "customerMessageId",
-  "channel",
-  "destination",
-  "sentAt",
-  "deliveryStatus",
-  "statusCode",
-  "description",
-  "deliveryDate",
-  "readAt",
-  "text",
-  "campaignId",
-  "totalParts",
-  "price",
-  "simulation",
-];
 
 describe("POST /messages/history/export and the file", () => {
   let a: Account;

@@ -1,4 +1,5 @@
 /** Exports as a partner runs them: create, then poll GET /exports/{id} until it gives the download URL. */
+import { eventually } from "./eventually";
 import type { Http } from "./http";
 
 /** POSTs `createPath` (202 expected) and polls until the export is available: its download URL's path, on `port`. */
@@ -12,10 +13,30 @@ export async function exportedFileUrl(
   const created = await api.post(createPath, body);
   if (created.status !== 202) throw new Error(`${createPath} answered ${created.status}: ${created.text}`);
   const exportId = created.body.exportId as string;
-  for (const end = Date.now() + timeoutMs; Date.now() < end;) {
-    const res = await api.get(`/exports/${exportId}`);
-    if (res.status === 200) return { exportId, url: `http://127.0.0.1:${port}${new URL(res.body.downloadUrl).pathname}` };
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`export ${exportId} was not available within ${timeoutMs} ms`);
+  return eventually(
+    async () => {
+      const res = await api.get(`/exports/${exportId}`);
+      if (res.status !== 200) throw new Error(`export ${exportId} was not available within ${timeoutMs} ms (last answer ${res.status})`);
+      return { exportId, url: `http://127.0.0.1:${port}${new URL(res.body.downloadUrl).pathname}` };
+    },
+    { timeoutMs },
+  );
 }
+
+/** The header row of a message-history export (contract: the history's fields, in this order). */
+export const HISTORY_HEADER = [
+  "customerMessageId",
+  "channel",
+  "destination",
+  "sentAt",
+  "deliveryStatus",
+  "statusCode",
+  "description",
+  "deliveryDate",
+  "readAt",
+  "text",
+  "campaignId",
+  "totalParts",
+  "price",
+  "simulation",
+];
