@@ -1,9 +1,12 @@
-/** The notifier service's SQL: the account's webhook and its attempts log (delivery's own SQL is in notifier.delivery.ts). */
+/** The notifier service's SQL: the account's webhook, its attempts log, and delivery's claim, outcomes and housekeeping (notifier.delivery.ts). */
 import { QueryTypes, type Sequelize } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
-import { ATTEMPTS_KEPT_DAYS } from "./notifier.delivery";
+import { claimSql, type JobTable } from "../../lib/jobs";
 import { ATTEMPT_COLUMNS, toAttemptOut, type AttemptRow, type WebhookRow } from "./notifier.models";
 import type { AttemptOut, AttemptsIn } from "./notifier.schemas";
+
+/** Attempts are kept (and listed) this many days. */
+export const ATTEMPTS_KEPT_DAYS = 7;
 
 async function one(sequelize: Sequelize, sql: string, bind: unknown[]): Promise<WebhookRow | null> {
   return (await sequelize.query<WebhookRow>(sql, { bind, type: QueryTypes.SELECT }))[0] ?? null;
@@ -35,3 +38,57 @@ export function attemptsPage(sequelize: Sequelize, companyId: string, { page, li
     map: toAttemptOut,
   });
 }
+
+/** The outbox as a job table: a claim is held by its token until its lease ends. */
+export const OUTBOX: JobTable = { table: "outbox_events", alias: "o", key: "id", keyType: "bigint", owner: "claim_token", lease: { until: "leased_until" } };
+
+/**
+ * Per account with a webhook (in random order), its due events up to its free slots ($1: account ->
+ * slots, $2: slots of an account not held here), $3 in all; $4: the lease (ms), $5: the claim's token.
+ */
+export const CLAIM = claimSql(OUTBOX, {
+  as: "c",
+  candidates: `
+    SELECT e.id, w.callback_url
+      FROM (SELECT company_id, callback_url FROM webhooks ORDER BY random()) w
+      CROSS JOIN LATERAL (
+        SELECT o.id FROM outbox_events o
+         WHERE o.company_id = w.company_id AND o.due_at <= now() AND (o.leased_until IS NULL OR o.leased_until <= now())
+         ORDER BY o.due_at, o.id
+         LIMIT COALESCE(($1::jsonb ->> w.company_id)::int, $2)
+           FOR UPDATE SKIP LOCKED) e
+     LIMIT $3`,
+  leaseMs: "$4",
+  owner: "$5",
+  returning: `o.id, o.company_id, o.channel, o.payload::text AS payload, o.attempts,
+            EXTRACT(EPOCH FROM COALESCE(o.message_sent_at, o.created_at))::float8 * 1000 AS sent_at_ms,
+            EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`,
+});
+
+/**
+ * The outcomes of a group of attempts, in one statement. The event's own fields of the log row come
+ * from its outbox row (every part of the statement sees the rows as they were before it), which
+ * keeps what crosses to the database small. Only attempts whose claim still holds are written: one
+ * whose lease ran out (so another replica has the event now) changes nothing, in the log neither.
+ */
+export const RECORD = `
+  WITH r AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, n smallint, at timestamptz, hs smallint, ms integer, err text, delay float8, outcome text)),
+  d AS (
+    SELECT r.*, now() + make_interval(secs => r.delay / 1000) AS next FROM r),
+  e AS (
+    SELECT d.*, o.company_id, o.channel, o.event_type, o.message_id, o.num_part FROM d JOIN outbox_events o ON o.id = d.id AND o.claim_token = d.token),
+  gone AS (
+    DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
+  later AS (
+    UPDATE outbox_events o SET due_at = d.next, attempts = d.n, claim_token = NULL, leased_until = NULL
+      FROM d WHERE o.id = d.id AND o.claim_token = d.token AND d.outcome = 'RETRYING' RETURNING 1)
+  INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
+  SELECT company_id, channel, event_type, message_id, num_part, n, at, hs, ms, err, next, outcome FROM e`;
+
+/** Housekeeping, a bounded batch ($1 rows) at a time: attempts past ATTEMPTS_KEPT_DAYS. */
+export const PURGE_OLD_ATTEMPTS = `DELETE FROM webhook_attempts WHERE id IN (SELECT id FROM webhook_attempts WHERE attempted_at < now() - interval '${ATTEMPTS_KEPT_DAYS} days' LIMIT $1)`;
+
+/** Housekeeping: events of accounts that have no webhook (nobody to send them to). */
+export const PURGE_ORPHAN_EVENTS = `DELETE FROM outbox_events WHERE id IN (
+         SELECT o.id FROM outbox_events o WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = o.company_id) LIMIT $1 FOR UPDATE SKIP LOCKED)`;

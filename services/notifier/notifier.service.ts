@@ -11,10 +11,10 @@ import { ApiError, badRequest } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import type { Page } from "../../lib/paging";
 import { CallbackClient } from "./notifier.client";
-import { ATTEMPTS_KEPT_DAYS, Deliverer } from "./notifier.delivery";
+import { Deliverer } from "./notifier.delivery";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
-import { attemptsPage, deleteWebhook, findWebhook, insertWebhook, updateWebhook } from "./notifier.queries";
+import { ATTEMPTS_KEPT_DAYS, attemptsPage, deleteWebhook, findWebhook, insertWebhook, updateWebhook } from "./notifier.queries";
 import {
   attemptPage,
   attemptsIn,
