@@ -1,5 +1,5 @@
 /**
- * The import runner: a piscina pool parses each file (contacts.import-worker.ts) and this thread
+ * The import runner: a piscina pool parses each file (contacts.worker.ts) and this thread
  * writes the batches it sends, one transaction each, counters included, so that a row is written
  * whole or not at all and the counters say exactly what is written. An import is held by its node
  * through a heartbeat (lib/jobs.ts): any contacts node ends FAILED one whose node went silent.
@@ -15,7 +15,7 @@ import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable }
 import type { UploadedFile } from "../../lib/upload";
 import { workerPool } from "../../lib/worker-pool";
 import type { ImportRow, RowError } from "./contacts.import-rows";
-import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.import-worker";
+import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.worker";
 import type { CustomFieldType } from "./contacts.schemas";
 
 /** Rows per batch (one transaction each). */
@@ -135,7 +135,7 @@ export class Importer {
 
   private workers(): Piscina {
     if (!this.pool) {
-      this.pool = workerPool(__dirname, "contacts.import-worker", {
+      this.pool = workerPool(__dirname, "contacts.worker", {
         maxThreads: this.config.importWorkers,
         idleTimeout: 30_000,
         // A parser needs little heap; a small cap keeps V8 from growing it lazily (flat memory).
