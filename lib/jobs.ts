@@ -19,8 +19,6 @@
 import type { Sequelize } from "sequelize";
 import { rawQuery } from "./db";
 
-export { Coalesced } from "./coalesce";
-
 /** A table of durable jobs: where a row's key, holder and lease live. */
 export interface JobTable {
   table: string;
@@ -176,14 +174,21 @@ export function sweepSql(t: JobTable, e: EndSpec): Statement {
 
 /** A job table on a database: claim, renew, give back and sweep, each one statement. */
 export class Jobs {
+  /** The claim statement, built once from the table and its ClaimSpec. */
+  readonly claimStatement: string | null;
+
   constructor(
     private readonly sequelize: Sequelize,
     readonly table: JobTable,
-  ) {}
+    claim?: ClaimSpec,
+  ) {
+    this.claimStatement = claim ? claimSql(table, claim) : null;
+  }
 
-  /** Runs a claim built once with `claimSql` (`name`: as a prepared statement of that name). */
-  claim<T extends object>(sql: string, params: unknown[], name?: string): Promise<T[]> {
-    return rawQuery<T>(this.sequelize, sql, params, name);
+  /** Claims rows with the table's claim (`name`: run as a prepared statement of that name). */
+  claim<T extends object>(params: unknown[], name?: string): Promise<T[]> {
+    if (!this.claimStatement) throw new Error(`${this.table.table}: no claim was described for this table`);
+    return rawQuery<T>(this.sequelize, this.claimStatement, params, name);
   }
 
   /** Renews the leases of held rows; answers the rows (RETURNING `returning`) still ours. */

@@ -11,7 +11,8 @@ import path from "node:path";
 import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { claimSql, Coalesced, Jobs, leaseExpired, Loops, type JobTable } from "../../lib/jobs";
+import { Coalesced } from "../../lib/coalesce";
+import { Jobs, leaseExpired, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
 import { workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
@@ -37,7 +38,7 @@ const EXPORT_JOBS: JobTable = { table: "export_jobs", alias: "j", key: "id", key
  * account at a time, so one account's burst never holds every worker of the cluster. $1: this
  * node, $2: the lease (ms).
  */
-const CLAIM = claimSql(EXPORT_JOBS, {
+const EXPORT_CLAIM: ClaimSpec = {
   candidates: {
     where: `(j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND ${leaseExpired(EXPORT_JOBS)}))
             AND NOT EXISTS (SELECT 1 FROM export_jobs p
@@ -51,7 +52,7 @@ const CLAIM = claimSql(EXPORT_JOBS, {
   leaseMs: "$2",
   set: "status = 'PROCESSING', attempts = j.attempts + 1, started_at = now()",
   returning: "j.id, j.company_id, j.type, j.filters, j.run, j.attempts",
-});
+};
 
 interface ClaimedJob {
   id: string;
@@ -89,7 +90,7 @@ export class ExportRunner {
     private readonly metrics: ExportMetrics,
   ) {
     this.loops = new Loops(log);
-    this.jobs = new Jobs(sequelize, EXPORT_JOBS);
+    this.jobs = new Jobs(sequelize, EXPORT_JOBS, EXPORT_CLAIM);
   }
 
   get dir(): string {
@@ -128,7 +129,7 @@ export class ExportRunner {
   }
 
   private async claimOne(): Promise<ClaimedJob | null> {
-    const [row] = await this.jobs.claim<ClaimedJob>(CLAIM, [this.nodeId, this.config.exportLeaseMs]);
+    const [row] = await this.jobs.claim<ClaimedJob>([this.nodeId, this.config.exportLeaseMs]);
     return row ?? null;
   }
 

@@ -22,10 +22,11 @@ import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { rawQuery } from "../../lib/db";
-import { Coalesced, Jobs, Loops } from "../../lib/jobs";
+import { Coalesced } from "../../lib/coalesce";
+import { Jobs, Loops } from "../../lib/jobs";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
 import type { NotifierMetrics, Outcome } from "./notifier.metrics";
-import { CLAIM, OUTBOX, PURGE_OLD_ATTEMPTS, PURGE_ORPHAN_EVENTS, RECORD } from "./notifier.queries";
+import { OUTBOX, OUTBOX_CLAIM, PURGE_OLD_ATTEMPTS, PURGE_ORPHAN_EVENTS, RECORD } from "./notifier.queries";
 
 export const MAX_ATTEMPTS = 5;
 export const RETRY_WINDOW_MS = 10 * 24 * 3600 * 1000;
@@ -122,7 +123,7 @@ export class Deliverer {
 
   constructor(private readonly o: DelivererOptions) {
     this.loops = new Loops(o.logger);
-    this.outbox = new Jobs(o.sequelize, OUTBOX);
+    this.outbox = new Jobs(o.sequelize, OUTBOX, OUTBOX_CLAIM);
   }
 
   /**
@@ -202,7 +203,6 @@ export class Deliverer {
     const claimedAt = Date.now();
     // One statement, atomic by itself: no transaction round trips around it.
     const rows = await this.outbox.claim<ClaimedEvent>(
-      CLAIM,
       [JSON.stringify(slots), this.perEndpoint, free, config.notifierLeaseMs, token],
       this.o.prepare ? "notifier-claim" : undefined,
     );

@@ -1,7 +1,7 @@
 /** The notifier service's SQL: the account's webhook, its attempts log, and delivery's claim, outcomes and housekeeping (notifier.delivery.ts). */
 import { QueryTypes, type Sequelize } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
-import { claimSql, type JobTable } from "../../lib/jobs";
+import type { ClaimSpec, JobTable } from "../../lib/jobs";
 import { ATTEMPT_COLUMNS, toAttemptOut, type AttemptRow, type WebhookRow } from "./notifier.models";
 import type { AttemptOut, AttemptsIn } from "./notifier.schemas";
 
@@ -46,7 +46,7 @@ export const OUTBOX: JobTable = { table: "outbox_events", alias: "o", key: "id",
  * Per account with a webhook (in random order), its due events up to its free slots ($1: account ->
  * slots, $2: slots of an account not held here), $3 in all; $4: the lease (ms), $5: the claim's token.
  */
-export const CLAIM = claimSql(OUTBOX, {
+export const OUTBOX_CLAIM: ClaimSpec = {
   as: "c",
   candidates: `
     SELECT e.id, w.callback_url
@@ -63,7 +63,7 @@ export const CLAIM = claimSql(OUTBOX, {
   returning: `o.id, o.company_id, o.channel, o.payload::text AS payload, o.attempts,
             EXTRACT(EPOCH FROM COALESCE(o.message_sent_at, o.created_at))::float8 * 1000 AS sent_at_ms,
             EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`,
-});
+};
 
 /**
  * The outcomes of a group of attempts, in one statement. The event's own fields of the log row come

@@ -6,7 +6,7 @@
  */
 import pg from "pg";
 import { QueryTypes } from "sequelize";
-import { claimSql, Jobs, leaseExpired, type JobTable } from "../../lib/jobs";
+import { Jobs, leaseExpired, type ClaimSpec, type JobTable } from "../../lib/jobs";
 import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
 
 const PROBES: JobTable = { table: "job_probes", alias: "j", key: "id", keyType: "bigint", owner: "node_id", lease: { until: "leased_until" } };
@@ -21,13 +21,13 @@ const BEATS: JobTable = {
 };
 
 /** $1: the claimant, $2: the lease (ms), $3: how many. */
-const CLAIM = claimSql(PROBES, {
+const CLAIM: ClaimSpec = {
   candidates: { where: `j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND ${leaseExpired(PROBES)})`, orderBy: "j.id", limit: "$3" },
   owner: "$1",
   leaseMs: "$2",
   set: "status = 'PROCESSING', attempts = j.attempts + 1",
   returning: "j.id, j.attempts",
-});
+};
 
 let tdb: TestDatabase;
 let probes: Jobs;
@@ -38,7 +38,7 @@ beforeAll(async () => {
   await tdb.db.sequelize.query(`
     CREATE TABLE job_probes (id bigint PRIMARY KEY, status text NOT NULL DEFAULT 'QUEUED', node_id text, leased_until timestamptz, attempts integer NOT NULL DEFAULT 0);
     CREATE TABLE job_beats (id bigint PRIMARY KEY, status text NOT NULL DEFAULT 'PROCESSING', node_id text, heartbeat_at timestamptz NOT NULL DEFAULT now(), failure text)`);
-  probes = new Jobs(tdb.db.sequelize, PROBES);
+  probes = new Jobs(tdb.db.sequelize, PROBES, CLAIM);
   beats = new Jobs(tdb.db.sequelize, BEATS);
 });
 afterAll(() => tdb?.drop());
@@ -53,7 +53,7 @@ const rows = (table: string) =>
     { type: QueryTypes.SELECT },
   );
 
-const claim = (node: string, n: number, leaseMs = 60_000) => probes.claim<{ id: string; attempts: number }>(CLAIM, [node, leaseMs, n]);
+const claim = (node: string, n: number, leaseMs = 60_000) => probes.claim<{ id: string; attempts: number }>([node, leaseMs, n]);
 const ids = (list: { id: string | number }[]) => list.map((r) => Number(r.id)).sort((a, b) => a - b);
 
 it("hands each row to one claimant, in order, with its holder and lease set", async () => {
