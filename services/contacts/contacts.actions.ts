@@ -23,6 +23,7 @@ import {
   lockContact,
   writeContactRow,
 } from "./contacts.queries";
+import { type CustomFieldType } from "./contacts.contract";
 import {
   contactIdIn,
   contactOut,
@@ -38,7 +39,6 @@ import {
   type ContactIn,
   type ContactOut,
   type CustomFieldOut,
-  type CustomFieldType,
   type ListContactsIn,
 } from "./contacts.schemas";
 

@@ -5,7 +5,8 @@
  */
 import { fullFormats } from "ajv-formats/dist/formats";
 import { customValueError, normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import { GENDERS, type CustomFieldType, type CustomValue, type Gender } from "./contacts.schemas";
+import { GENDERS, type CustomFieldType, type Gender } from "./contacts.contract";
+import { type CustomValue } from "./contacts.schemas";
 
 /** The contact fields a column can feed (custom fields are `customFields.<key>`). */
 export const IMPORT_FIELDS = ["firstName", "lastName", "gender", "phoneNumber", "email", "isTest"] as const;

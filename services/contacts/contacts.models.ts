@@ -2,7 +2,9 @@
  * The contacts service's rows (tables of migrations/20261122-0003-contacts) and their wire form.
  * Queries are SQL (set-based where it matters); these are the shapes they read.
  */
-import type { Channel, ContactOut, CustomFieldOut, CustomFieldType, CustomValue, Gender, ListOut } from "./contacts.schemas";
+import type { Channel } from "../../lib/channels";
+import type { CustomFieldType, Gender } from "./contacts.contract";
+import type { ContactOut, CustomFieldOut, CustomValue, ListOut } from "./contacts.schemas";
 
 export interface ContactRow {
   id: string;

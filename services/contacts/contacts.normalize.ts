@@ -5,7 +5,8 @@
  */
 import { parsePhoneNumberFromString } from "libphonenumber-js/max";
 import type { FieldError } from "../../lib/errors";
-import type { CustomFieldType, CustomValue } from "./contacts.schemas";
+import type { CustomFieldType } from "./contacts.contract";
+import type { CustomValue } from "./contacts.schemas";
 
 /**
  * E.164, or null when the input is not a valid number in international form (`+` or `00` and the

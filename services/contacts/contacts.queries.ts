@@ -8,7 +8,8 @@ import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
 import { contactOrder, contactWhere, likeEscape } from "./contacts.contract";
 import { CONTACT_COLUMNS, LIST_SELECT, toContactOut, toListOut, type ContactRow, type CustomFieldRow, type ListRow } from "./contacts.models";
-import type { ContactOut, CustomFieldType, FindListsIn, ListContactsIn, ListIn, ListOut, ListSort, MembershipIn } from "./contacts.schemas";
+import type { CustomFieldType } from "./contacts.contract";
+import type { ContactOut, FindListsIn, ListContactsIn, ListIn, ListOut, ListSort, MembershipIn } from "./contacts.schemas";
 
 // --- contacts
 

@@ -16,7 +16,7 @@ import type { UploadedFile } from "../../lib/upload";
 import { workerPool } from "../../lib/worker-pool";
 import type { ImportRow, RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.worker";
-import type { CustomFieldType } from "./contacts.schemas";
+import type { CustomFieldType } from "./contacts.contract";
 
 /** Rows per batch (one transaction each). */
 export const IMPORT_BATCH_ROWS = 2000;
@@ -219,7 +219,7 @@ export class Importer {
   private async writeBatch(job: Job, rows: ImportRow[], errors: RowError[], totalRows: number): Promise<void> {
     try {
       await retryOn(RETRYABLE_SQLSTATES, WRITE_ATTEMPTS, () => this.sequelize.transaction((t) => this.writeOnce(job, rows, errors, totalRows, t)), {
-        also: (err) => err instanceof RetryBatch,
+        also: isConcurrencyError,
       });
       return;
     } catch (err) {

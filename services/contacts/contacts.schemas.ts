@@ -18,20 +18,6 @@ import {
   type Gender,
 } from "./contacts.contract";
 
-// Defined in the contract (exports reuse them), available here with the rest of the wire forms.
-export {
-  CONTACT_SORTS,
-  contactFilterProperties,
-  CUSTOM_FIELD_TYPES,
-  customFieldFilter,
-  GENDERS,
-  UUID,
-  type ContactFilters,
-  type ContactSort,
-  type CustomFieldType,
-  type Gender,
-} from "./contacts.contract";
-export { CHANNELS, type Channel };
 export const CUSTOM_KEY = "^[A-Za-z][A-Za-z0-9_]{0,63}$";
 /** Bulk bodies name at most this many contacts. */
 export const MAX_BULK_IDS = 10000;

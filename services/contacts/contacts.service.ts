@@ -10,7 +10,8 @@ import { contactActions, contactMethods } from "./contacts.actions";
 import { importActions, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
 import { Importer } from "./contacts.runner";
-import { applyChannelSupport, type ChannelSupportEvent } from "./contacts.support";
+import type { ChannelSupportEvent } from "../tracking/tracking.contract";
+import { applyChannelSupport } from "./contacts.support";
 
 export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSettings> {
   return {

@@ -6,9 +6,6 @@
 import type { Sequelize } from "sequelize";
 import type { ChannelSupportEvent } from "../tracking/tracking.contract";
 
-/** The payload of `tracking.channelSupportChanged`, as tracking publishes it. */
-export type { ChannelSupportEvent };
-
 export async function applyChannelSupport(sequelize: Sequelize, changes: ChannelSupportEvent["changes"]): Promise<void> {
   // The last word per (account, channel, number) wins, as it came last.
   const last = new Map<string, ChannelSupportEvent["changes"][number]>();

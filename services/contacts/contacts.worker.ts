@@ -12,7 +12,7 @@ import { Transform, type Readable } from "node:stream";
 import type { MessagePort } from "node:worker_threads";
 import type { FileKind } from "../../lib/upload";
 import { buildRow, isRowError, resolveColumns, type Cell, type ImportRow, type RowError } from "./contacts.import-rows";
-import type { CustomFieldType } from "./contacts.schemas";
+import type { CustomFieldType } from "./contacts.contract";
 
 export interface ImportTask {
   path: string;

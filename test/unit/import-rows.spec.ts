@@ -4,7 +4,7 @@
  * normalised by the rules of POST /contacts, errors per row naming every bad field.
  */
 import { buildRow, isRowError, resolveColumns, targetOf, type Cell } from "../../services/contacts/contacts.import-rows";
-import type { CustomFieldType } from "../../services/contacts/contacts.schemas";
+import type { CustomFieldType } from "../../services/contacts/contacts.contract";
 
 const CUSTOM: ReadonlyMap<string, CustomFieldType> = new Map([
   ["tier", "TEXT"],
