@@ -2,7 +2,7 @@
  * API keys on the wire: what the auth service accepts and answers (spec part 5, contract section 3).
  */
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../../lib/api";
-import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/paging";
+import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 
 export const ID_PATTERN = "^[A-Za-z0-9._@:-]{1,128}$";
 
@@ -125,5 +125,3 @@ export const verifyIn = {
   required: ["keyHash"],
   properties: { keyHash: { type: "string", pattern: "^[0-9a-f]{64}$" } },
 };
-
-export type { Page };

@@ -299,6 +299,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.keys = new PrincipalCache(config.authCacheTtlMs);
       this.buckets = new TokenBuckets(config.rateLimitRps, 2);
       this.idempotency = new IdempotencyStore(db.sequelize);
+      this.loops = new Loops(this.logger);
       this.metrics = new HttpMetrics(this.broker);
       this.openApiCache = null;
       this.aliasesReady = false;
@@ -307,12 +308,11 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
     },
 
     started(this: GatewayThis) {
-      this.loops = new Loops(this.logger);
       this.loops.every(3600_000, "idempotency purge", () => this.idempotency.purgeExpired());
     },
 
     stopped(this: GatewayThis) {
-      this.loops?.stop();
+      this.loops.stop();
       rmSync(this.spoolDir, { recursive: true, force: true });
     },
   };

@@ -30,9 +30,7 @@ export interface WriteEffects {
 const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
 
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
-export class RetryWrite extends Error {
-  readonly retryable = true;
-}
+export class RetryWrite extends Error {}
 
 const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
   SELECT x.company_id, x.channel, x.event_type, x.message_id, x.num_part, x.payload, x.message_sent_at
