@@ -32,7 +32,16 @@ export interface RowError {
 /** A cell as a file gives it: text (CSV, vCard) or a typed spreadsheet value. */
 export type Cell = string | number | boolean | Date | undefined;
 
-const EMAIL_RE = fullFormats.email as RegExp;
+/** ajv-formats' email pattern, run here only on at most 254 characters. */
+export const EMAIL_RE = fullFormats.email as RegExp;
+/**
+ * The longest cell any field reads (a TEXT custom field keeps at most 2000 characters): a longer one
+ * is refused, with the field's usual message, before any pattern sees it, so no cell costs more
+ * than a bounded amount of work.
+ */
+export const MAX_CELL_TEXT = 10_000;
+/** The longest header or mapping value read as a field's name (a custom key has at most 64 characters). */
+const MAX_NAME_TEXT = 1000;
 /** Text no database stores faithfully (as the gateway refuses it in JSON bodies). */
 const BAD_TEXT = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const squash = (s: string) => s.trim().toLowerCase();
@@ -44,6 +53,8 @@ const loose = (s: string) => s.toLowerCase().replace(/[\s_.-]+/g, "");
  * underscores, dots and dashes ("First Name" is firstName).
  */
 export function targetOf(name: string, customKeys: readonly string[], lenient: boolean): string | null {
+  // No field's or custom key's name comes near this: a longer header names nothing, unread.
+  if (name.length > MAX_NAME_TEXT) return null;
   const wanted = squash(name).replace(/^customfields\./, "");
   const field = IMPORT_FIELDS.find((f) => f.toLowerCase() === wanted);
   if (field) return field;
@@ -122,6 +133,28 @@ const CUSTOM_MESSAGES: Record<CustomFieldType, string> = {
   DATE: "must be a date YYYY-MM-DD",
 };
 
+/** What a field says of a cell it refuses (an over-long cell is refused so, unread). */
+function refusal(target: string, customTypes: ReadonlyMap<string, CustomFieldType>): string {
+  switch (target) {
+    case "firstName":
+    case "lastName":
+      return `${target} must be at most 200 characters`;
+    case "gender":
+      return `gender must be one of ${GENDERS.join(", ")}`;
+    case "phoneNumber":
+      return `phoneNumber ${PHONE_ERROR}`;
+    case "email":
+      return "email must be a valid email address";
+    case "isTest":
+      return "isTest must be true or false";
+    default: {
+      const key = target.slice("customFields.".length);
+      const type = customTypes.get(key);
+      return type ? `customFields.${key} ${CUSTOM_MESSAGES[type]}` : `customFields.${key} is not a custom field of this account`;
+    }
+  }
+}
+
 const isEmpty = (cell: Cell) => cell === undefined || cell === null || (typeof cell === "string" && cell.trim() === "");
 
 /** The cells of one row, by column target, checked; an error names every bad field. */
@@ -132,6 +165,10 @@ export function buildRow(row: number, cells: Cell[], columns: Array<string | nul
     const target = columns[i];
     const cell = cells[i];
     if (!target || isEmpty(cell)) continue;
+    if (typeof cell === "string" && cell.length > MAX_CELL_TEXT) {
+      problems.push(refusal(target, customTypes));
+      continue;
+    }
     if (typeof cell === "string" && BAD_TEXT.test(cell)) {
       problems.push(`${target} must not contain NUL or unpaired surrogate characters`);
       continue;

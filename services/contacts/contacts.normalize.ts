@@ -13,17 +13,29 @@ import type { CustomValue } from "./contacts.schemas";
  * country code). A number without its country code is refused rather than guessed.
  */
 export function toE164(input: string): string | null {
+  // No formatted number comes near this; libphonenumber's own patterns never see a long text.
+  if (input.length > MAX_PHONE_TEXT) return null;
   const trimmed = input.trim();
   if (!/^(\+|00)/.test(trimmed)) return null;
   const phone = parsePhoneNumberFromString(trimmed.replace(/^00/, "+"));
   return phone && phone.isValid() ? phone.number : null;
 }
 
+/** The longest text taken as a phone number (the API's phoneNumber is at most 32 characters). */
+export const MAX_PHONE_TEXT = 64;
+
 export const PHONE_ERROR = "must be a valid phone number in international format, e.g. +351912345678";
 
 export const normalizeEmail = (email: string) => email.trim().toLowerCase();
 
 const DATE_RE = /^\d{4}-\d{2}-\d{2}$/;
+/**
+ * A decimal number: each alternative consumes its digits one way only (no `\d+\.?\d*`, which
+ * backtracks quadratically over a long run of digits that ends in a stray character).
+ */
+export const NUMBER_RE = /^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$/;
+/** The longest text read as a number (a double needs at most 24 characters); a longer one is refused unread. */
+export const MAX_NUMBER_TEXT = 1000;
 
 /** Checks one custom value against its declared type. */
 export function customValueError(type: CustomFieldType, value: unknown): string | null {
@@ -36,6 +48,7 @@ export function customValueError(type: CustomFieldType, value: unknown): string 
       return typeof value === "boolean" ? null : "must be true or false";
     case "DATE":
       return typeof value === "string" &&
+        value.length === 10 &&
         DATE_RE.test(value) &&
         !Number.isNaN(Date.parse(`${value}T00:00:00Z`)) &&
         new Date(`${value}T00:00:00Z`).toISOString().startsWith(value)
@@ -64,7 +77,7 @@ export function parseCustomFilter(type: CustomFieldType, raw: string): CustomVal
     case "TEXT":
       return raw;
     case "NUMBER": {
-      if (!/^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw)) return undefined;
+      if (raw.length > MAX_NUMBER_TEXT || !NUMBER_RE.test(raw)) return undefined;
       const n = Number(raw);
       // Out of range (Infinity) or a non-zero literal that underflows to 0: not the number asked for.
       if (!Number.isFinite(n) || (n === 0 && /[1-9]/.test(raw.split(/[eE]/)[0]!))) return undefined;

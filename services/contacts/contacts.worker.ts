@@ -32,6 +32,9 @@ export interface ImportResult {
 }
 
 const MAX_RECORD_BYTES = 1024 * 1024;
+/** A vCard's first and last lines (anchored, one way to match: linear on a line of any length). */
+export const VCARD_BEGIN = /^BEGIN:VCARD\s*$/i;
+export const VCARD_END = /^END:VCARD\s*$/i;
 
 /** Sends batches and waits for the service's acknowledgement of the previous one before the next. */
 class BatchSender {
@@ -290,7 +293,7 @@ async function importVcard(task: ImportTask, out: BatchSender, types: Map<string
     for await (const raw of lines as AsyncIterable<string>) {
       const line: string = row === 0 && card === null ? raw.replace(/^\uFEFF/, "") : raw;
       if (card === null) {
-        if (/^BEGIN:VCARD\s*$/i.test(line)) {
+        if (VCARD_BEGIN.test(line)) {
           card = [line];
           bytes = line.length;
           row++;
@@ -299,7 +302,7 @@ async function importVcard(task: ImportTask, out: BatchSender, types: Map<string
       }
       if (bytes <= MAX_RECORD_BYTES) card.push(line);
       bytes += line.length;
-      if (!/^END:VCARD\s*$/i.test(line)) continue;
+      if (!VCARD_END.test(line)) continue;
       const text = card.join("\r\n") + "\r\n";
       card = null;
       if (bytes > MAX_RECORD_BYTES) {
