@@ -294,7 +294,12 @@ export interface MembershipIn {
 }
 const membershipProperties = {
   listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Repeats are ignored." },
-  contactIds: { type: "array", items: uuid, minItems: 1, maxItems: MAX_BULK_IDS, description: "Repeats are ignored." },
+  contactIds: {
+    type: "array",
+    items: uuid,
+    maxItems: MAX_BULK_IDS,
+    description: "Repeats are ignored. At least one unless allContacts is true (then it may be empty and is not used).",
+  },
   allContacts: { type: "boolean", default: false, description: "All contacts of the account, except excludeIdsAllContacts." },
   excludeIdsAllContacts: { type: "array", items: uuid, maxItems: MAX_BULK_IDS },
 };
@@ -305,6 +310,10 @@ export const addMembersIn = {
   required: ["listIds"],
   description: "Either contactIds, or allContacts: true (with optional excludeIdsAllContacts).",
   properties: membershipProperties,
+  // contactIds names at least one contact, except beside allContacts: true (contract: an empty list is accepted there).
+  if: { properties: { allContacts: { const: true } }, required: ["allContacts"] },
+  then: {},
+  else: { properties: { contactIds: { type: "array", items: uuid, minItems: 1 } } },
 };
 export const removeMembersIn = { ...addMembersIn, $id: "RemoveMembersIn", description: "contactIds is required unless allContacts is true." };
 export const addMembersOut = {

@@ -167,6 +167,21 @@ describe("memberships", () => {
     expect((await a.api.get("/contacts")).body.total).toBe(5); // removing deletes no contact
   });
 
+  it("accepts an empty contactIds beside allContacts: true, adding and removing all contacts (and still refuses it when allContacts is false)", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const l = await list(a);
+    await contacts(a, 3);
+    const add = await a.api.post("/contacts/list/contacts", { listIds: [l.id], allContacts: true, contactIds: [] });
+    expect(add.status).toBe(201);
+    expect(add.body).toMatchObject({ created: 3, existing: 0 });
+    const del = await a.api.delete("/contacts/list/contacts", { body: { listIds: [l.id], allContacts: true, contactIds: [] } });
+    expect(del.status).toBe(200);
+    expect(del.body).toEqual({ deleted: 3 });
+    expectProblem(await a.api.post("/contacts/list/contacts", { listIds: [l.id], allContacts: false, contactIds: [] }), 400);
+    expectProblem(await a.api.post("/contacts/list/contacts", { listIds: [l.id], contactIds: [] }), 400);
+    expect((await a.api.get(`/contacts/list/${l.id}`)).body.contactCount).toBe(0);
+  });
+
   it("counts a repeated id once", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const l = await list(a);
