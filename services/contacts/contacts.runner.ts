@@ -13,7 +13,7 @@ import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import type { Config } from "../../lib/config";
 import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable } from "../../lib/jobs";
 import type { UploadedFile } from "../../lib/upload";
-import { workerPool } from "../../lib/worker-pool";
+import { duration, workerPool } from "../../lib/worker-pool";
 import type { ImportRow, RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.worker";
 import type { CustomFieldType } from "./contacts.contract";
@@ -25,6 +25,13 @@ const HEARTBEAT_MS = 15_000;
 /** An import whose node has not been heard of for this long is ended FAILED. */
 const STALE_AFTER_S = 120;
 const WRITE_ATTEMPTS = 3;
+/**
+ * The longest one import's worker task may run (30 minutes), counted from the moment it starts
+ * reading the file (time queued for a thread does not count). Past it the thread is stopped and
+ * the import ends FAILED, so that no file holds a thread, and every import queued behind it, for
+ * ever. A constant (a setting would belong in lib/config.ts).
+ */
+export const IMPORT_TASK_BUDGET_MS = 30 * 60_000;
 const STOPPED =
   "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).";
 
@@ -82,6 +89,8 @@ export class Importer {
   private readonly loops: Loops;
   private readonly jobs: Jobs;
   private stopping = false;
+  /** The time budget of one import's worker task (tests lower it). */
+  taskBudgetMs = IMPORT_TASK_BUDGET_MS;
 
   constructor(
     private readonly sequelize: Sequelize,
@@ -169,7 +178,10 @@ export class Importer {
   private async run(job: Job, kind: UploadedFile["kind"], mapping: Record<string, string | null> | null): Promise<void> {
     const { port1, port2 } = new MessageChannel();
     let writing: Promise<void> = Promise.resolve();
+    const budget = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
     port1.on("message", (msg: WorkerMessage) => {
+      if (msg.type === "started" && !timer) timer = setTimeout(() => budget.abort(), this.taskBudgetMs).unref();
       writing = writing.then(async () => {
         let reply: ServiceReply = { type: "ack" };
         try {
@@ -193,17 +205,21 @@ export class Importer {
     let failure: string | null = null;
     let result: ImportResult | null = null;
     try {
-      result = (await this.workers().run(task, { transferList: [port2] })) as ImportResult;
+      result = (await this.workers().run(task, { transferList: [port2], signal: budget.signal })) as ImportResult;
     } catch (err) {
       failure = this.stopping
         ? STOPPED
-        : (err as { code?: string }).code === "ERR_WORKER_OUT_OF_MEMORY"
-          ? "The file needs more memory than an import may use (a workbook with very many distinct texts, say); save it as CSV or split it."
-          : /^The /.test((err as Error).message)
-            ? (err as Error).message
-            : "The file could not be read.";
+        : budget.signal.aborted
+          ? `The import took longer than ${duration(this.taskBudgetMs)} and was stopped; rows counted as created or updated were written. Split the file and upload the parts.`
+          : (err as { code?: string }).code === "ERR_WORKER_OUT_OF_MEMORY"
+            ? "The file needs more memory than an import may use (a workbook with very many distinct texts, say); save it as CSV or split it."
+            : /^The /.test((err as Error).message)
+              ? (err as Error).message
+              : "The file could not be read.";
       if (!this.stopping && !/^The /.test((err as Error).message)) this.log.error({ err, importId: job.id }, "import worker failed");
+      if (budget.signal.aborted) this.log.warn({ importId: job.id, budgetMs: this.taskBudgetMs }, "import stopped: over its time budget");
     } finally {
+      clearTimeout(timer);
       await writing;
       port1.close();
     }

@@ -13,7 +13,7 @@ import { QueryTypes, type Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { Coalesced } from "../../lib/coalesce";
 import { Jobs, leaseExpired, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
-import { workerPool } from "../../lib/worker-pool";
+import { duration, workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
 import { contactExportSql, messageExportSql } from "./exports.sql";
@@ -22,6 +22,13 @@ import type { ExportResult, ExportTask } from "./exports.worker";
 
 /** Runs of one job before it ends FAILED (a worker that died, a node that died, a failed query). */
 export const MAX_ATTEMPTS = 3;
+/**
+ * The longest one export's worker task may run: the worker's statement timeout (2 hours, which
+ * ends a slow COPY and is retried) and a margin for the last writes. Past it the thread is
+ * stopped, whatever holds it (a write that never returns, a dead volume), and the job ends FAILED
+ * without a retry. A constant, as the statement timeout it follows.
+ */
+export const EXPORT_TASK_BUDGET_MS = 2 * 3600_000 + 10 * 60_000;
 const POLL_MS = 1000;
 const SWEEP_MS = 60_000;
 /**
@@ -80,6 +87,8 @@ export class ExportRunner {
     (err) => this.log.warn({ err }, "export claim failed"),
   );
   private stopping = false;
+  /** The time budget of one export's worker task (tests lower it). */
+  taskBudgetMs = EXPORT_TASK_BUDGET_MS;
 
   constructor(
     private readonly config: Config,
@@ -176,11 +185,18 @@ export class ExportRunner {
     }
     const task: ExportTask = { url: this.dbUrl, sql, tmpPath, finalPath };
     let result: ExportResult;
+    const budget = AbortSignal.timeout(this.taskBudgetMs);
     try {
-      result = (await this.workers().run(task, { signal: abort.signal })) as ExportResult;
+      result = (await this.workers().run(task, { signal: AbortSignal.any([abort.signal, budget]) })) as ExportResult;
     } catch (err) {
       await Promise.all([rm(tmpPath, { force: true }), rm(finalPath, { force: true })]);
       if (this.stopping || abort.signal.aborted) return; // handed back at stop, or taken from us (regenerated, lease lost)
+      if (budget.aborted) {
+        this.log.warn({ exportId: job.id, budgetMs: this.taskBudgetMs }, "export stopped: over its time budget");
+        const why = `The export took longer than ${duration(this.taskBudgetMs)} and was stopped; narrow its filters (a shorter period, fewer contacts) and run it again with POST /exports/{exportId}.`;
+        if (await this.finish(job, "FAILED", null, why)) this.metrics.ended(job.type, "FAILED");
+        return;
+      }
       const died = /terminat|exit/i.test((err as Error).message);
       this.log.warn(
         { err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts },

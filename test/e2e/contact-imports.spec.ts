@@ -1,5 +1,6 @@
 import ExcelJS from "exceljs";
 import http from "node:http";
+import { IMPORT_TASK_BUDGET_MS } from "../../services/contacts/contacts.runner";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
@@ -474,5 +475,38 @@ describe("contact imports: refused uploads", () => {
     expect((await a.api.get(`/contacts/imports/${id}`)).body.status).toBe("PROCESSING");
     expect(await t.app.broker.call("contacts.sweepImports")).toEqual({ failed: 1 });
     expect((await a.api.get(`/contacts/imports/${id}`)).body).toMatchObject({ status: "FAILED", failureReason: expect.stringContaining("stopped") });
+  });
+});
+
+describe("contact imports: hostile cells and the time budget", () => {
+  it("refuses a 1 MiB NUMBER cell promptly as that row's error and imports the rest", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    await a.api.post("/contacts/custom-fields", { key: "score", type: "NUMBER" });
+    // Just under the 1 MiB a CSV record may hold: digits, then a character no number has.
+    const cell = `${"1".repeat(1024 * 1024 - 1024)}x`;
+    const started = Date.now();
+    const done = await imported(a, `email,score\nbig@x.pt,${cell}\nok@x.pt,12.5\n`);
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(done).toMatchObject({ status: "COMPLETED", totalRows: 2, created: 1, skipped: 1 });
+    expect(done.errors).toEqual([{ row: 1, message: "customFields.score must be a number" }]);
+    expect((await a.api.get("/contacts?email=ok@x.pt")).body.data[0].customFields).toEqual({ score: 12.5 });
+  });
+
+  it("stops an import past its time budget, ending it FAILED with the reason, and frees the thread", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const importer = (t.app.broker.getLocalService("contacts") as unknown as { importer: { taskBudgetMs: number } }).importer;
+    const lines = ["email,firstName"];
+    for (let i = 1; i <= 20_000; i++) lines.push(`slow${i}@x.pt,N${i}`);
+    importer.taskBudgetMs = 25;
+    let done: Record<string, unknown> & { totalRows: number };
+    try {
+      done = await imported(a, lines.join("\n") + "\n");
+    } finally {
+      importer.taskBudgetMs = IMPORT_TASK_BUDGET_MS;
+    }
+    expect(done).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^The import took longer than 25 ms and was stopped;/) });
+    expect(done.totalRows).toBeLessThan(20_000);
+    // The next import runs on a fresh thread.
+    expect(await imported(a, "email\nafter@x.pt\n")).toMatchObject({ status: "COMPLETED", created: 1 });
   });
 });
