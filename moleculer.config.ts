@@ -6,6 +6,7 @@
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { Config } from "./lib/config";
 import { loggerOptions, withRequestId } from "./lib/logger";
+import { natsTransporter } from "./lib/nats-transporter";
 import { RequestMetrics } from "./lib/request-metrics";
 import { SchemaValidator } from "./lib/validator";
 
@@ -27,7 +28,8 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     namespace: "pgw",
     nodeID: config.nodeId ?? undefined,
     // Built from our config, never from Moleculer's own env parsing.
-    transporter: config.transporter ? { type: "NATS", options: { url: config.transporter } } : null,
+    // Credentials and TLS from NATS_* (or the URL); a publish that fails fails its call, not the process.
+    transporter: config.transporter ? natsTransporter(config) : null,
     logger: loggerOptions(config),
     validator: new SchemaValidator({}),
     requestTimeout: 30_000,

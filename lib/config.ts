@@ -14,9 +14,21 @@ export interface Config {
   readonly host: string;
   readonly internalPort: number;
   readonly internalToken: string | null;
+  /** INTERNAL_TOKEN_DISABLED=true: a cluster node runs the ingress without a token (explicitly, never by default). */
+  readonly internalTokenDisabled: boolean;
+  /** Where the internal ingress listens: 127.0.0.1 in embedded mode, 0.0.0.0 in cluster mode, unless INTERNAL_HOST says. */
+  readonly internalHost: string;
   readonly databaseUrl: string | null;
   readonly dataDir: string;
   readonly transporter: string | null;
+  /** NATS credentials (user and password, or a token) when TRANSPORTER's URL does not carry them. */
+  readonly natsUser: string | null;
+  readonly natsPassword: string | null;
+  readonly natsToken: string | null;
+  /** A PEM file of the CA that signed the NATS server's certificate: the connection then uses TLS. */
+  readonly natsTlsCa: string | null;
+  /** The NATS max_payload (bytes) the product is sized for; a node warns at start when the server announces less. */
+  readonly natsMaxPayload: number;
   readonly services: readonly ServiceName[];
   readonly publicBaseUrl: string;
   readonly notifierRetryDelaySmsMs: number;
@@ -68,9 +80,18 @@ export const VARIABLES = {
   HOST: { field: "host", schema: { type: "string", minLength: 1 }, default: "0.0.0.0" },
   INTERNAL_PORT: { field: "internalPort", schema: { type: "integer", minimum: 0, maximum: 65535 }, default: 3001 },
   INTERNAL_TOKEN: { field: "internalToken", schema: { type: ["string", "null"], minLength: 16 }, default: null },
+  INTERNAL_TOKEN_DISABLED: { field: "internalTokenDisabled", schema: { type: "boolean" }, default: false },
+  // null: 127.0.0.1 without TRANSPORTER (one process, nobody else needs it), 0.0.0.0 with it.
+  INTERNAL_HOST: { field: "internalHost", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   DATABASE_URL: { field: "databaseUrl", schema: { type: ["string", "null"], pattern: "^postgres(ql)?://" }, default: null },
   DATA_DIR: { field: "dataDir", schema: { type: "string", minLength: 1 }, default: "./data" },
   TRANSPORTER: { field: "transporter", schema: { type: ["string", "null"], pattern: "^nats://[^\\s]+$" }, default: null },
+  NATS_USER: { field: "natsUser", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  NATS_PASSWORD: { field: "natsPassword", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  NATS_TOKEN: { field: "natsToken", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  NATS_TLS_CA: { field: "natsTlsCa", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  // 8 MiB: the largest answers (a 1000-row page, 1000 history rows with long texts, an 8 MiB ingress body) fit.
+  NATS_MAX_PAYLOAD: { field: "natsMaxPayload", schema: { type: "integer", minimum: 1048576, maximum: 67108864 }, default: 8388608 },
   SERVICES: { field: "services", schema: { type: "string", pattern: "^[a-z, ]+$" }, default: ALL_SERVICES.join(",") },
   PUBLIC_BASE_URL: { field: "publicBaseUrl", schema: { type: ["string", "null"], pattern: "^https?://" }, default: null },
   NOTIFIER_RETRY_DELAY_SMS_MS: { field: "notifierRetryDelaySmsMs", schema: { type: "integer", minimum: 1 }, default: 300000 },
@@ -105,7 +126,7 @@ export const VARIABLES = {
 export type EnvName = keyof typeof VARIABLES;
 
 /** Never echoed in an error message (they may carry passwords or tokens). */
-const SECRET_VARIABLES = new Set<string>(["INTERNAL_TOKEN", "DATABASE_URL", "TRANSPORTER", "EXPORT_SIGNING_KEY"]);
+const SECRET_VARIABLES = new Set<string>(["INTERNAL_TOKEN", "DATABASE_URL", "TRANSPORTER", "EXPORT_SIGNING_KEY", "NATS_PASSWORD", "NATS_TOKEN"]);
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -148,7 +169,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (out.exportWorkers == null) out.exportWorkers = Math.max(1, os.availableParallelism() - 1);
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
   if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
-
+  if (out.internalHost == null) out.internalHost = out.transporter ? "0.0.0.0" : "127.0.0.1";
+  if (out.natsUser && out.natsToken)
+    throw new ConfigError("Invalid configuration: NATS_USER and NATS_TOKEN are both set; NATS takes a user and password or a token");
+  if (Boolean(out.natsUser) !== Boolean(out.natsPassword)) throw new ConfigError("Invalid configuration: NATS_USER and NATS_PASSWORD go together");
   const config = { ...(out as unknown as Config), ...overrides };
   if (config.transporter && !config.databaseUrl && opts.runsServices !== false) {
     throw new ConfigError(
@@ -158,6 +182,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (config.transporter && !config.exportSigningKey && config.services.includes("exports") && opts.runsServices !== false) {
     throw new ConfigError(
       "Cluster mode refused: TRANSPORTER is set but EXPORT_SIGNING_KEY is not; every exports node must sign download URLs with the same key (set EXPORT_SIGNING_KEY to 32 or more random characters)",
+    );
+  }
+  // A tracking node put in cluster mode by its environment runs the ingress on the network: it needs
+  // a token, or an operator's explicit word that something else guards it.
+  if (out.transporter && !config.internalToken && !config.internalTokenDisabled && config.services.includes("tracking") && opts.runsServices !== false) {
+    throw new ConfigError(
+      "Cluster mode refused: TRANSPORTER is set but INTERNAL_TOKEN is not; the internal ingress would accept anyone (set INTERNAL_TOKEN to 16 or more random characters, or INTERNAL_TOKEN_DISABLED=true if something else guards it)",
     );
   }
   return Object.freeze(config);

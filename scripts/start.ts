@@ -38,6 +38,17 @@ async function main() {
       },
     );
   };
+  // Moleculer's transporters publish outside its promise chains: a message-bus error that still
+  // escapes (a NatsError) is logged and fails only its call; anything else ends the process as before.
+  process.on("unhandledRejection", (reason) => {
+    const e = reason as { name?: string; code?: string; message?: string } | null;
+    if (e?.name === "NatsError") {
+      app.broker.logger.error(`Message bus error outside any call: ${e.code ?? ""} ${e.message ?? ""}`);
+      return;
+    }
+    app.broker.logger.fatal({ err: reason }, "Unhandled rejection: stopping");
+    process.exit(1);
+  });
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
 }

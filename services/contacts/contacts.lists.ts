@@ -6,7 +6,7 @@
 import type { Context } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
-import { ApiError } from "../../lib/errors";
+import { ApiError, type FieldError } from "../../lib/errors";
 import type { Page } from "../../lib/paging";
 import type { ContactsThis } from "./contacts.actions";
 import { toListOut } from "./contacts.models";
@@ -83,7 +83,19 @@ async function checkBulk(sequelize: Sequelize, companyId: string, p: MembershipI
     const path = p.allContacts ? "excludeIdsAllContacts" : "contactIds";
     for (const id of named) if (!have.has(id.toLowerCase())) errors.push({ path, message: `contact ${id} does not exist in this account` });
   }
-  if (errors.length) throw new ApiError("VALIDATION_ERROR", "Some lists or contacts do not exist in this account.", { errors: errors.slice(0, 100) });
+  if (errors.length) throw unknownIds(errors);
+}
+
+/** At most this many unknown ids are named in a 400; the rest are counted (the answer stays small). */
+export const MAX_NAMED_ERRORS = 100;
+
+function unknownIds(errors: FieldError[]): ApiError {
+  const more = errors.length - MAX_NAMED_ERRORS;
+  const detail =
+    more > 0
+      ? `${errors.length} lists or contacts do not exist in this account; the first ${MAX_NAMED_ERRORS} are named, ${more} more are not.`
+      : "Some lists or contacts do not exist in this account.";
+  return new ApiError("VALIDATION_ERROR", detail, { errors: errors.slice(0, MAX_NAMED_ERRORS), ...(more > 0 ? { errorsNotShown: more } : {}) });
 }
 
 export const listActions = {

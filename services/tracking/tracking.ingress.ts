@@ -203,7 +203,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     mixins: [ApiGateway as unknown as ServiceSchema],
     settings: {
       port: config.internalPort,
-      ip: config.host,
+      ip: config.internalHost,
       logRequest: null,
       logResponse: null,
       logRequestParams: null,

@@ -596,4 +596,18 @@ describe("X-Internal-Token", () => {
     expect(before!.n).toBe("0");
     expect((await guarded.ingress.post("/messages", body, { headers: { "x-internal-token": "s3cret-token-0123456789" } })).status).toBe(202);
   });
+
+  it("refuses a wrong token of any length and an empty one the same way", async () => {
+    const body = { companyId: "tok-co", channel: "SMS", customerMessageId: "t-2", destination: "+351911111111" };
+    for (const token of ["S3CRET-TOKEN-0123456789", "s3cret-token-012345678", "s3cret-token-01234567890", "x".repeat(4096), ""]) {
+      const res = await guarded.ingress.post("/messages", body, { headers: { "x-internal-token": token } });
+      expectProblem(res, 401);
+    }
+  });
+
+  it("listens on 127.0.0.1 only when not in cluster mode", () => {
+    const server = (guarded.app.broker.getLocalService("tracking") as unknown as { server: import("node:http").Server }).server;
+    expect(guarded.config.internalHost).toBe("127.0.0.1");
+    expect((server.address() as { address: string }).address).toBe("127.0.0.1");
+  });
 });

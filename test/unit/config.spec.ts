@@ -1,6 +1,8 @@
+import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { ConfigError, loadConfig } from "../../lib/config";
+import { natsOptions } from "../../lib/nats-transporter";
 
 describe("loadConfig", () => {
   it("has a working default for every variable", () => {
@@ -114,5 +116,54 @@ describe("loadConfig", () => {
       expect(() => loadConfig({ [name!]: value })).toThrow(new RegExp(name!));
     }
     expect(() => loadConfig({ EXPORT_SIGNING_KEY: "too-short-secret" })).toThrow(/EXPORT_SIGNING_KEY=\(value not shown\)/);
+  });
+
+  it("binds the internal ingress to 127.0.0.1 in embedded mode and to every interface in cluster mode, unless INTERNAL_HOST says", () => {
+    expect(loadConfig({}).internalHost).toBe("127.0.0.1");
+    const cluster = {
+      TRANSPORTER: "nats://127.0.0.1:4222",
+      DATABASE_URL: "postgres://p@h/db",
+      INTERNAL_TOKEN: "t".repeat(16),
+      EXPORT_SIGNING_KEY: "k".repeat(32),
+    };
+    expect(loadConfig(cluster).internalHost).toBe("0.0.0.0");
+    expect(loadConfig({ ...cluster, INTERNAL_HOST: "10.0.0.5" }).internalHost).toBe("10.0.0.5");
+    expect(loadConfig({ INTERNAL_HOST: "0.0.0.0" }).internalHost).toBe("0.0.0.0");
+  });
+
+  it("refuses a tracking node in a cluster without INTERNAL_TOKEN, unless INTERNAL_TOKEN_DISABLED=true", () => {
+    const cluster = { TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db", EXPORT_SIGNING_KEY: "k".repeat(32) };
+    expect(() => loadConfig(cluster)).toThrow(/INTERNAL_TOKEN is not/);
+    expect(() => loadConfig({ ...cluster, SERVICES: "tracking" })).toThrow(/INTERNAL_TOKEN/);
+    expect(() => loadConfig({ ...cluster, SERVICES: "tracking", INTERNAL_TOKEN_DISABLED: "false" })).toThrow(/INTERNAL_TOKEN/);
+    expect(loadConfig({ ...cluster, SERVICES: "tracking", INTERNAL_TOKEN_DISABLED: "true" })).toMatchObject({
+      internalToken: null,
+      internalTokenDisabled: true,
+    });
+    expect(loadConfig({ ...cluster, SERVICES: "tracking", INTERNAL_TOKEN: "t".repeat(16) }).internalToken).toBe("t".repeat(16));
+    // Nodes without the ingress need no token; embedded mode binds to 127.0.0.1 instead.
+    expect(loadConfig({ ...cluster, SERVICES: "gateway,auth" }).internalToken).toBeNull();
+    expect(loadConfig({}).internalTokenDisabled).toBe(false);
+  });
+
+  it("reads the NATS credentials, TLS CA and max_payload, never echoing a secret", () => {
+    const c = loadConfig({ NATS_USER: "pgw", NATS_PASSWORD: "secret-pass", NATS_TLS_CA: "/etc/nats/ca.pem" });
+    expect([c.natsUser, c.natsPassword, c.natsToken, c.natsTlsCa, c.natsMaxPayload]).toEqual(["pgw", "secret-pass", null, "/etc/nats/ca.pem", 8388608]);
+    expect(loadConfig({ NATS_TOKEN: "tok", NATS_MAX_PAYLOAD: "2097152" })).toMatchObject({ natsToken: "tok", natsMaxPayload: 2097152 });
+    expect(() => loadConfig({ NATS_USER: "pgw" })).toThrow(/NATS_USER and NATS_PASSWORD/);
+    expect(() => loadConfig({ NATS_USER: "pgw", NATS_PASSWORD: "p", NATS_TOKEN: "t" })).toThrow(/NATS_TOKEN/);
+    expect(() => loadConfig({ NATS_MAX_PAYLOAD: "1000" })).toThrow(/NATS_MAX_PAYLOAD/);
+  });
+
+  it("passes NATS credentials from NATS_* or the URL into the client's options, and the CA for TLS", () => {
+    const base = loadConfig({ TRANSPORTER: "nats://a:4222,nats://b:4222", DATABASE_URL: "postgres://p@h/db", SERVICES: "gateway" });
+    expect(natsOptions(base)).toEqual({ servers: ["a:4222", "b:4222"], maxReconnectAttempts: -1 });
+    expect(natsOptions({ ...base, natsUser: "u", natsPassword: "p w" })).toMatchObject({ user: "u", pass: "p w" });
+    expect(natsOptions({ ...base, natsToken: "tok" })).toMatchObject({ token: "tok" });
+    expect(natsOptions({ ...base, transporter: "nats://u:p%40ss@a:4222" })).toMatchObject({ servers: ["a:4222"], user: "u", pass: "p@ss" });
+    expect(natsOptions({ ...base, transporter: "nats://s3cret@a:4222" })).toMatchObject({ token: "s3cret" });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "nats-ca-"));
+    fs.writeFileSync(path.join(dir, "ca.pem"), "PEM");
+    expect(natsOptions({ ...base, natsTlsCa: path.join(dir, "ca.pem") }).tls).toEqual({ ca: "PEM" });
   });
 });

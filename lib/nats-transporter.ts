@@ -1,0 +1,126 @@
+/**
+ * Moleculer's NATS transporter with two changes. A publish that fails (above all a packet larger
+ * than the server's max_payload: the nats client throws MAX_PAYLOAD_EXCEEDED synchronously, out of
+ * Moleculer's promise chains, and the rejection nobody handles ends the process) fails only the call
+ * it belongs to: an answer becomes a small 500 answer to its caller, a request rejects at once on
+ * its caller, an event or a heartbeat is logged and dropped. And at connect it reads the max_payload
+ * the server announces and warns when it is below what the product is sized for (NATS_MAX_PAYLOAD).
+ */
+import { Errors, Transporters, type BrokerOptions } from "moleculer";
+import fs from "node:fs";
+import type { Config } from "./config";
+
+interface PacketLike {
+  type: string;
+  target: string | null;
+  payload: Record<string, unknown> & { id?: string };
+}
+
+interface TransitLike {
+  pendingRequests: Map<string, { reject(err: Error): void }>;
+  removePendingRequest(id: string): void;
+  _createPayloadErrorField(err: Error, payload: Record<string, unknown>): unknown;
+}
+
+interface NatsBase {
+  opts: Record<string, unknown>;
+  logger: { warn(msg: string): void; error(msg: string): void };
+  transit: TransitLike;
+  client: { publish(topic: string, data: Buffer): void; info?: { max_payload?: number } } | null;
+  broker: { Promise: PromiseConstructor };
+  connect(): Promise<void>;
+  send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void>;
+  serialize(packet: PacketLike): Buffer;
+}
+
+const Base = Transporters.NATS as unknown as new (opts: Record<string, unknown>) => NatsBase;
+
+/** The answer a caller gets when its real answer could not cross the bus. */
+export class TransportError extends Errors.MoleculerServerError {
+  constructor(message: string, data?: unknown) {
+    super(message, 500, "TRANSPORT_ERROR", data);
+    this.name = "TransportError";
+  }
+}
+
+/**
+ * The nats client's options of a node: servers from TRANSPORTER (comma-separated URLs), a user and
+ * password or a token from NATS_* or else from the URL (nats://user:pass@host, nats://token@host),
+ * and TLS with the CA of NATS_TLS_CA. No `url` is passed on: Moleculer would replace the credentials
+ * given here by the URL's (none).
+ */
+export function natsOptions(config: Config): Record<string, unknown> {
+  const urls = String(config.transporter)
+    .split(",")
+    .map((u) => new URL(u.trim()));
+  const withCredentials = urls.find((u) => u.username);
+  const fromUrl = withCredentials ? { name: decodeURIComponent(withCredentials.username), password: decodeURIComponent(withCredentials.password) } : null;
+  const opts: Record<string, unknown> = { servers: urls.map((u) => u.host), maxReconnectAttempts: -1 };
+  if (config.natsUser) Object.assign(opts, { user: config.natsUser, pass: config.natsPassword });
+  else if (config.natsToken) opts.token = config.natsToken;
+  else if (fromUrl?.password) Object.assign(opts, { user: fromUrl.name, pass: fromUrl.password });
+  else if (fromUrl) opts.token = fromUrl.name;
+  if (config.natsTlsCa) opts.tls = { ca: fs.readFileSync(config.natsTlsCa, "utf8") };
+  return opts;
+}
+
+/** The transporter of a cluster node. */
+export function natsTransporter(config: Config): BrokerOptions["transporter"] {
+  return new SafeNatsTransporter(natsOptions(config), config.natsMaxPayload) as unknown as BrokerOptions["transporter"];
+}
+
+export class SafeNatsTransporter extends Base {
+  constructor(
+    opts: Record<string, unknown>,
+    /** The max_payload the product is sized for (NATS_MAX_PAYLOAD). */
+    private readonly maxPayload = 0,
+  ) {
+    super(opts);
+  }
+
+  override async connect(): Promise<void> {
+    await super.connect();
+    const announced = this.client?.info?.max_payload;
+    const wanted = this.maxPayload;
+    if (typeof announced === "number" && wanted > 0 && announced < wanted) {
+      this.logger.warn(
+        `NATS announces max_payload ${announced} bytes, below the ${wanted} the product is sized for (NATS_MAX_PAYLOAD): answers larger than ${announced} bytes fail with a 500. Set max_payload in the NATS server's configuration.`,
+      );
+    }
+  }
+
+  override send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void> {
+    try {
+      return super.send(topic, data, meta);
+    } catch (err) {
+      this.failed(topic, data, meta?.packet, err as Error);
+      return this.broker.Promise.resolve();
+    }
+  }
+
+  /** One packet could not be published: fail the call it belongs to, never the process. */
+  private failed(topic: string, data: Buffer, packet: PacketLike | undefined, err: Error): void {
+    const code = (err as { code?: string }).code ?? err.name;
+    const what = packet ? `${packet.type} packet` : "packet";
+    this.logger.error(`Could not publish a ${data.length}-byte ${what} on ${topic}: ${code} ${err.message}`);
+    const id = packet?.payload.id;
+    if (!packet || !id) return;
+    if (packet.type === "RES") {
+      // Answer the caller with a small error in place of the answer that did not fit.
+      const failure = new TransportError(`The answer (${data.length} bytes) could not be sent over the message bus: ${code}.`, { code, bytes: data.length });
+      const payload: Record<string, unknown> = { id, meta: {}, headers: {}, success: false, data: null };
+      payload.error = this.transit._createPayloadErrorField(failure, payload);
+      try {
+        super.send(topic, this.serialize({ type: packet.type, target: packet.target, payload }), { packet });
+      } catch (again) {
+        this.logger.error(`Could not publish the error answer either: ${(again as Error).message}`);
+      }
+    } else if (packet.type === "REQ") {
+      const pending = this.transit.pendingRequests.get(id);
+      if (pending) {
+        this.transit.removePendingRequest(id);
+        pending.reject(new TransportError(`The request (${data.length} bytes) could not be sent over the message bus: ${code}.`, { code, bytes: data.length }));
+      }
+    }
+  }
+}
