@@ -1,12 +1,16 @@
 /**
- * Moleculer's NATS transporter with two changes. A publish that fails (above all a packet larger
- * than the server's max_payload: the nats client throws MAX_PAYLOAD_EXCEEDED synchronously, out of
- * Moleculer's promise chains, and the rejection nobody handles ends the process) fails only the call
- * it belongs to: an answer becomes a small 500 answer to its caller, a request rejects at once on
- * its caller, an event or a heartbeat is logged and dropped. And at connect it reads the max_payload
- * the server announces and warns when it is below what the product is sized for (NATS_MAX_PAYLOAD).
+ * Moleculer's NATS transporter with three changes. An answer larger than the server's max_payload
+ * crosses in parts (up to MAX_CHUNKS messages, put together again by the caller's node). A publish
+ * that still fails (an answer beyond that, a request over max_payload: the nats client throws
+ * MAX_PAYLOAD_EXCEEDED synchronously, out of Moleculer's promise chains, and the rejection nobody
+ * handles used to end the process) fails only the call it belongs to: an answer becomes a small 500
+ * answer to its caller, a request rejects at once on its caller, an event or a heartbeat is logged
+ * and dropped. And at connect it reads the max_payload the server announces and warns when it is
+ * below what the product is sized for (NATS_MAX_PAYLOAD). Every node of a cluster must run this
+ * transporter (a node without it cannot read an answer in parts).
  */
 import { Errors, Transporters, type BrokerOptions } from "moleculer";
+import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import type { Config } from "./config";
 
@@ -30,8 +34,16 @@ interface NatsBase {
   broker: { Promise: PromiseConstructor };
   connect(): Promise<void>;
   send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void>;
+  receive(cmd: string, data: Buffer): unknown;
   serialize(packet: PacketLike): Buffer;
 }
+
+/** An answer in parts: magic, 16-byte answer id, part index and count (uint32 each), then the bytes. */
+const CHUNK_MAGIC = Buffer.from("\u0000PGW-PART1");
+const CHUNK_HEADER = CHUNK_MAGIC.length + 16 + 8;
+/** An answer may be up to this many messages long; beyond, the call fails with a 500. */
+export const MAX_CHUNKS = 32;
+const ASSEMBLY_TTL_MS = 120_000;
 
 const Base = Transporters.NATS as unknown as new (opts: Record<string, unknown>) => NatsBase;
 
@@ -74,28 +86,74 @@ export class SafeNatsTransporter extends Base {
     opts: Record<string, unknown>,
     /** The max_payload the product is sized for (NATS_MAX_PAYLOAD). */
     private readonly maxPayload = 0,
+    /** At most this many parts to one answer (tests lower it). */
+    private readonly maxChunks = MAX_CHUNKS,
   ) {
     super(opts);
   }
 
+  /** The server's max_payload (announced at connect). */
+  private announced = 1024 * 1024;
+  private readonly assembling = new Map<string, { chunks: Buffer[]; got: number; timer: NodeJS.Timeout }>();
+
   override async connect(): Promise<void> {
     await super.connect();
     const announced = this.client?.info?.max_payload;
+    if (typeof announced === "number" && announced > 0) this.announced = announced;
     const wanted = this.maxPayload;
     if (typeof announced === "number" && wanted > 0 && announced < wanted) {
       this.logger.warn(
-        `NATS announces max_payload ${announced} bytes, below the ${wanted} the product is sized for (NATS_MAX_PAYLOAD): answers larger than ${announced} bytes fail with a 500. Set max_payload in the NATS server's configuration.`,
+        `NATS announces max_payload ${announced} bytes, below the ${wanted} the product is sized for (NATS_MAX_PAYLOAD): larger answers cross in parts (slower), larger requests fail with a 500. Set max_payload in the NATS server's configuration.`,
       );
     }
   }
 
   override send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void> {
     try {
+      const packet = meta?.packet;
+      const room = this.announced - CHUNK_HEADER - 1024;
+      if (packet?.type === "RES" && packet.target && data.length > room && data.length <= room * this.maxChunks) {
+        // An answer larger than one message goes to its caller's own subject in parts (in order, one
+        // publisher, one subscriber), put together again by receive() there.
+        const id = randomBytes(16);
+        const count = Math.ceil(data.length / room);
+        for (let i = 0; i < count; i++) {
+          const head = Buffer.alloc(CHUNK_HEADER);
+          CHUNK_MAGIC.copy(head, 0);
+          id.copy(head, CHUNK_MAGIC.length);
+          head.writeUInt32BE(i, CHUNK_MAGIC.length + 16);
+          head.writeUInt32BE(count, CHUNK_MAGIC.length + 20);
+          super.send(topic, Buffer.concat([head, data.subarray(i * room, (i + 1) * room)]), meta);
+        }
+        return this.broker.Promise.resolve();
+      }
       return super.send(topic, data, meta);
     } catch (err) {
       this.failed(topic, data, meta?.packet, err as Error);
       return this.broker.Promise.resolve();
     }
+  }
+
+  /** Puts an answer sent in parts together again; anything else goes straight on. */
+  override receive(cmd: string, data: Buffer): unknown {
+    if (data.length < CHUNK_HEADER || !data.subarray(0, CHUNK_MAGIC.length).equals(CHUNK_MAGIC)) return super.receive(cmd, data);
+    const key = data.toString("hex", CHUNK_MAGIC.length, CHUNK_MAGIC.length + 16);
+    const index = data.readUInt32BE(CHUNK_MAGIC.length + 16);
+    const count = data.readUInt32BE(CHUNK_MAGIC.length + 20);
+    let parts = this.assembling.get(key);
+    if (!parts) {
+      // Parts of an answer whose sender died midway are dropped (the call times out as any lost answer).
+      const timer = setTimeout(() => this.assembling.delete(key), ASSEMBLY_TTL_MS);
+      timer.unref();
+      parts = { chunks: new Array<Buffer>(count), got: 0, timer };
+      this.assembling.set(key, parts);
+    }
+    if (index >= count || parts.chunks[index]) return undefined;
+    parts.chunks[index] = data.subarray(CHUNK_HEADER);
+    if (++parts.got < count) return undefined;
+    this.assembling.delete(key);
+    clearTimeout(parts.timer);
+    return super.receive(cmd, Buffer.concat(parts.chunks));
   }
 
   /** One packet could not be published: fail the call it belongs to, never the process. */

@@ -5,8 +5,10 @@
  */
 import { randomUUID } from "node:crypto";
 import { ApiError } from "../../lib/errors";
+import { SafeNatsTransporter } from "../../lib/nats-transporter";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
+import { messageIn } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 import { Http } from "../helpers/http";
 
@@ -36,22 +38,28 @@ const oversized = {
   },
 };
 
+const TOKEN = "payload-test-token-0123";
+
 describeOverNats("payloads over NATS", () => {
   let tdb: TestDatabase;
   let backend: TestApp;
   let gw: TestApp;
+  let tracker: TestApp;
   const namespace = uid("payload");
 
   beforeAll(async () => {
     tdb = await createTestDatabase();
-    const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url, internalToken: "payload-test-token-0123" };
+    const cluster = { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url, internalToken: TOKEN };
+    // At most 2 parts to an answer here (32 in production), so that "too large" stays small.
+    const transporter = new SafeNatsTransporter({ servers: [new URL(TEST_NATS_URL!).host] }, 0, 2) as never;
     backend = await startTestApp({
       services: ["auth", "contacts"],
       db: tdb.db,
       config: cluster,
-      broker: { namespace, nodeID: `${namespace}-backend` },
+      broker: { namespace, nodeID: `${namespace}-backend`, transporter },
       extraServices: [oversized as never],
     });
+    tracker = await startTestApp({ services: ["tracking"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-tracker` } });
     gw = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gw` } });
     await eventually(async () => expect((await gw.api.get("/oversized/1")).status).toBe(401));
   }, 60000);
@@ -59,19 +67,21 @@ describeOverNats("payloads over NATS", () => {
   afterAll(async () => {
     await gw?.stop();
     await backend?.stop();
+    await tracker?.stop();
     await tdb?.drop();
   });
 
   /** A client of the gateway node with a new account's key (the account is made on the backend's database). */
   async function account() {
-    const a = await backend.newAccount(["CONTACTS", "AUTHENTICATION"]);
-    return { api: new Http(gw.api.baseUrl, { "x-api-key": a.key.apiKey }) };
+    const a = await backend.newAccount(["CONTACTS", "AUTHENTICATION", "SMS"]);
+    return { companyId: a.companyId, api: new Http(gw.api.baseUrl, { "x-api-key": a.key.apiKey }) };
   }
 
   /** Both nodes still answer a call that crosses the bus. */
   async function expectAlive(a: { api: Http }) {
     expect(backend.app.broker.transit?.connected).toBe(true);
     expect(gw.app.broker.transit?.connected).toBe(true);
+    expect(tracker.app.broker.transit?.connected).toBe(true);
     const res = await a.api.get("/contacts/list");
     expect(res.status).toBe(200);
   }
@@ -95,17 +105,44 @@ describeOverNats("payloads over NATS", () => {
     await expectAlive(a);
   }, 60000);
 
-  it("fails an answer (or an error) larger than the bus's max_payload with a 500 problem, and the node keeps answering", async () => {
+  it("sends an answer larger than the bus's max_payload in parts, and fails one larger than its parts with a 500 problem; the node keeps answering", async () => {
     const a = await account();
-    const res = await a.api.get(`/oversized/${2 * 1024 * 1024}`);
+    const max = 1024 * 1024; // the test server's max_payload
+    const big = await a.api.get(`/oversized/${Math.round(1.5 * max)}`);
+    expect(big.status).toBe(200);
+    expect(big.body.text).toHaveLength(Math.round(1.5 * max));
+    const res = await a.api.get(`/oversized/${3 * max}`);
     expect(res.status).toBe(500);
     expect(res.headers.get("content-type")).toMatch(/problem\+json/);
     expect(res.body).toMatchObject({ status: 500 });
-    const failed = await a.api.get(`/oversized/${2 * 1024 * 1024}/error`);
+    // An error answer too large to send (once, it ended the process that failed to send it).
+    const failed = await a.api.get(`/oversized/${3 * max}/error`);
     expect(failed.status).toBe(500);
     expect(failed.body).toMatchObject({ status: 500 });
     // Well under the limit still crosses; the node that failed to answer is alive.
     expect((await a.api.get("/oversized/1000")).status).toBe(200);
+    await expectAlive(a);
+  }, 60000);
+
+  it("carries the largest answers over the bus: 1000 history rows with long texts, a status of 1000 long ids", async () => {
+    const a = await account();
+    const ingress = new Http(tracker.ingress.baseUrl, { "x-internal-token": TOKEN });
+    const ids = Array.from({ length: 1000 }, (_, i) => `${String(i).padStart(4, "0")}-${"m".repeat(195)}`);
+    // The ingress takes arrays of up to 1000 (8 MiB a body): here two of 500, 10,000-character texts.
+    for (const half of [ids.slice(0, 500), ids.slice(500)]) {
+      const res = await ingress.post(
+        "/messages",
+        half.map((id) => messageIn(a.companyId, { customerMessageId: id, text: "t".repeat(10000) })),
+      );
+      expect(res.status).toBe(202);
+    }
+    const history = await a.api.get("/messages/history?limit=1000");
+    expect(history.status).toBe(200);
+    expect(history.body.data).toHaveLength(1000);
+    expect(JSON.stringify(history.body).length).toBeGreaterThan(10_000_000);
+    const statuses = await a.api.get(`/messages/status?channel=SMS&ids=${ids.join(",")}`);
+    expect(statuses.status).toBe(200);
+    expect(statuses.body.data).toHaveLength(1000);
     await expectAlive(a);
   }, 60000);
 });
