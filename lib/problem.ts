@@ -39,6 +39,9 @@ const BODY_ERRORS: Record<string, ErrorType> = {
   "stream.encoding.set": "INTERNAL_ERROR",
 };
 
+/** At most this many field errors in a problem body; `errorsNotShown` counts the rest. */
+export const MAX_FIELD_ERRORS = 100;
+
 function fieldErrors(data: unknown): FieldError[] | undefined {
   const list = Array.isArray(data) ? data : Array.isArray((data as { errors?: unknown })?.errors) ? (data as { errors: unknown[] }).errors : null;
   if (!list) return undefined;
@@ -104,7 +107,11 @@ export function toProblem(err: unknown, requestId: string): Problem {
   // Moleculer's transport errors carry internal action and node names there.
   const ours = rawType in ERROR_TYPES || rawType === "VALIDATION_ERROR";
   const errors = ours ? fieldErrors(e.data) : undefined;
-  if (errors) problem.errors = errors;
+  if (errors && errors.length > MAX_FIELD_ERRORS) {
+    // A body with thousands of bad items: name the first ones, count the rest (the answer stays small).
+    problem.errors = errors.slice(0, MAX_FIELD_ERRORS);
+    problem.errorsNotShown = errors.length - MAX_FIELD_ERRORS;
+  } else if (errors) problem.errors = errors;
   if (ours && e.data && typeof e.data === "object" && !Array.isArray(e.data)) {
     for (const [k, v] of Object.entries(e.data as Record<string, unknown>)) {
       if (k !== "errors" && !(k in problem)) problem[k] = v;
