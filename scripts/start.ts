@@ -25,6 +25,12 @@ async function main() {
     `Partner gateway ${mode}; services: ${config.services.join(", ")}; database: ${config.databaseUrl ? "PostgreSQL" : `PGlite in ${config.dataDir}`}` +
       (app.port != null ? `; API on http://localhost:${app.port}/api/partner-gateway/v1 (docs at /docs)` : ""),
   );
+  if (app.internalPort != null && !config.internalToken) {
+    const level = config.transporter ? "warn" : "info";
+    app.broker.logger[level](
+      `Internal ingress on ${config.internalHost}:${app.internalPort} without INTERNAL_TOKEN${config.transporter ? " (INTERNAL_TOKEN_DISABLED=true)" : ""}: anyone who reaches it can post receipts and inbound messages`,
+    );
+  }
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

@@ -2,7 +2,9 @@
  * The internal ingress (contract section 6): a second moleculer-web listener, on INTERNAL_PORT, run
  * by every tracking node, through which upstream services report what they sent and what happened
  * to it. Partners never reach it (it is not routed by the gateway, and in Kubernetes its port is
- * only a ClusterIP service). With INTERNAL_TOKEN set, every call must carry it in X-Internal-Token.
+ * only a ClusterIP service). It listens on INTERNAL_HOST (127.0.0.1 in embedded mode). With
+ * INTERNAL_TOKEN set (a cluster node must set it, unless INTERNAL_TOKEN_DISABLED=true), every call
+ * must carry it in X-Internal-Token.
  *
  * Each path takes one object or an array of up to 1000; everything is validated before anything is
  * stored, and the answer (202) comes once the rows are committed.
