@@ -54,7 +54,8 @@ export function nonPublicReason(address: string): string | null {
 }
 
 /**
- * Checks every rule; `allowPrivate` (WEBHOOK_ALLOW_PRIVATE_TARGETS, development and tests) relaxes
+ * Checks every rule; a refused name says only that it resolves to a non-public address, never which
+ * address. `allowPrivate` (WEBHOOK_ALLOW_PRIVATE_TARGETS, development and tests) relaxes
  * only the address rule: the host must still resolve. Throws CallbackUrlError with the reason.
  */
 export async function validateCallbackUrl(raw: string, allowPrivate: boolean, resolve: typeof lookup = lookup): Promise<ValidatedUrl> {
@@ -71,7 +72,8 @@ export async function validateCallbackUrl(raw: string, allowPrivate: boolean, re
   if (!PORTS.has(url.port)) throw new CallbackUrlError("must use port 443 or 8443");
   const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
   let addresses: string[];
-  if (ipaddr.isValid(host)) addresses = [host];
+  const literal = ipaddr.isValid(host);
+  if (literal) addresses = [host];
   else {
     try {
       addresses = (await resolve(host, { all: true, verbatim: true })).map((a) => a.address);
@@ -83,7 +85,12 @@ export async function validateCallbackUrl(raw: string, allowPrivate: boolean, re
   if (!allowPrivate) {
     for (const a of addresses) {
       const why = nonPublicReason(a);
-      if (why) throw new CallbackUrlError(`host ${host} resolves to ${a}, which ${why}; only publicly reachable addresses may receive callbacks`);
+      if (!why) continue;
+      // An address literal is the partner's own text: naming its class tells them nothing new. A
+      // name's resolved addresses are never named (nor their class): that would be a DNS oracle
+      // into the internal network.
+      if (literal) throw new CallbackUrlError(`host ${host} ${why}; only publicly reachable addresses may receive callbacks`);
+      throw new CallbackUrlError(`host ${host} resolves to a non-public address; only publicly reachable addresses may receive callbacks`);
     }
   }
   return { url: url.toString(), addresses };

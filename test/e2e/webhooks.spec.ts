@@ -84,7 +84,7 @@ describe("callback URL rules", () => {
     ["https://224.0.0.1/hook", /multicast/],
     ["https://0.0.0.0/hook", /unspecified/],
     ["https://192.0.2.1/hook", /reserved/],
-    ["https://localhost/hook", /resolves to .*loopback/],
+    ["https://localhost/hook", /^host localhost resolves to a non-public address; only publicly reachable addresses may receive callbacks$/],
     ["https://2130706433/hook", /loopback/], // 127.0.0.1 written as one number
   ])("refuses %s with 400", async (callbackUrl, why) => {
     const a = await strict.newAccount(["WEBHOOKS"]);
@@ -92,6 +92,15 @@ describe("callback URL rules", () => {
     expectProblem(res, 400);
     expect(res.body.errors).toEqual([{ path: "callbackUrl", message: expect.stringMatching(why) }]);
     expectProblem(await a.api.get("/webhooks/delivery-status"), 404);
+  });
+
+  it("refuses a name resolving to a private address with 400 without naming the address (no DNS oracle)", async () => {
+    const a = await strict.newAccount(["WEBHOOKS"]);
+    const res = await a.api.post("/webhooks/delivery-status", { callbackUrl: "https://localhost/hook" });
+    expectProblem(res, 400);
+    const body = JSON.stringify(res.body);
+    expect(body).toContain("resolves to a non-public address");
+    for (const leaked of ["127.0.0.1", "::1", "loopback"]) expect(body).not.toContain(leaked);
   });
 
   it("accepts public addresses on 443 and 8443, IPv4 and IPv6", async () => {
