@@ -36,6 +36,30 @@ const STOPPED =
   "The service stopped during the import; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).";
 
 /**
+ * The worker's own reasons (contacts.worker.ts, contacts.import-rows.ts), the only worker messages a
+ * partner reads. Anything else (a library's or Node's error, which may name internal paths, even one
+ * that happens to start with "The ") becomes "The file could not be read." A new reason the worker
+ * throws is listed here. An XLSX reader's message is dropped (it comes from the zip and XML
+ * libraries); a CSV one is kept (the worker wraps only csv-parse's CSV_* errors about the text).
+ */
+const OWN_REASONS: readonly RegExp[] = [
+  /^The file cannot be read as CSV from data row \d+ on: /,
+  /^The file is empty: it has no header line\.$/,
+  /^The workbook's first sheet is empty: it has no header row\.$/,
+  /^The file holds no vCard \(no BEGIN:VCARD line\)\.$/,
+  /^The mapping names the column "[^]*", which the file's header does not have\.$/,
+  /^The columns "[^]*" and "[^]*" both feed \S+; map one of them to null\.$/,
+  /^The file has no column for phoneNumber or email \(its header: /,
+  /^The workbook (expands to more than|holds \d+ parts, more than) /,
+];
+
+/** What an import failed in the worker says to the partner, or null when the worker's message is not ours. */
+export function importFailureReason(message: string): string | null {
+  if (/^The file cannot be read as XLSX: /.test(message)) return "The file cannot be read as XLSX; save it again as .xlsx, or as CSV.";
+  return OWN_REASONS.some((r) => r.test(message)) ? message : null;
+}
+
+/**
  * An import is held by the node it was uploaded to, heard of through its heartbeat. Ending one
  * leaves its node and last heartbeat on the row.
  */
@@ -213,10 +237,8 @@ export class Importer {
           ? `The import took longer than ${duration(this.taskBudgetMs)} and was stopped; rows counted as created or updated were written. Split the file and upload the parts.`
           : (err as { code?: string }).code === "ERR_WORKER_OUT_OF_MEMORY"
             ? "The file needs more memory than an import may use (a workbook with very many distinct texts, say); save it as CSV or split it."
-            : /^The /.test((err as Error).message)
-              ? (err as Error).message
-              : "The file could not be read.";
-      if (!this.stopping && !/^The /.test((err as Error).message)) this.log.error({ err, importId: job.id }, "import worker failed");
+            : (importFailureReason(String((err as Error).message)) ?? "The file could not be read.");
+      if (!this.stopping && importFailureReason(String((err as Error).message)) === null) this.log.error({ err, importId: job.id }, "import worker failed");
       if (budget.signal.aborted) this.log.warn({ importId: job.id, budgetMs: this.taskBudgetMs }, "import stopped: over its time budget");
     } finally {
       clearTimeout(timer);
