@@ -23,6 +23,14 @@ import type { Alias, GwRequest } from "./gateway.request";
 
 const METHOD_ORDER = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
+/** The signed download path's last segment: the signature, a bearer credential for the file. */
+const DOWNLOAD_SIGNATURE = /(\/exports\/[^/?#]*\/download\/[^/?#]*\/)[^/?#]+/g;
+
+/** A request path as the logs name it: without its query, and a download's signature redacted. */
+export function loggedPath(url: string | undefined): string {
+  return (url ?? "").split("?")[0]!.replace(DOWNLOAD_SIGNATURE, "$1[redacted]");
+}
+
 /** The methods routed on a path (empty: no such path). */
 export function allowedMethods(aliases: Alias[], url: string): string[] {
   const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
@@ -42,10 +50,10 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
   const requestId = req.$requestId ?? requestIdOf(undefined);
   const problem = toProblem(err, requestId);
   if (problem.status === 500) {
-    withRequestId(requestId, () => host.logger.error({ err, method: req.method, path: req.url }, "request failed"));
+    withRequestId(requestId, () => host.logger.error({ err, method: req.method, path: loggedPath(req.url) }, "request failed"));
   } else if (problem.status > 500) {
     withRequestId(requestId, () =>
-      host.logger.warn({ method: req.method, path: req.url, status: problem.status, detail: problem.detail }, "request not served"),
+      host.logger.warn({ method: req.method, path: loggedPath(req.url), status: problem.status, detail: problem.detail }, "request not served"),
     );
   }
   // Every partner answer carries RateLimit-*: those refused before authentication count per address.

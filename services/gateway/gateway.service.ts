@@ -22,7 +22,17 @@ import { Loops } from "../../lib/jobs";
 import { withRequestId } from "../../lib/logger";
 import { buildOpenApi } from "../../lib/openapi";
 import type { KeyDeletedEvent, Principal } from "../auth/auth.contract";
-import { answerNoRoute, answerOptions, checkAnswer, exposedActions, opsAliases, partnerAnswer, readinessChecks, sendProblem } from "./gateway.answers";
+import {
+  answerNoRoute,
+  answerOptions,
+  checkAnswer,
+  exposedActions,
+  loggedPath,
+  opsAliases,
+  partnerAnswer,
+  readinessChecks,
+  sendProblem,
+} from "./gateway.answers";
 import { callIdempotent, checkIdempotencyKey, IdempotencyStore } from "./gateway.idempotency";
 import { authMetaOf, keyHashOf, lookupPrincipal, PrincipalCache, requireOperation } from "./gateway.keys";
 import { coerceStrings, mergeParams } from "./gateway.params";
@@ -154,7 +164,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         return out;
       },
 
-      /** Every request: its id (kept or generated), the log scope, the access log and metrics. */
+      /** Every request: its id (kept or generated), the log scope, the access log (no query, no download signature) and metrics. */
       httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, next?: unknown) {
         const requestId = tagRequest(req, res);
         if (req.method === "OPTIONS") return withRequestId(requestId, () => answerOptions(this, this.aliases, req, res));
@@ -166,7 +176,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           // The access log line names its request id itself (no log scope needed after the answer).
           const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
           this.logger.info(
-            { requestId, method: req.method, path: url.split("?")[0], route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 },
+            { requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 },
             "request",
           );
         });
