@@ -5,6 +5,7 @@
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
 import { Transform } from "node:stream";
+import yauzl, { type Entry, type ZipFile } from "yauzl";
 import { ApiError } from "./errors";
 
 export const FILE_KINDS = ["csv", "xlsx", "vcard"] as const;
@@ -64,46 +65,68 @@ export class Meter extends Transform {
 }
 
 const SNIFF_BYTES = 64 * 1024;
-/** Uncompressed size a zip (XLSX) may declare. */
+/** Uncompressed size a zip (XLSX) may declare, and the most its entries may really inflate to when an import reads them. */
 export const MAX_EXPANDED_BYTES = 1024 * 1024 * 1024;
+/** Entries a zip (XLSX) may hold: a workbook has tens; a zip of countless tiny entries is an attack on the reader. */
+export const MAX_ZIP_ENTRIES = 10_000;
 
-/** The zip's central directory names `name` (read from the end of the file: the end record, then the directory). */
-async function zipHasEntry(path: string, size: number, wanted: (name: string) => boolean): Promise<boolean> {
-  const fh = await open(path, "r");
+export const mib = (bytes: number) => `${Math.round((bytes / 1024 / 1024) * 10) / 10} MiB`;
+/** The reason an import (or an upload) gives for a workbook past the budget. */
+export const tooLargeWhenExpanded = (budget: number) =>
+  `The workbook expands to more than ${mib(budget)} when unpacked (a zip bomb, or a workbook no import should unpack); save it as CSV instead.`;
+
+/** A zip opened with yauzl, its central directory listed: read entries with `zip.openReadStream`, whose sizes yauzl checks. */
+export interface ZipListing {
+  zip: ZipFile;
+  entries: Map<string, Entry>;
+  /** The sum of the uncompressed sizes the directory declares. */
+  declaredBytes: number;
+}
+
+/**
+ * Opens the zip at `path` with yauzl (which checks the directory's records, and while inflating
+ * that each entry yields exactly the bytes it declares) and lists its entries. Throws a message
+ * beginning "The workbook" for too many entries; yauzl's own errors for a zip it cannot read.
+ * The caller closes `zip`.
+ */
+export async function listZip(path: string): Promise<ZipListing> {
+  const zip = await yauzl.openPromise(path, { lazyEntries: true, autoClose: false, validateEntrySizes: true, strictFileNames: false });
   try {
-    const tailLen = Math.min(size, 22 + 0xffff);
-    const tail = Buffer.alloc(tailLen);
-    await fh.read(tail, 0, tailLen, size - tailLen);
-    let eocd = -1;
-    for (let i = tailLen - 22; i >= 0; i--) {
-      if (tail.readUInt32LE(i) === 0x06054b50) {
-        eocd = i;
-        break;
-      }
-    }
-    if (eocd < 0) return false;
-    const cdSize = tail.readUInt32LE(eocd + 12);
-    const cdOffset = tail.readUInt32LE(eocd + 16);
-    if (cdOffset + cdSize > size || cdSize > 16 * 1024 * 1024) return false;
-    const cd = Buffer.alloc(cdSize);
-    await fh.read(cd, 0, cdSize, cdOffset);
-    let found = false;
-    let expanded = 0;
-    for (let p = 0; p + 46 <= cd.length && cd.readUInt32LE(p) === 0x02014b50;) {
-      const nameLen = cd.readUInt16LE(p + 28);
-      const extraLen = cd.readUInt16LE(p + 30);
-      const commentLen = cd.readUInt16LE(p + 32);
-      expanded += cd.readUInt32LE(p + 24);
-      if (wanted(cd.toString("utf8", p + 46, p + 46 + nameLen))) found = true;
-      p += 46 + nameLen + extraLen + commentLen;
-    }
-    // A zip bomb, or a workbook no import should unpack: readers spill its sheets to disk.
-    if (found && expanded > MAX_EXPANDED_BYTES)
-      throw new ApiError("PAYLOAD_TOO_LARGE", `The workbook expands to more than ${MAX_EXPANDED_BYTES / 1024 / 1024 / 1024} GiB; save it as CSV instead.`);
-    return found;
-  } finally {
-    await fh.close();
+    if (zip.entryCount > MAX_ZIP_ENTRIES)
+      throw new Error(`The workbook holds ${zip.entryCount} parts, more than the ${MAX_ZIP_ENTRIES} an import reads; save it as CSV instead.`);
+    const entries = new Map<string, Entry>();
+    let declaredBytes = 0;
+    await new Promise<void>((resolve, reject) => {
+      zip.on("entry", (e: Entry) => {
+        entries.set(e.fileName, e);
+        declaredBytes += e.uncompressedSize;
+        zip.readEntry();
+      });
+      zip.on("end", resolve);
+      zip.on("error", reject);
+      zip.readEntry();
+    });
+    return { zip, entries, declaredBytes };
+  } catch (err) {
+    zip.close();
+    throw err;
   }
+}
+
+/** The zip names `xl/workbook.xml` (read through its central directory) and does not declare more than the budget. */
+async function isWorkbook(path: string): Promise<boolean> {
+  let listing: ZipListing;
+  try {
+    listing = await listZip(path);
+  } catch (err) {
+    if ((err as Error).message.startsWith("The workbook")) throw new ApiError("PAYLOAD_TOO_LARGE", (err as Error).message);
+    return false; // not a zip yauzl can read
+  }
+  listing.zip.close();
+  if (!listing.entries.has("xl/workbook.xml")) return false;
+  // A zip bomb that declares its sizes honestly; one that lies is stopped while the import inflates it.
+  if (listing.declaredBytes > MAX_EXPANDED_BYTES) throw new ApiError("PAYLOAD_TOO_LARGE", tooLargeWhenExpanded(MAX_EXPANDED_BYTES));
+  return true;
 }
 
 /** Text a person could have written: no NUL and no control characters other than tab, line breaks and form feed. */
@@ -126,7 +149,7 @@ export async function sniffFile(path: string): Promise<FileKind | null> {
     await fh.close();
   }
   if (head.length >= 4 && head.readUInt32LE(0) === 0x04034b50) {
-    return (await zipHasEntry(path, size, (n) => n === "xl/workbook.xml")) ? "xlsx" : null;
+    return (await isWorkbook(path)) ? "xlsx" : null;
   }
   const text = head.toString("latin1");
   if (BINARY_BYTE.test(text)) return null;

@@ -12,7 +12,7 @@ import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import type { Config } from "../../lib/config";
 import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable } from "../../lib/jobs";
-import type { UploadedFile } from "../../lib/upload";
+import { MAX_EXPANDED_BYTES, type UploadedFile } from "../../lib/upload";
 import { duration, workerPool } from "../../lib/worker-pool";
 import type { ImportRow, RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.worker";
@@ -115,6 +115,8 @@ export class Importer {
   private stopping = false;
   /** The time budget of one import's worker task (tests lower it). */
   taskBudgetMs = IMPORT_TASK_BUDGET_MS;
+  /** Bytes an XLSX's parts may inflate to in all, counted while the worker reads them (tests lower it). */
+  expandedBudgetBytes = MAX_EXPANDED_BYTES;
 
   constructor(
     private readonly sequelize: Sequelize,
@@ -139,6 +141,7 @@ export class Importer {
       await this.jobs.giveBack({ ids: [...new Set(names.map((n) => n.slice(0, 36)))], owner: null }, ENDED_STOPPED);
       await Promise.all(names.map((n) => rm(path.join(this.config.importDir, n), { force: true })));
     }
+    await this.removeReaderLeftovers();
     this.loops.every(HEARTBEAT_MS, "import heartbeat", () => this.beat());
   }
 
@@ -164,6 +167,17 @@ export class Importer {
     await this.pool?.destroy().catch(() => undefined);
     this.pool = null;
     await this.jobs.giveBack({ ids, owner: null }, ENDED_STOPPED).catch(() => undefined);
+    await this.removeReaderLeftovers().catch(() => undefined);
+  }
+
+  /**
+   * Temporary files a spreadsheet reader left under IMPORT_DIR (the pool's TMPDIR; the `tmp`
+   * package names them tmp-<pid>-<random>): the XLSX reader no longer spills, but a thread killed
+   * mid-write, or an older version, may have left some. Run only when no worker runs (start, stop).
+   */
+  private async removeReaderLeftovers(): Promise<void> {
+    const names = (await readdir(this.config.importDir)).filter((n) => /^tmp-\d+-/.test(n));
+    await Promise.all(names.map((n) => rm(path.join(this.config.importDir, n), { force: true, recursive: true })));
   }
 
   private workers(): Piscina {
@@ -225,7 +239,15 @@ export class Importer {
         if (msg.type === "batch") port1.postMessage(reply);
       });
     });
-    const task: ImportTask = { path: this.fileOf(job.id), kind, mapping, customTypes: [...job.customTypes], batchSize: IMPORT_BATCH_ROWS, port: port2 };
+    const task: ImportTask = {
+      path: this.fileOf(job.id),
+      kind,
+      mapping,
+      customTypes: [...job.customTypes],
+      batchSize: IMPORT_BATCH_ROWS,
+      maxExpandedBytes: this.expandedBudgetBytes,
+      port: port2,
+    };
     let failure: string | null = null;
     let result: ImportResult | null = null;
     try {

@@ -10,7 +10,7 @@ import { open } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { Transform, type Readable } from "node:stream";
 import type { MessagePort } from "node:worker_threads";
-import type { FileKind } from "../../lib/upload";
+import { listZip, tooLargeWhenExpanded, type FileKind, type ZipListing } from "../../lib/upload";
 import { buildRow, isRowError, resolveColumns, type Cell, type ImportRow, type RowError } from "./contacts.import-rows";
 import type { CustomFieldType } from "./contacts.contract";
 
@@ -21,6 +21,8 @@ export interface ImportTask {
   mapping: Record<string, string | null> | null;
   customTypes: Array<[string, CustomFieldType]>;
   batchSize: number;
+  /** Bytes an XLSX's parts may inflate to in all (the budget against zip bombs). */
+  maxExpandedBytes: number;
   port: MessagePort;
 }
 
@@ -204,19 +206,98 @@ function cellValue(v: unknown): Cell {
   return undefined;
 }
 
+/** The parts of exceljs's streaming reader the import drives itself (exceljs 4: WorkbookReader's own steps). */
+interface WorkbookReaderSteps {
+  model?: { sheets?: Array<{ rId?: string }> };
+  workbookRels?: Array<{ Id: string; Target: string }>;
+  _parseRels(s: Readable): Promise<void>;
+  _parseWorkbook(s: Readable): Promise<void>;
+  _parseSharedStrings(s: Readable): AsyncIterable<unknown>;
+  _parseStyles(s: Readable): Promise<void>;
+  _parseWorksheet(s: Readable, sheetNo: string): Iterable<{ eventType: string; value: unknown }>;
+}
+
+/** The zip path of the workbook's first sheet: the first in workbook.xml's order, else the lowest numbered. */
+function firstSheetPath(r: WorkbookReaderSteps, names: Iterable<string>): string | undefined {
+  const first = r.model?.sheets?.[0];
+  const target = first && r.workbookRels?.find((rel) => rel.Id === first.rId)?.Target;
+  const all = [...names];
+  if (target) {
+    const p = target.startsWith("/") ? target.slice(1) : `xl/${target}`;
+    if (all.includes(p)) return p;
+  }
+  const num = (n: string) => Number(/^xl\/worksheets\/sheet(\d+)\.xml$/.exec(n)?.[1] ?? NaN);
+  return all.filter((n) => !Number.isNaN(num(n))).sort((a, b) => num(a) - num(b))[0];
+}
+
+/**
+ * Reads the first sheet of an XLSX. The zip is opened with yauzl, not streamed in file order:
+ * its directory is bounded (entries, declared sizes), each part is inflated only when the reader
+ * needs it (relationships, workbook, shared strings and styles first, then the sheet, so nothing
+ * spills to a temporary file), yauzl stops a part that inflates past its declared size, and every
+ * inflated byte counts against `task.maxExpandedBytes`.
+ */
 async function importXlsx(task: ImportTask, out: BatchSender, types: Map<string, CustomFieldType>): Promise<void> {
   const ExcelJS = (await import("exceljs")).default;
-  const reader = new ExcelJS.stream.xlsx.WorkbookReader(task.path, {
-    entries: "emit",
-    sharedStrings: "cache",
-    hyperlinks: "ignore",
-    styles: "cache",
-    worksheets: "emit",
-  });
+  const budget = task.maxExpandedBytes;
+  let listing: ZipListing;
+  try {
+    listing = await listZip(task.path);
+  } catch (err) {
+    if ((err as Error).message.startsWith("The ")) throw err;
+    throw new Error(`The file cannot be read as XLSX: ${(err as Error).message.slice(0, 300)}`);
+  }
+  const { zip, entries, declaredBytes } = listing;
+  const open: Readable[] = [];
+  let expanded = 0;
+  /** The part `name` inflated, counted against the budget; null when the zip has no such part. */
+  const part = async (name: string): Promise<Readable | null> => {
+    const entry = entries.get(name);
+    if (!entry) return null;
+    const raw = await new Promise<Readable>((resolve, reject) => zip.openReadStream(entry, (e, s) => (e ? reject(e) : resolve(s))));
+    const counted = new Transform({
+      transform(chunk: Buffer, _e, done) {
+        expanded += chunk.length;
+        if (expanded > budget) done(new Error(tooLargeWhenExpanded(budget)));
+        else done(null, chunk);
+      },
+    });
+    raw.on("error", (e) =>
+      counted.destroy(
+        /too many bytes in the stream/.test(e.message)
+          ? new Error(`The workbook expands to more than its zip directory declares (the part ${name}): it is damaged or crafted. Save it again, or as CSV.`)
+          : e,
+      ),
+    );
+    counted.on("close", () => raw.destroy());
+    counted.on("error", () => undefined); // its reader sees the error; none may crash the thread between parts
+    open.push(raw, counted);
+    return raw.pipe(counted);
+  };
   let columns: Array<string | null> | null = null;
   let headerAt = 0;
   try {
-    for await (const sheet of reader) {
+    if (declaredBytes > budget) throw new Error(tooLargeWhenExpanded(budget));
+    const reader = new ExcelJS.stream.xlsx.WorkbookReader(task.path, {
+      entries: "emit",
+      sharedStrings: "cache",
+      hyperlinks: "ignore",
+      styles: "cache",
+      worksheets: "emit",
+    }) as unknown as WorkbookReaderSteps;
+    const rels = await part("xl/_rels/workbook.xml.rels");
+    if (rels) await reader._parseRels(rels);
+    const workbook = await part("xl/workbook.xml");
+    if (workbook) await reader._parseWorkbook(workbook);
+    const strings = await part("xl/sharedStrings.xml");
+    if (strings) for await (const _ of reader._parseSharedStrings(strings));
+    const styles = await part("xl/styles.xml");
+    if (styles) await reader._parseStyles(styles);
+    const sheetPath = firstSheetPath(reader, entries.keys());
+    const sheetXml = sheetPath ? await part(sheetPath) : null;
+    const sheetNo = /(\d+)\.xml$/.exec(sheetPath ?? "")?.[1] ?? "1";
+    const sheet = sheetXml ? [...reader._parseWorksheet(sheetXml, sheetNo)][0]?.value : undefined;
+    if (sheet) {
       for await (const r of sheet as AsyncIterable<{ number: number; values: unknown[] }>) {
         const cells = (Array.isArray(r.values) ? r.values.slice(1) : []).map(cellValue);
         if (!columns) {
@@ -233,11 +314,13 @@ async function importXlsx(task: ImportTask, out: BatchSender, types: Map<string,
         }
         await out.add(buildRow(row, cells, columns, types));
       }
-      break; // the first worksheet only
     }
   } catch (err) {
     if ((err as Error).message.startsWith("The ")) throw err;
     throw new Error(`The file cannot be read as XLSX: ${(err as Error).message.slice(0, 300)}`);
+  } finally {
+    for (const s of open) s.destroy();
+    zip.close();
   }
   if (!columns) throw new Error("The workbook's first sheet is empty: it has no header row.");
 }

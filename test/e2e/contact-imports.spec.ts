@@ -1,5 +1,9 @@
 import ExcelJS from "exceljs";
+import { readdirSync, statSync } from "node:fs";
 import http from "node:http";
+import path from "node:path";
+import { crc32, deflateRawSync } from "node:zlib";
+import { MAX_EXPANDED_BYTES } from "../../lib/upload";
 import { IMPORT_TASK_BUDGET_MS } from "../../services/contacts/contacts.runner";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
@@ -508,5 +512,156 @@ describe("contact imports: hostile cells and the time budget", () => {
     expect(done.totalRows).toBeLessThan(20_000);
     // The next import runs on a fresh thread.
     expect(await imported(a, "email\nafter@x.pt\n")).toMatchObject({ status: "COMPLETED", created: 1 });
+  });
+});
+
+describe("contact imports: XLSX zip bombs", () => {
+  type Part = { name: string; data: Buffer; declare?: number };
+  /** A zip of deflated parts, in the order given; `declare` puts a false uncompressed size in both headers. */
+  function zip(parts: Part[]): Buffer {
+    const locals: Buffer[] = [];
+    const central: Buffer[] = [];
+    let offset = 0;
+    for (const p of parts) {
+      const name = Buffer.from(p.name);
+      const packed = deflateRawSync(p.data, { level: 9 });
+      const crc = crc32(p.data);
+      const size = p.declare ?? p.data.length;
+      const local = Buffer.alloc(30);
+      local.writeUInt32LE(0x04034b50, 0);
+      local.writeUInt16LE(20, 4);
+      local.writeUInt16LE(8, 8);
+      local.writeUInt32LE(crc, 14);
+      local.writeUInt32LE(packed.length, 18);
+      local.writeUInt32LE(size, 22);
+      local.writeUInt16LE(name.length, 26);
+      const dir = Buffer.alloc(46);
+      dir.writeUInt32LE(0x02014b50, 0);
+      dir.writeUInt16LE(20, 4);
+      dir.writeUInt16LE(20, 6);
+      dir.writeUInt16LE(8, 10);
+      dir.writeUInt32LE(crc, 16);
+      dir.writeUInt32LE(packed.length, 20);
+      dir.writeUInt32LE(size, 24);
+      dir.writeUInt16LE(name.length, 28);
+      dir.writeUInt32LE(offset, 42);
+      locals.push(local, name, packed);
+      central.push(dir, name);
+      offset += local.length + name.length + packed.length;
+    }
+    const cd = Buffer.concat(central);
+    const end = Buffer.alloc(22);
+    end.writeUInt32LE(0x06054b50, 0);
+    end.writeUInt16LE(parts.length, 8);
+    end.writeUInt16LE(parts.length, 10);
+    end.writeUInt32LE(cd.length, 12);
+    end.writeUInt32LE(offset, 16);
+    return Buffer.concat([...locals, cd, end]);
+  }
+  const cell = (ref: string, text: string) => `<c r="${ref}" t="inlineStr"><is><t>${text}</t></is></c>`;
+  /** A minimal workbook whose one sheet holds `rows`, `padding` bytes of blanks between them; the sheet may come first in the zip. */
+  function workbook(rows: string[][], opts: { padding?: number; declareSheet?: number; sheetFirst?: boolean } = {}): Buffer {
+    const xml = (s: string) => Buffer.from(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n${s}`);
+    const body = rows.map((r, i) => `<row r="${i + 1}">${r.map((v, j) => cell(`${String.fromCharCode(65 + j)}${i + 1}`, v)).join("")}</row>`);
+    const sheet: Part = {
+      name: "xl/worksheets/sheet1.xml",
+      data: Buffer.concat([
+        xml(`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>${body[0] ?? ""}`),
+        Buffer.alloc(opts.padding ?? 0, " "),
+        Buffer.from(`${body.slice(1).join("")}</sheetData></worksheet>`),
+      ]),
+      declare: opts.declareSheet,
+    };
+    const rest: Part[] = [
+      {
+        name: "[Content_Types].xml",
+        data: xml(
+          `<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>`,
+        ),
+      },
+      {
+        name: "_rels/.rels",
+        data: xml(
+          `<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>`,
+        ),
+      },
+      {
+        name: "xl/workbook.xml",
+        data: xml(
+          `<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="Contacts" sheetId="1" r:id="rId1"/></sheets></workbook>`,
+        ),
+      },
+      {
+        name: "xl/_rels/workbook.xml.rels",
+        data: xml(
+          `<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/></Relationships>`,
+        ),
+      },
+    ];
+    return zip(opts.sheetFirst ? [sheet, ...rest] : [...rest, sheet]);
+  }
+  const importer = () => (t.app.broker.getLocalService("contacts") as unknown as { importer: { expandedBudgetBytes: number } }).importer;
+  /** What IMPORT_DIR holds but tsx's compile cache (the worker threads' TMPDIR is IMPORT_DIR). */
+  const held = () => readdirSync(t.config.importDir).filter((f) => !f.startsWith("tsx-"));
+  const dirBytes = () => held().reduce((n, f) => n + statSync(path.join(t.config.importDir, f)).size, 0);
+
+  /** Uploads `file` and follows the import to its end, measuring the most IMPORT_DIR held meanwhile. */
+  async function importWatchingDisk(a: Account, file: Buffer) {
+    let most = 0;
+    const watch = setInterval(() => {
+      try {
+        most = Math.max(most, dirBytes());
+      } catch {
+        // a file removed while it was measured
+      }
+    }, 5);
+    try {
+      const done = await imported(a, file, {}, { name: "bomb.xlsx" });
+      await eventually(() => expect(held()).toEqual([]), { timeoutMs: 5_000 });
+      return { done, most };
+    } finally {
+      clearInterval(watch);
+    }
+  }
+
+  it("ends FAILED, leaving nothing in IMPORT_DIR, a workbook whose sheet inflates past the budget", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const file = workbook([["email"], ["bomb@x.pt"]], { padding: 64 * 1024 * 1024 });
+    expect(file.length).toBeLessThan(1024 * 1024);
+    importer().expandedBudgetBytes = 8 * 1024 * 1024;
+    let result: Awaited<ReturnType<typeof importWatchingDisk>>;
+    try {
+      result = await importWatchingDisk(a, file);
+    } finally {
+      importer().expandedBudgetBytes = MAX_EXPANDED_BYTES;
+    }
+    expect(result.done).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^The workbook expands to more than 8 MiB/) });
+    expect(result.most).toBeLessThanOrEqual(file.length);
+    expect((await a.api.get("/contacts?email=bomb@x.pt")).body.data).toEqual([]);
+  });
+
+  it("ends FAILED, leaving nothing in IMPORT_DIR, a workbook whose zip headers declare tiny sizes", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const file = workbook([["email"], ["liar@x.pt"]], { padding: 64 * 1024 * 1024, declareSheet: 1000 });
+    const { done, most } = await importWatchingDisk(a, file);
+    expect(done).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^The workbook expands to more than/) });
+    expect(most).toBeLessThanOrEqual(file.length);
+    expect((await a.api.get("/contacts?email=liar@x.pt")).body.data).toEqual([]);
+  });
+
+  it("still imports a well-made workbook, its sheet stored before the parts it needs, without a temporary file", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const file = workbook(
+      [
+        ["email", "First name"],
+        ["fine1@x.pt", "Ana"],
+        ["fine2@x.pt", "Rui"],
+      ],
+      { padding: 1024 * 1024, sheetFirst: true },
+    );
+    const { done, most } = await importWatchingDisk(a, file);
+    expect(done).toMatchObject({ status: "COMPLETED", totalRows: 2, created: 2 });
+    expect(most).toBeLessThanOrEqual(file.length);
+    expect((await a.api.get("/contacts?email=fine2@x.pt")).body.data[0]).toMatchObject({ firstName: "Rui" });
   });
 });
