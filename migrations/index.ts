@@ -11,6 +11,7 @@ import * as m0005 from "./20261122-0005-tracking";
 import * as m0006 from "./20261123-0006-webhooks";
 import * as m0007 from "./20261123-0007-webhook-delivery";
 import * as m0008 from "./20261123-0008-exports";
+import * as m0009 from "./20261124-0009-key-creator";
 
 export interface Migration {
   name: string;
@@ -27,4 +28,5 @@ export const migrations: Migration[] = [
   { name: "20261123-0006-webhooks", ...m0006 },
   { name: "20261123-0007-webhook-delivery", ...m0007 },
   { name: "20261123-0008-exports", ...m0008 },
+  { name: "20261124-0009-key-creator", ...m0009 },
 ];

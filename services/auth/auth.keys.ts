@@ -22,6 +22,7 @@ export interface NewKey {
   username?: string | null;
   operations: Operation[];
   trafficType: TrafficType;
+  /** The key making this one (POST /authentication); null or absent for the admin command. */
   createdBy?: string | null;
 }
 
@@ -36,7 +37,7 @@ export async function createKey(models: AuthModels, input: NewKey): Promise<Crea
     operations: input.operations,
     trafficType: input.trafficType,
     keyHash: hash,
-    createdBy: input.createdBy ?? null,
+    createdByKeyId: input.createdBy ?? null,
   });
   return { ...toApiKeyOut(row), apiKey: value };
 }

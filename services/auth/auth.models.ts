@@ -1,4 +1,4 @@
-/** The auth service's tables (created by migrations/20261122-0001-api-keys) and their mappers. */
+/** The auth service's tables (created by migrations/20261122-0001-api-keys, 20261124-0009-key-creator) and their mappers. */
 import { DataTypes, Model, type InferAttributes, type InferCreationAttributes, type CreationOptional, type Sequelize } from "sequelize";
 import type { Operation, TrafficType } from "../../lib/api";
 import type { ApiKeyOut, Principal } from "./auth.schemas";
@@ -11,7 +11,8 @@ export class ApiKey extends Model<InferAttributes<ApiKey>, InferCreationAttribut
   declare operations: Operation[];
   declare trafficType: TrafficType;
   declare keyHash: Buffer;
-  declare createdBy: string | null;
+  /** The key whose POST /authentication made this one; null for the admin command. */
+  declare createdByKeyId: string | null;
   declare createdAt: CreationOptional<Date>;
 }
 
@@ -32,7 +33,7 @@ export function defineAuthModels(sequelize: Sequelize): AuthModels {
       operations: { type: DataTypes.ARRAY(DataTypes.TEXT), allowNull: false },
       trafficType: { type: DataTypes.TEXT, allowNull: false },
       keyHash: { type: DataTypes.BLOB, allowNull: false },
-      createdBy: { type: DataTypes.UUID },
+      createdByKeyId: { type: DataTypes.UUID },
       createdAt: { type: DataTypes.DATE, allowNull: false, defaultValue: DataTypes.NOW },
     },
     { sequelize, tableName: "api_keys", modelName: "ApiKey", underscored: true, timestamps: false },
@@ -49,6 +50,7 @@ export function toApiKeyOut(row: ApiKey): ApiKeyOut {
     operations: row.operations,
     trafficType: row.trafficType,
     createdAt: row.createdAt.toISOString(),
+    createdByKeyId: row.createdByKeyId,
   };
 }
 

@@ -14,6 +14,7 @@ export interface ApiKeyOut {
   operations: Operation[];
   trafficType: TrafficType;
   createdAt: string;
+  createdByKeyId: string | null;
 }
 export interface CreatedApiKeyOut extends ApiKeyOut {
   apiKey: string;
@@ -57,13 +58,19 @@ const apiKeyProperties = {
   operations: operationsSchema,
   trafficType: { type: "string", enum: [...TRAFFIC_TYPES] },
   createdAt: { type: "string", format: "date-time" },
+  createdByKeyId: {
+    type: "string",
+    format: "uuid",
+    nullable: true,
+    description: "The key that created this key through POST /authentication; null for keys made by the operator's admin command.",
+  },
 };
 
 export const apiKeyOut = {
   $id: "ApiKey",
   type: "object",
   additionalProperties: false,
-  required: ["id", "companyId", "userId", "username", "operations", "trafficType", "createdAt"],
+  required: ["id", "companyId", "userId", "username", "operations", "trafficType", "createdAt", "createdByKeyId"],
   properties: apiKeyProperties,
 };
 

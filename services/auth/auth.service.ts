@@ -95,18 +95,12 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         operation: "AUTHENTICATION",
         summary: "Describe the calling key",
         responses: { 200: apiKeyOut },
-        // The gateway has just verified the key (and forgets it the moment it is deleted): no query needed.
-        handler(ctx: Context<unknown, AuthMeta>): ApiKeyOut {
-          const m = ctx.meta;
-          return {
-            id: m.keyId,
-            companyId: m.companyId,
-            userId: m.userId,
-            username: m.username,
-            operations: m.operations,
-            trafficType: m.trafficType,
-            createdAt: m.keyCreatedAt,
-          };
+        // The gateway has just verified the key; its row also names the key that made it (createdByKeyId).
+        async handler(this: AuthThis, ctx: Context<unknown, AuthMeta>): Promise<ApiKeyOut> {
+          const row = await findOwnKey(this.models, ctx.meta.companyId, ctx.meta.keyId);
+          // Deleted between the gateway's check and here: as if the gateway had already forgotten it.
+          if (!row) throw new ApiError("UNAUTHORIZED", "The API key is not valid.");
+          return toApiKeyOut(row);
         },
       }),
 

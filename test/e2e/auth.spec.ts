@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { QueryTypes } from "sequelize";
+import { createKeyAsAdmin } from "../../services/auth/auth.contract";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
 
@@ -22,6 +23,7 @@ describe("POST /authentication", () => {
       operations: ["SMS", "AUTHENTICATION"],
       trafficType: "MARKETING",
       createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/),
+      createdByKeyId: a.key.id,
       apiKey: expect.stringMatching(/^pgw_[A-Za-z0-9_-]{43}$/),
     });
     expect(res.headers.get("location")).toBe(`/api/partner-gateway/v1/authentication/${res.body.id}`);
@@ -123,6 +125,40 @@ describe("GET /authentication", () => {
   });
 });
 
+describe("createdByKeyId", () => {
+  it("names the key that made a key, in its 201 and in every answer about it; null for a key made by the admin command", async () => {
+    const a = await t.newAccount(["AUTHENTICATION", "SMS"]);
+    const admin = await createKeyAsAdmin(t.db.sequelize, {
+      companyId: a.companyId,
+      userId: null,
+      operations: ["AUTHENTICATION", "SMS"],
+      trafficType: "TRANSACTIONAL",
+      createdBy: null,
+    });
+    expect(admin.createdByKeyId).toBeNull();
+    expect(a.key.createdByKeyId).toBeNull();
+
+    const child = await a.api.post("/authentication", { operations: ["AUTHENTICATION", "SMS"] });
+    expect(child.status).toBe(201);
+    expect(child.body.createdByKeyId).toBe(a.key.id);
+    // A key made by that key names its own maker, not the first one.
+    const grandchild = await t.api.post("/authentication", { operations: ["SMS"] }, { headers: { "x-api-key": child.body.apiKey } });
+    expect(grandchild.status).toBe(201);
+    expect(grandchild.body.createdByKeyId).toBe(child.body.id);
+
+    const listed = await a.api.get("/authentication?limit=1000");
+    expect(listed.status).toBe(200);
+    const makers = Object.fromEntries(listed.body.data.map((k: { id: string; createdByKeyId: string | null }) => [k.id, k.createdByKeyId]));
+    expect(makers).toEqual({ [a.key.id]: null, [admin.id]: null, [child.body.id]: a.key.id, [grandchild.body.id]: child.body.id });
+    expect((await a.api.get(`/authentication/${child.body.id}`)).body.createdByKeyId).toBe(a.key.id);
+    expect((await t.api.get("/authentication/me", { headers: { "x-api-key": child.body.apiKey } })).body.createdByKeyId).toBe(a.key.id);
+
+    // The maker deleted (a stolen key revoked): what it made still names it, so the owner can find and revoke it too.
+    expect((await a.api.delete(`/authentication/${child.body.id}`)).status).toBe(204);
+    expect((await a.api.get(`/authentication/${grandchild.body.id}`)).body.createdByKeyId).toBe(child.body.id);
+  });
+});
+
 describe("GET /authentication/me", () => {
   it("describes the calling key", async () => {
     const a = await t.newAccount(["AUTHENTICATION", "WHATSAPP"], { userId: "u-me" });
@@ -136,6 +172,7 @@ describe("GET /authentication/me", () => {
       operations: ["AUTHENTICATION", "WHATSAPP"],
       trafficType: "TRANSACTIONAL",
       createdAt: a.key.createdAt,
+      createdByKeyId: null,
     });
   });
 
