@@ -24,6 +24,15 @@ const MAX_KEPT_ERRORS = 1000;
 const HEARTBEAT_MS = 15_000;
 /** An import whose node has not been heard of for this long is ended FAILED. */
 const STALE_AFTER_S = 120;
+/**
+ * How long a finished (COMPLETED or FAILED) import stays readable (GET /contacts/imports/{id}) after
+ * it ended, in days. Older rows are deleted by the heartbeat, at most once a minute, PURGE_BATCH
+ * rows a statement and PURGE_BATCHES statements a time, so a backlog goes over a few minutes.
+ */
+export const IMPORT_RETENTION_DAYS = 30;
+const PURGE_EVERY_MS = 60_000;
+const PURGE_BATCH = 1000;
+const PURGE_BATCHES = 10;
 const WRITE_ATTEMPTS = 3;
 /**
  * The longest one import's worker task may run (30 minutes), counted from the moment it starts
@@ -111,6 +120,7 @@ export class Importer {
   private pool: Piscina | null = null;
   private readonly active = new Map<string, Job>();
   private readonly loops: Loops;
+  private lastPurge = 0;
   private readonly jobs: Jobs;
   private stopping = false;
   /** The time budget of one import's worker task (tests lower it). */
@@ -121,7 +131,7 @@ export class Importer {
   constructor(
     private readonly sequelize: Sequelize,
     private readonly config: Config,
-    private readonly log: { warn(o: object, m: string): void; error(o: object, m: string): void },
+    private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void },
   ) {
     this.loops = new Loops(log);
     this.jobs = new Jobs(sequelize, CONTACT_IMPORTS);
@@ -145,6 +155,29 @@ export class Importer {
     this.loops.every(HEARTBEAT_MS, "import heartbeat", () => this.beat());
   }
 
+  /** Deletes imports that finished more than IMPORT_RETENTION_DAYS ago, in bounded batches; answers how many. */
+  async purgeFinished(): Promise<number> {
+    let purged = 0;
+    for (let i = 0; i < PURGE_BATCHES; i++) {
+      const [{ n }] = (await this.sequelize.query<{ n: number }>(
+        `WITH gone AS (
+           DELETE FROM contact_imports WHERE id IN (
+             SELECT id FROM contact_imports
+             WHERE status IN ('COMPLETED', 'FAILED') AND coalesce(finished_at, created_at) < now() - make_interval(days => $1)
+             LIMIT $2
+           )
+           RETURNING 1
+         )
+         SELECT count(*)::int AS n FROM gone`,
+        { bind: [IMPORT_RETENTION_DAYS, PURGE_BATCH], type: QueryTypes.SELECT },
+      )) as [{ n: number }];
+      purged += n;
+      if (n < PURGE_BATCH) break;
+    }
+    if (purged > 0) this.log.info({ purged, retentionDays: IMPORT_RETENTION_DAYS }, "old imports purged");
+    return purged;
+  }
+
   /** Ends FAILED every import whose node has not been heard of (any contacts node may do it). */
   sweep(): Promise<number> {
     return this.jobs.sweep({
@@ -157,6 +190,10 @@ export class Importer {
   private async beat(): Promise<void> {
     await this.sweep();
     await this.jobs.renew({ ids: [...this.active.keys()], owner: null });
+    if (Date.now() - this.lastPurge >= PURGE_EVERY_MS) {
+      this.lastPurge = Date.now();
+      await this.purgeFinished();
+    }
   }
 
   /** Stops the imports in progress: they end FAILED (STOPPED); the rows written so far stay. */

@@ -32,6 +32,14 @@ export const EXPORT_TASK_BUDGET_MS = 2 * 3600_000 + 10 * 60_000;
 const POLL_MS = 1000;
 const SWEEP_MS = 60_000;
 /**
+ * How long an EXPIRED or FAILED job stays listed (GET /exports) after it ended, in days; older
+ * rows are deleted by the sweep, at most PURGE_BATCH rows a statement and PURGE_BATCHES statements
+ * a sweep, so that a backlog is worked off over a few sweeps without one long transaction.
+ */
+export const EXPORT_JOB_RETENTION_DAYS = 30;
+const PURGE_BATCH = 1000;
+const PURGE_BATCHES = 10;
+/**
  * Every attempt writes files of its own, `<id>.<run>.<token>.tmp` renamed to `<id>.<run>.<token>.csv.gz`,
  * so that two attempts of one run (a lease lost and taken over, on a shared EXPORT_DIR) never touch
  * each other's file; the job names the one that completed (`file_name`).
@@ -260,11 +268,13 @@ export class ExportRunner {
   }
 
   /**
-   * Completed jobs past their expiry become EXPIRED; every file of EXPORT_DIR that no job needs any
-   * more (expired, regenerated, failed, a temporary file of a dead run) is deleted.
+   * Completed jobs past their expiry become EXPIRED; EXPIRED and FAILED jobs that ended more than
+   * EXPORT_JOB_RETENTION_DAYS ago are deleted; every file of EXPORT_DIR that no job needs any more
+   * (expired, regenerated, failed, a temporary file of a dead run) is deleted.
    */
   async sweep(): Promise<void> {
     await this.sequelize.query(`UPDATE export_jobs SET status = 'EXPIRED', node_id = NULL WHERE status = 'COMPLETED' AND expires_at <= now()`);
+    await this.purgeEnded();
     let names: string[];
     try {
       names = (await readdir(this.dir)).filter((n) => FILE_RE.test(n));
@@ -292,6 +302,29 @@ export class ExportRunner {
       return !(job?.status === "PROCESSING" && Number(job.run) === Number(run));
     });
     await Promise.all(doomed.map((n) => rm(path.join(this.dir, n), { force: true })));
+  }
+
+  /** Deletes EXPIRED and FAILED jobs older than the retention, in bounded batches; answers how many. */
+  async purgeEnded(): Promise<number> {
+    let purged = 0;
+    for (let i = 0; i < PURGE_BATCHES; i++) {
+      const [{ n }] = (await this.sequelize.query<{ n: number }>(
+        `WITH gone AS (
+           DELETE FROM export_jobs WHERE id IN (
+             SELECT id FROM export_jobs
+             WHERE status IN ('EXPIRED', 'FAILED') AND coalesce(completed_at, created_at) < now() - make_interval(days => $1)
+             LIMIT $2
+           )
+           RETURNING 1
+         )
+         SELECT count(*)::int AS n FROM gone`,
+        { bind: [EXPORT_JOB_RETENTION_DAYS, PURGE_BATCH], type: QueryTypes.SELECT },
+      )) as [{ n: number }];
+      purged += n;
+      if (n < PURGE_BATCH) break;
+    }
+    if (purged > 0) this.log.info({ purged, retentionDays: EXPORT_JOB_RETENTION_DAYS }, "old export jobs purged");
+    return purged;
   }
 
   /** Stops claiming, stops the runs in progress and hands their jobs back at once (QUEUED, the attempt not counted). */

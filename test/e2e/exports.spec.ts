@@ -749,3 +749,43 @@ describe("metrics", () => {
     expect(after).toMatch(/^export_queue_oldest_age_seconds \d/m);
   });
 });
+
+describe("retention of ended jobs", () => {
+  it("the sweep deletes EXPIRED and FAILED jobs that ended more than 30 days ago, and keeps the rest", async () => {
+    const a = await t.newAccount(["EXPORTS"]);
+    const days = (n: number) => new Date(Date.now() - n * 86400_000).toISOString();
+    const rows: Array<{ name: string; status: string; created: string; completed: string | null }> = [
+      { name: "expired-old", status: "EXPIRED", created: days(45), completed: days(40) },
+      { name: "failed-old", status: "FAILED", created: days(33), completed: days(31) },
+      { name: "failed-old-no-end", status: "FAILED", created: days(31), completed: null },
+      { name: "expired-recent", status: "EXPIRED", created: days(35), completed: days(29) },
+      { name: "failed-recent", status: "FAILED", created: days(2), completed: days(2) },
+      { name: "completed-old", status: "COMPLETED", created: days(60), completed: days(60) },
+      { name: "queued-old", status: "QUEUED", created: days(60), completed: null },
+    ];
+    const ids = new Map<string, string>(rows.map((r) => [r.name, randomUUID()]));
+    for (const r of rows) {
+      await t.db.sequelize.query(
+        `INSERT INTO export_jobs (id, company_id, type, filters, status, created_at, completed_at, expires_at)
+         VALUES ($1, $2, 'CONTACTS', '{}', $3, $4, $5, CASE WHEN $3 = 'COMPLETED' THEN now() + interval '1 day' END)`,
+        { bind: [ids.get(r.name), a.companyId, r.status, r.created, r.completed] },
+      );
+    }
+    const runner = (t.app.broker.getLocalService("exports") as unknown as { runner: { sweep(): Promise<void> } }).runner;
+    await runner.sweep();
+    const left = await t.db.sequelize.query<{ id: string }>("SELECT id FROM export_jobs WHERE company_id = $1", {
+      bind: [a.companyId],
+      type: QueryTypes.SELECT,
+    });
+    const byId = new Map([...ids].map(([name, id]) => [id, name]));
+    expect(left.map((r) => byId.get(r.id)).sort()).toEqual(["completed-old", "expired-recent", "failed-recent", "queued-old"]);
+    // The listing never shows a purged job.
+    const listed = await a.api.get("/exports?limit=1000");
+    expect(listed.body.data.map((j: { exportId: string }) => byId.get(j.exportId)).sort()).toEqual([
+      "completed-old",
+      "expired-recent",
+      "failed-recent",
+      "queued-old",
+    ]);
+  });
+});
