@@ -149,10 +149,8 @@ export class CallbackClient {
       }
     }
     if (!this.opts.allowPrivate) {
-      for (const a of addresses) {
-        const why = nonPublicReason(a);
-        if (why) return { error: `refused at send time: host ${host} resolves to ${a}, which ${why}` };
-      }
+      // The partner reads this in the attempts log: say that, never which address (an internal DNS oracle).
+      if (addresses.some((a) => nonPublicReason(a))) return { error: `refused at send time: host ${host} resolves to a non-public address` };
     }
     return { address: addresses[0]! };
   }
