@@ -56,6 +56,12 @@ export interface Config {
   readonly importDir: string;
   /** Worker threads (piscina) that parse imports on a contacts node. */
   readonly importWorkers: number;
+  /** Bytes of upload files a contacts node keeps under IMPORT_DIR for imports not yet ended (beyond: 503). */
+  readonly importQueueMaxBytes: number;
+  /** Bytes of uploads a gateway node holds in its spool at once (beyond: 503). */
+  readonly spoolMaxBytes: number;
+  /** The part of IMPORT_QUEUE_MAX_BYTES and of SPOOL_MAX_BYTES one account may hold (0 < share <= 1). */
+  readonly uploadAccountShare: number;
   /** Messages (and their receipts) older than this many days are removed by the tracking service. */
   readonly messageRetentionDays: number;
   /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
@@ -113,6 +119,9 @@ export const VARIABLES = {
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },
   IMPORT_DIR: { field: "importDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
+  IMPORT_QUEUE_MAX_BYTES: { field: "importQueueMaxBytes", schema: { type: "integer", minimum: 1 }, default: 1073741824 },
+  SPOOL_MAX_BYTES: { field: "spoolMaxBytes", schema: { type: "integer", minimum: 1 }, default: 2147483648 },
+  UPLOAD_ACCOUNT_SHARE: { field: "uploadAccountShare", schema: { type: "number", exclusiveMinimum: 0, maximum: 1 }, default: 0.5 },
   MESSAGE_RETENTION_DAYS: { field: "messageRetentionDays", schema: { type: "integer", minimum: 1, maximum: 36500 }, default: 400 },
   EXPORT_DIR: { field: "exportDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   // null: the cores of this machine but one (at least one), leaving a core to the service's own thread.

@@ -11,6 +11,7 @@ import { pipeline } from "node:stream/promises";
 import type { Context } from "moleculer";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
+import { diskFull, type Reservation } from "../../lib/disk-budget";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { Meter, type UploadedFile } from "../../lib/upload";
 import { iso } from "../../lib/time";
@@ -60,9 +61,6 @@ const toImportOut = (r: ImportDbRow): ImportOut => ({
   startedAt: iso(r.started_at),
   finishedAt: iso(r.finished_at),
 });
-
-/** Files waiting or being imported on one node, at most (beyond: 503, retry later). */
-export const MAX_QUEUED_BYTES = 1024 * 1024 * 1024;
 
 export interface ImportsThis {
   sequelize: Sequelize;
@@ -122,6 +120,7 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
   const { companyId } = ctx.meta;
   const { file, listId } = ctx.params;
   const stream = ctx.stream as Readable | null;
+  let reservation: Reservation | null = null;
   try {
     if (!stream) throw new ApiError("VALIDATION_ERROR", "The upload carries no file.", { errors: [{ path: "file", message: "is required" }] });
     const types = await this.customTypes(companyId);
@@ -136,15 +135,21 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
           errors: [{ path: "listId", message: `contact list ${listId} does not exist in this account` }],
         });
     }
-    if (this.importer.queuedBytes() + file.size > MAX_QUEUED_BYTES) {
-      throw new ApiError("SERVICE_UNAVAILABLE", "Too many imports are waiting on this service; retry in a few minutes.");
+    // Reserved (check and count at once) before a byte is kept, so concurrent uploads cannot all pass.
+    reservation = this.importer.disk.reserve(companyId, file.size);
+    if (!reservation) {
+      const accountFull = this.importer.disk.used(companyId) + file.size > this.importer.disk.accountMaxBytes;
+      throw diskFull(
+        accountFull
+          ? "This account's imports waiting on this service take all the room it may use; retry once some have ended."
+          : "Too many imports are waiting on this service; retry in a few minutes.",
+      );
     }
     const id = randomUUID();
     try {
       await keepFile(stream, file, this.importer.fileOf(id));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOSPC")
-        throw new ApiError("SERVICE_UNAVAILABLE", "No room for the file on this service now; retry in a few minutes.");
+      if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw diskFull("No room for the file on this service now; retry in a few minutes.");
       throw err;
     }
     try {
@@ -157,13 +162,15 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
       await rm(this.importer.fileOf(id), { force: true });
       throw err;
     }
-    this.importer.enqueue({ id, companyId, listId: listId ?? null, customTypes: types, size: file.size }, file.kind, mapping);
+    this.importer.enqueue({ id, companyId, listId: listId ?? null, customTypes: types, size: file.size, reservation }, file.kind, mapping);
+    reservation = null; // the import holds it now, until its file is removed
     ctx.meta.$statusCode = 202;
     // moleculer-web sets Location itself only for 201 and 3xx.
     ctx.meta.$location = `${API_PREFIX}/contacts/imports/${id}`;
     ctx.meta.$responseHeaders = { ...ctx.meta.$responseHeaders, Location: ctx.meta.$location };
     return { importId: id, status: "QUEUED" };
   } finally {
+    reservation?.release();
     // Whatever happened, the stream is read to its end (a remote sender would otherwise stall).
     if (stream && !stream.readableEnded) stream.resume();
   }

@@ -11,6 +11,7 @@ import { MessageChannel } from "node:worker_threads";
 import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import type { Config } from "../../lib/config";
+import { DiskBudget, type Reservation } from "../../lib/disk-budget";
 import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable } from "../../lib/jobs";
 import { MAX_EXPANDED_BYTES, type UploadedFile } from "../../lib/upload";
 import { duration, workerPool } from "../../lib/worker-pool";
@@ -97,6 +98,8 @@ interface Job {
   customTypes: Map<string, CustomFieldType>;
   /** Bytes of the file this node keeps for the import. */
   size: number;
+  /** The room the file holds in the node's import budget, given back once the file is removed. */
+  reservation?: Reservation;
   keptErrors: number;
 }
 
@@ -127,6 +130,8 @@ export class Importer {
   taskBudgetMs = IMPORT_TASK_BUDGET_MS;
   /** Bytes an XLSX's parts may inflate to in all, counted while the worker reads them (tests lower it). */
   expandedBudgetBytes = MAX_EXPANDED_BYTES;
+  /** The room under IMPORT_DIR (IMPORT_QUEUE_MAX_BYTES, an account's share of it): reserved before a file is kept. */
+  readonly disk: DiskBudget;
 
   constructor(
     private readonly sequelize: Sequelize,
@@ -135,6 +140,7 @@ export class Importer {
   ) {
     this.loops = new Loops(log);
     this.jobs = new Jobs(sequelize, CONTACT_IMPORTS);
+    this.disk = new DiskBudget(config.importQueueMaxBytes, Math.floor(config.importQueueMaxBytes * config.uploadAccountShare));
   }
 
   fileOf(id: string) {
@@ -231,11 +237,9 @@ export class Importer {
     return this.pool;
   }
 
-  /** Bytes of the files this node holds for imports not yet ended. */
+  /** Bytes reserved for the files this node holds (or is receiving) for imports not yet ended. */
   queuedBytes(): number {
-    let total = 0;
-    for (const job of this.active.values()) total += job.size;
-    return total;
+    return this.disk.used();
   }
 
   /** Queues a stored file for import; the answer does not wait for it. */
@@ -246,7 +250,7 @@ export class Importer {
       .catch((err) => this.log.error({ err, importId: job.id }, "import failed unexpectedly"))
       .finally(() => {
         this.active.delete(job.id);
-        return rm(this.fileOf(job.id), { force: true });
+        return rm(this.fileOf(job.id), { force: true }).finally(() => job.reservation?.release());
       });
   }
 

@@ -61,6 +61,8 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
   if (url.startsWith(API_PREFIX) && !res.headersSent && !res.hasHeader("RateLimit-Limit")) {
     host.rateLimit(res, `ip:${req.socket.remoteAddress}`, false);
   }
+  // A 503 that knows when room comes back (a full upload budget) says so.
+  if (problem.status === 503 && typeof problem.retryAfter === "number" && !res.headersSent) res.setHeader("Retry-After", problem.retryAfter);
   writeProblem(res, problem, { "X-Request-Id": requestId });
 }
 

@@ -39,6 +39,7 @@ import { coerceStrings, mergeParams } from "./gateway.params";
 import { TokenBuckets } from "./gateway.ratelimit";
 import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
+import { DiskBudget } from "../../lib/disk-budget";
 
 /** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
 export const MAX_REQUEST_HEAD = 256 * 1024;
@@ -60,6 +61,8 @@ interface GatewayVars {
   loops: Loops;
   /** Where uploads are spooled until their action has answered. */
   spoolDir: string;
+  /** The spool's room (SPOOL_MAX_BYTES, an account's share of it), reserved before an upload is written. */
+  spoolBudget: DiskBudget;
   server: http.Server;
   httpHandler(req: IncomingMessage, res: ServerResponse): void;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
@@ -245,7 +248,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         let body: unknown = undefined;
         if (action.upload) {
           try {
-            upload = await receiveUpload(req, action.upload, this.spoolDir);
+            upload = await receiveUpload(req, action.upload, this.spoolDir, { ledger: this.spoolBudget, account: String(req.$ctx.meta.companyId) });
           } catch (err) {
             // The rest of the body is not read: the connection cannot carry another request.
             if (!req.complete) res.setHeader("Connection", "close");
@@ -315,6 +318,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.aliasesReady = false;
       this.server.on("clientError", answerClientError);
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
+      this.spoolBudget = new DiskBudget(config.spoolMaxBytes, Math.floor(config.spoolMaxBytes * config.uploadAccountShare));
     },
 
     started(this: GatewayThis) {

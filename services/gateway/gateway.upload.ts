@@ -2,7 +2,9 @@
  * Multipart uploads (busboy): the file is streamed to a spool file while its SHA-256 and size are
  * taken, never held in memory; the other fields are collected as text. Limits answer 413 (file too
  * large) or 400 (too many or unexpected parts) as soon as they are crossed, and the file's kind is
- * judged by its content (415 when the action does not take it).
+ * judged by its content (415 when the action does not take it). The spool's room is reserved before
+ * a byte is written (the Content-Length when given, else grown as bytes arrive): past the node's
+ * SPOOL_MAX_BYTES or the account's share of it, 503 with Retry-After.
  */
 import busboy from "busboy";
 import { randomUUID } from "node:crypto";
@@ -10,7 +12,9 @@ import { createWriteStream } from "node:fs";
 import { mkdir, rm, stat } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
 import path from "node:path";
+import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { diskFull, type DiskBudget, type Reservation } from "../../lib/disk-budget";
 import { ApiError } from "../../lib/errors";
 import { KIND_NAMES, Meter, sniffFile, type UploadedFile, type UploadSpec } from "../../lib/upload";
 
@@ -40,8 +44,16 @@ function fieldError(field: string, message: string): ApiError {
   return new ApiError("VALIDATION_ERROR", `The upload is not acceptable: ${field} ${message}.`, { errors: [{ path: field, message }] });
 }
 
+const spoolFull = () => diskFull("No room for the upload on this gateway now; retry shortly.");
+
+/** Where the spool's room is reserved (one ledger per gateway node) and for whom. */
+export interface SpoolBudget {
+  ledger: DiskBudget;
+  account: string;
+}
+
 /** Receives the multipart body of `req` into `spoolDir`; rejects with the problem to answer. */
-export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoolDir: string): Promise<ReceivedUpload> {
+export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoolDir: string, budget?: SpoolBudget): Promise<ReceivedUpload> {
   const type = req.headers["content-type"] ?? "";
   if (!MULTIPART_RE.test(type)) {
     throw new ApiError(
@@ -51,6 +63,12 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   }
   const declared = Number(req.headers["content-length"]);
   if (Number.isFinite(declared) && declared > spec.maxBytes + ENVELOPE_BYTES) throw tooLarge(spec);
+  // The body's declared length is reserved whole before it is read; without one, the reservation grows with the file.
+  let reservation: Reservation | null = null;
+  if (budget) {
+    reservation = budget.ledger.reserve(budget.account, Number.isFinite(declared) && declared >= 0 ? declared : 0);
+    if (!reservation) throw spoolFull();
+  }
 
   await mkdir(spoolDir, { recursive: true });
   const spoolPath = path.join(spoolDir, randomUUID());
@@ -58,7 +76,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   let file: Omit<UploadedFile, "kind"> | null = null;
   let writing: Promise<void> | null = null;
 
-  const discard = () => rm(spoolPath, { force: true });
+  const discard = () => rm(spoolPath, { force: true }).finally(() => reservation?.release());
   try {
     await new Promise<void>((resolve, reject) => {
       let failed = false;
@@ -96,7 +114,16 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
         sink = createWriteStream(spoolPath);
-        writing = pipeline(stream, meter, sink).then(() => {
+        // Each chunk is counted in the reservation before it is written; one that does not fit ends the upload (503).
+        let written = 0;
+        const room = new Transform({
+          transform(chunk: Buffer, _enc, done) {
+            written += chunk.length;
+            if (reservation && !reservation.growTo(written)) return done(spoolFull());
+            done(null, chunk);
+          },
+        });
+        writing = pipeline(stream, room, meter, sink).then(() => {
           // Control characters (NUL above all) have no place in a file name that is stored and shown.
           const fileName = (info.filename ?? "")
             .replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "")

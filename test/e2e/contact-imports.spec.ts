@@ -665,3 +665,142 @@ describe("contact imports: XLSX zip bombs", () => {
     expect((await a.api.get("/contacts?email=fine2@x.pt")).body.data[0]).toMatchObject({ firstName: "Rui" });
   });
 });
+
+describe("contact imports: disk budgets (the gateway's spool and IMPORT_DIR)", () => {
+  const SPOOL = 40_000;
+  const QUEUE = 10_000;
+  let d: TestApp;
+  beforeAll(async () => {
+    // An account may hold half of each budget (UPLOAD_ACCOUNT_SHARE).
+    d = await startTestApp({
+      services: ["gateway", "auth", "contacts"],
+      config: { spoolMaxBytes: SPOOL, importQueueMaxBytes: QUEUE, uploadAccountShare: 0.5 },
+    });
+  });
+  afterAll(() => d?.stop());
+
+  type Ledger = { used(account?: string): number };
+  const contacts = () => d.app.broker.getLocalService("contacts") as unknown as { importer: Record<string, any> & { disk: Ledger } };
+  const gateway = () => d.app.broker.getLocalService("gateway") as unknown as { spoolBudget: Ledger; spoolDir: string };
+  /** Holds every import queued from now on until the returned function is called (their files stay in IMPORT_DIR). */
+  function holdImports(): () => void {
+    const importer = contacts().importer;
+    const run = importer.run;
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    importer.run = async (...args: unknown[]) => {
+      await gate;
+      return run.apply(importer, args);
+    };
+    return () => {
+      importer.run = run;
+      open();
+    };
+  }
+  const dirBytes = (dir: string, keep = (_f: string) => true) =>
+    readdirSync(dir)
+      .filter((f) => !f.startsWith("tsx-") && keep(f))
+      .reduce((n, f) => n + statSync(path.join(dir, f)).size, 0);
+  /** A CSV of exactly `n` bytes. */
+  const csvOf = (n: number) => {
+    const head = "email\nok@x.pt\n";
+    return head + "x".repeat(n - head.length - 1) + "\n";
+  };
+  const expectFull = (res: { status: number; headers: Headers; body: any }) => {
+    expectProblem(res, 503);
+    expect(res.body.type).toMatch(/SERVICE_UNAVAILABLE|service-unavailable/i);
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
+  };
+  const drained = () =>
+    eventually(() => {
+      expect(contacts().importer.disk.used()).toBe(0);
+      expect(gateway().spoolBudget.used()).toBe(0);
+    });
+
+  it("keeps concurrent uploads within IMPORT_QUEUE_MAX_BYTES: those that fit are 202, the others 503 with Retry-After", async () => {
+    const accounts = await Promise.all(Array.from({ length: 8 }, () => d.newAccount(["CONTACTS"])));
+    const release = holdImports();
+    try {
+      const answers = await Promise.all(accounts.map((a) => upload(a, csvOf(2000))));
+      const accepted = answers.filter((r) => r.status === 202);
+      expect(accepted).toHaveLength(QUEUE / 2000);
+      for (const r of answers.filter((x) => x.status !== 202)) expectFull(r);
+      expect(dirBytes(d.config.importDir)).toBeLessThanOrEqual(QUEUE);
+      expect(contacts().importer.disk.used()).toBe(accepted.length * 2000);
+    } finally {
+      release();
+    }
+    await drained();
+    // Room comes back as imports end.
+    expect((await upload(accounts[0]!, csvOf(2000))).status).toBe(202);
+    await drained();
+  });
+
+  it("keeps one account within its share of the import queue: another account's upload still fits", async () => {
+    const a = await d.newAccount(["CONTACTS"]);
+    const b = await d.newAccount(["CONTACTS"]);
+    const release = holdImports();
+    try {
+      expect((await upload(a, csvOf(2000))).status).toBe(202);
+      expect((await upload(a, csvOf(2000))).status).toBe(202);
+      expectFull(await upload(a, csvOf(2000)));
+      expect((await upload(b, csvOf(2000))).status).toBe(202);
+      expect(contacts().importer.disk.used(a.companyId)).toBe(4000);
+    } finally {
+      release();
+    }
+    await drained();
+  });
+
+  it("reserves the gateway's spool before writing: a full spool (node or account) answers 503 with Retry-After, and aborted uploads give their room back", async () => {
+    const [a, b, c, e] = await Promise.all(Array.from({ length: 4 }, () => d.newAccount(["CONTACTS"])));
+    const boundary = "----pgwbudget";
+    const head = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\nContent-Type: text/csv\r\n\r\nemail\n`);
+    /** An upload that declares `length` bytes and sends only its first part, held open until destroyed. */
+    const holdUpload = (acct: Account, length: number) => {
+      const req = http.request(`${acct.api.baseUrl}/contacts/upload`, {
+        method: "POST",
+        headers: { "x-api-key": acct.key.apiKey, "content-type": `multipart/form-data; boundary=${boundary}`, "content-length": String(length) },
+      });
+      req.on("error", () => undefined);
+      req.write(Buffer.concat([head, Buffer.alloc(1000, 0x61)]));
+      return req;
+    };
+    const held = [holdUpload(a!, 19_800)];
+    await eventually(() => expect(gateway().spoolBudget.used(a!.companyId)).toBe(19_800));
+    // The account's share (half the spool) is taken; another account still fits.
+    expectFull(await upload(a!, csvOf(500)));
+    held.push(holdUpload(b!, 19_800));
+    await eventually(() => expect(gateway().spoolBudget.used()).toBe(39_600));
+    // The node's spool is full: declared or chunked, an upload is refused.
+    expectFull(await upload(c!, csvOf(500)));
+    const chunked = await fetch(`${e!.api.baseUrl}/contacts/upload`, {
+      method: "POST",
+      headers: { "x-api-key": e!.key.apiKey, "content-type": `multipart/form-data; boundary=${boundary}` },
+      body: Buffer.concat([head, Buffer.alloc(8000, 0x62), Buffer.from(`\n\r\n--${boundary}--\r\n`)]),
+    });
+    // (fetch sends a Buffer with its length; a stream goes chunked)
+    expectFull({ status: chunked.status, headers: chunked.headers, body: await chunked.json() });
+    let sent = false;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(ctl) {
+        if (sent) return ctl.close();
+        sent = true;
+        ctl.enqueue(Buffer.concat([head, Buffer.alloc(8000, 0x62), Buffer.from(`\n\r\n--${boundary}--\r\n`)]));
+      },
+    });
+    const streamed = await fetch(`${e!.api.baseUrl}/contacts/upload`, {
+      method: "POST",
+      headers: { "x-api-key": e!.key.apiKey, "content-type": `multipart/form-data; boundary=${boundary}` },
+      body: stream,
+      duplex: "half",
+    } as RequestInit);
+    expectFull({ status: streamed.status, headers: streamed.headers, body: await streamed.json() });
+    expect(dirBytes(gateway().spoolDir)).toBeLessThanOrEqual(SPOOL);
+    // Aborted uploads give their room back.
+    for (const r of held) r.destroy();
+    await eventually(() => expect(gateway().spoolBudget.used()).toBe(0));
+    expect((await upload(c!, csvOf(500))).status).toBe(202);
+    await drained();
+  });
+});

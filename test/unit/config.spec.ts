@@ -118,6 +118,16 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ EXPORT_SIGNING_KEY: "too-short-secret" })).toThrow(/EXPORT_SIGNING_KEY=\(value not shown\)/);
   });
 
+  it("reads the upload disk budgets (spool, import queue, an account's share) and refuses bad ones", () => {
+    expect(loadConfig({})).toMatchObject({ spoolMaxBytes: 2 * 1024 ** 3, importQueueMaxBytes: 1024 ** 3, uploadAccountShare: 0.5 });
+    const c = loadConfig({ SPOOL_MAX_BYTES: "1048576", IMPORT_QUEUE_MAX_BYTES: "524288", UPLOAD_ACCOUNT_SHARE: "0.25" });
+    expect(c).toMatchObject({ spoolMaxBytes: 1048576, importQueueMaxBytes: 524288, uploadAccountShare: 0.25 });
+    expect(() => loadConfig({ SPOOL_MAX_BYTES: "0" })).toThrow(/SPOOL_MAX_BYTES="0"/);
+    expect(() => loadConfig({ IMPORT_QUEUE_MAX_BYTES: "1.5" })).toThrow(/IMPORT_QUEUE_MAX_BYTES/);
+    expect(() => loadConfig({ UPLOAD_ACCOUNT_SHARE: "0" })).toThrow(/UPLOAD_ACCOUNT_SHARE/);
+    expect(() => loadConfig({ UPLOAD_ACCOUNT_SHARE: "1.5" })).toThrow(/UPLOAD_ACCOUNT_SHARE/);
+  });
+
   it("binds the internal ingress to 127.0.0.1 in embedded mode and to every interface in cluster mode, unless INTERNAL_HOST says", () => {
     expect(loadConfig({}).internalHost).toBe("127.0.0.1");
     const cluster = {
