@@ -3,6 +3,7 @@
  * once and freezes it; a bad variable stops the process at start with a one-line message naming it.
  */
 import Ajv from "ajv";
+import ipaddr from "ipaddr.js";
 import os from "node:os";
 import path from "node:path";
 
@@ -48,6 +49,10 @@ export interface Config {
   readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   readonly logPretty: boolean;
   readonly rateLimitRps: number;
+  /** TRUSTED_PROXIES: CIDRs whose X-Forwarded-For the gateway believes when it rate-limits by client address. */
+  readonly trustedProxies: readonly string[];
+  /** How many live keys an account may hold; POST /authentication past it is a 409. */
+  readonly maxKeysPerAccount: number;
   readonly authCacheTtlMs: number;
   /** How long the gateway waits for an action that declares no `timeout` of its own. */
   readonly requestTimeoutMs: number;
@@ -113,6 +118,9 @@ export const VARIABLES = {
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
   LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },
   RATE_LIMIT_RPS: { field: "rateLimitRps", schema: { type: "number", exclusiveMinimum: 0 }, default: 50 },
+  // Comma-separated CIDRs (a bare address is one host); parsed and checked below.
+  TRUSTED_PROXIES: { field: "trustedProxies", schema: { type: ["string", "null"] }, default: null },
+  MAX_KEYS_PER_ACCOUNT: { field: "maxKeysPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 500 },
   REQUEST_TIMEOUT_MS: { field: "requestTimeoutMs", schema: { type: "integer", minimum: 100 }, default: 30000 },
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
@@ -178,6 +186,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (out.exportWorkers == null) out.exportWorkers = Math.max(1, os.availableParallelism() - 1);
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
   if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
+  out.trustedProxies = parseTrustedProxies(out.trustedProxies as string | null);
   if (out.internalHost == null) out.internalHost = out.transporter ? "0.0.0.0" : "127.0.0.1";
   if (out.natsUser && out.natsToken)
     throw new ConfigError("Invalid configuration: NATS_USER and NATS_TOKEN are both set; NATS takes a user and password or a token");
@@ -201,4 +210,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     );
   }
   return Object.freeze(config);
+}
+
+/** TRUSTED_PROXIES as normalised CIDRs (`10.0.0.0/8`, `2001:db8::/32`); a bare address is a /32 or /128. */
+function parseTrustedProxies(value: string | null): string[] {
+  const entries = (value ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  return entries.map((entry) => {
+    try {
+      const [addr, bits] = entry.includes("/") ? ipaddr.parseCIDR(entry) : ((a) => [a, a.kind() === "ipv4" ? 32 : 128] as const)(ipaddr.parse(entry));
+      return `${addr.toString()}/${bits}`;
+    } catch {
+      throw new ConfigError(
+        `Invalid configuration: TRUSTED_PROXIES=${JSON.stringify(value)} has ${JSON.stringify(entry)}, which is not a CIDR (e.g. 10.0.0.0/8)`,
+      );
+    }
+  });
 }

@@ -31,6 +31,7 @@ export const ERROR_TYPES = {
   WEBHOOK_EXISTS: { status: 409, title: "A webhook is already configured" },
   EXPORT_NOT_READY: { status: 409, title: "The export is not available for download" },
   CONCURRENT_CHANGE: { status: 409, title: "The data changed while the request ran" },
+  KEY_LIMIT_REACHED: { status: 409, title: "The account holds as many API keys as it may" },
   PAYLOAD_TOO_LARGE: { status: 413, title: "Payload Too Large" },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, title: "Unsupported Media Type" },
   IDEMPOTENCY_KEY_REUSED: { status: 422, title: "Idempotency-Key reused with a different request" },

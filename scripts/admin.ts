@@ -13,6 +13,7 @@ import { parseArgs } from "node:util";
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../lib/api";
 import { ConfigError, loadConfig } from "../lib/config";
 import { openDatabase } from "../lib/db";
+import { ApiError } from "../lib/errors";
 import { createKeyAsAdmin } from "../services/auth/auth.contract";
 
 const USAGE = `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`;
@@ -94,7 +95,16 @@ async function main(): Promise<number> {
   }
   const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "admin", poolMax: 2 });
   try {
-    const created = await createKeyAsAdmin(db.sequelize, { ...cmd.args, createdBy: null });
+    let created;
+    try {
+      created = await createKeyAsAdmin(db.sequelize, { ...cmd.args, createdBy: null }, config.maxKeysPerAccount);
+    } catch (e) {
+      if (e instanceof ApiError && e.type === "KEY_LIMIT_REACHED") {
+        process.stderr.write(`admin: ${e.message} (MAX_KEYS_PER_ACCOUNT=${config.maxKeysPerAccount})\n`);
+        return 2;
+      }
+      throw e;
+    }
     process.stdout.write(`${JSON.stringify(created)}\n`);
     return 0;
   } finally {

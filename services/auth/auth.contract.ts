@@ -17,7 +17,10 @@ export interface KeyDeletedEvent {
 export type { Principal } from "./auth.schemas";
 export type { CreatedApiKeyOut, NewKey };
 
-/** Creates a key straight in the database (no caller, no scope check); answers the 201 body of POST /authentication. */
-export function createKeyAsAdmin(sequelize: Sequelize, input: NewKey): Promise<CreatedApiKeyOut> {
-  return createKey(defineAuthModels(sequelize), input);
+/**
+ * Creates a key straight in the database (no caller, no scope check); answers the 201 body of POST
+ * /authentication. With `maxKeys`, an account already holding that many is refused (KEY_LIMIT_REACHED).
+ */
+export function createKeyAsAdmin(sequelize: Sequelize, input: NewKey, maxKeys?: number): Promise<CreatedApiKeyOut> {
+  return createKey(defineAuthModels(sequelize), input, maxKeys);
 }

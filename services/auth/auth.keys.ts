@@ -8,7 +8,8 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { API_KEY_PREFIX, hashApiKey } from "../../lib/api-key";
 import type { Operation, TrafficType } from "../../lib/api";
 import { toApiKeyOut, type AuthModels } from "./auth.models";
-import { insertKey } from "./auth.queries";
+import { ApiError } from "../../lib/errors";
+import { insertKey, insertKeyWithin } from "./auth.queries";
 import type { CreatedApiKeyOut } from "./auth.schemas";
 
 export function generateKey(): { value: string; hash: Buffer } {
@@ -26,10 +27,13 @@ export interface NewKey {
   createdBy?: string | null;
 }
 
-/** Creates a key and returns the 201 body of POST /authentication, the only time the value is seen. */
-export async function createKey(models: AuthModels, input: NewKey): Promise<CreatedApiKeyOut> {
+/**
+ * Creates a key and returns the 201 body of POST /authentication, the only time the value is seen.
+ * With `maxKeys` (MAX_KEYS_PER_ACCOUNT), an account that already holds that many is refused: KEY_LIMIT_REACHED.
+ */
+export async function createKey(models: AuthModels, input: NewKey, maxKeys?: number): Promise<CreatedApiKeyOut> {
   const { value, hash } = generateKey();
-  const row = await insertKey(models, {
+  const values = {
     id: randomUUID(),
     companyId: input.companyId,
     userId: input.userId,
@@ -38,6 +42,10 @@ export async function createKey(models: AuthModels, input: NewKey): Promise<Crea
     trafficType: input.trafficType,
     keyHash: hash,
     createdByKeyId: input.createdBy ?? null,
-  });
+  };
+  const row = maxKeys === undefined ? await insertKey(models, values) : await insertKeyWithin(models, values, maxKeys);
+  if (!row) {
+    throw new ApiError("KEY_LIMIT_REACHED", `The account holds ${maxKeys} API keys, as many as it may; delete one to create another.`);
+  }
   return { ...toApiKeyOut(row), apiKey: value };
 }

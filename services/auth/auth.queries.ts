@@ -8,6 +8,22 @@ export function insertKey(models: AuthModels, values: CreationAttributes<ApiKey>
   return models.ApiKey.create(values);
 }
 
+/**
+ * Inserts a key unless its account already holds `max` keys (null then). The count and the insert
+ * run in one transaction under a per-account advisory lock, so concurrent creations never pass it.
+ */
+export function insertKeyWithin(models: AuthModels, values: CreationAttributes<ApiKey>, max: number): Promise<ApiKeyRow | null> {
+  const sequelize = models.ApiKey.sequelize!;
+  return sequelize.transaction(async (transaction) => {
+    await sequelize.query("SELECT pg_advisory_xact_lock(hashtext('pgw-api-keys:' || :companyId))", {
+      replacements: { companyId: values.companyId },
+      transaction,
+    });
+    const held = await models.ApiKey.count({ where: { companyId: values.companyId }, transaction });
+    return held >= max ? null : models.ApiKey.create(values, { transaction });
+  });
+}
+
 /** A page of the account's keys (optionally one user's), by creation time then id. */
 export function findKeys(
   models: AuthModels,

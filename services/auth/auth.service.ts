@@ -47,10 +47,10 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         operation: "AUTHENTICATION",
         summary: "Create an API key",
         description:
-          "The new key's operations must be a subset of the calling key's (otherwise 403). It belongs to the caller's account, user and traffic type. The full value is in this answer only.",
+          "The new key's operations must be a subset of the calling key's (otherwise 403). It belongs to the caller's account, user and traffic type. The full value is in this answer only. An account holds at most MAX_KEYS_PER_ACCOUNT keys (default 500): one more is a 409.",
         params: createKeyIn,
         responses: { 201: createdApiKeyOut },
-        errors: [403],
+        errors: [403, 409],
         async handler(this: AuthThis, ctx: Context<CreateKeyIn, AuthMeta>): Promise<CreatedApiKeyOut> {
           const extra = ctx.params.operations.filter((op) => !ctx.meta.operations.includes(op));
           if (extra.length > 0) {
@@ -62,13 +62,17 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
               },
             );
           }
-          const created = await createKey(this.models, {
-            companyId: ctx.meta.companyId,
-            userId: ctx.meta.userId,
-            operations: ctx.params.operations,
-            trafficType: ctx.meta.trafficType,
-            createdBy: ctx.meta.keyId,
-          });
+          const created = await createKey(
+            this.models,
+            {
+              companyId: ctx.meta.companyId,
+              userId: ctx.meta.userId,
+              operations: ctx.params.operations,
+              trafficType: ctx.meta.trafficType,
+              createdBy: ctx.meta.keyId,
+            },
+            deps.config.maxKeysPerAccount,
+          );
           ctx.meta.$statusCode = 201;
           (ctx.meta as AuthMeta & { $location?: string }).$location = `${API_PREFIX}/authentication/${created.id}`;
           return created;

@@ -4,7 +4,7 @@
  * table, the ops route (/healthz, /metrics, /docs), the action's answer on its way out, and, with
  * VALIDATE_RESPONSES, the check of answers against their declared schemas.
  */
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { Readable } from "node:stream";
 import type { Context, Service, ServiceBroker } from "moleculer";
 import { API_PREFIX, type AuthMeta } from "../../lib/api";
@@ -43,6 +43,8 @@ export function allowedMethods(aliases: Alias[], url: string): string[] {
 export interface ProblemHost {
   logger: Pick<Service["logger"], "error" | "warn">;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
+  /** The rate-limit bucket of the request's client address. */
+  clientBucket(req: IncomingMessage): string;
 }
 
 /** Any error as an application/problem+json answer; a 500 is logged with its stack, other 5xx as a warning. */
@@ -59,7 +61,7 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
   // Every partner answer carries RateLimit-*: those refused before authentication count per address.
   const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
   if (url.startsWith(API_PREFIX) && !res.headersSent && !res.hasHeader("RateLimit-Limit")) {
-    host.rateLimit(res, `ip:${req.socket.remoteAddress}`, false);
+    host.rateLimit(res, host.clientBucket(req), false);
   }
   // A 503 that knows when room comes back (a full upload budget) says so.
   if (problem.status === 503 && typeof problem.retryAfter === "number" && !res.headersSent) res.setHeader("Retry-After", problem.retryAfter);

@@ -54,6 +54,12 @@ export class TokenBuckets {
     };
   }
 
+  /** Returns a token taken by `take` (the request it was charged for turned out not to count). */
+  giveBack(id: string): void {
+    const b = this.buckets.get(id);
+    if (b) b.tokens = Math.min(this.burst, b.tokens + 1);
+  }
+
   /** Drops buckets that have refilled completely (they hold no state worth keeping). */
   private evictFull(t: number): void {
     for (const [id, b] of this.buckets) {

@@ -36,10 +36,14 @@ import {
 import { callIdempotent, checkIdempotencyKey, IdempotencyStore } from "./gateway.idempotency";
 import { authMetaOf, keyHashOf, lookupPrincipal, PrincipalCache, requireOperation } from "./gateway.keys";
 import { coerceStrings, mergeParams } from "./gateway.params";
+import { clientBucket, TrustedProxies } from "./gateway.client";
 import { TokenBuckets } from "./gateway.ratelimit";
 import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
+
+/** Failed key lookups (a malformed, unknown or deleted key) a client address may make a second; twice as many at once. */
+export const FAILED_KEY_RPS = 10;
 
 /** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
 export const MAX_REQUEST_HEAD = 256 * 1024;
@@ -53,6 +57,9 @@ type GatewayThis = Service<ApiServiceSettings> & GatewayVars;
 interface GatewayVars {
   keys: PrincipalCache;
   buckets: TokenBuckets;
+  /** Per client address: failed key lookups, refused before they reach auth.verify. */
+  failedKeys: TokenBuckets;
+  trustedProxies: TrustedProxies;
   idempotency: IdempotencyStore;
   metrics: HttpMetrics;
   openApiCache: Record<string, unknown> | null;
@@ -66,6 +73,7 @@ interface GatewayVars {
   server: http.Server;
   httpHandler(req: IncomingMessage, res: ServerResponse): void;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
+  clientBucket(req: IncomingMessage): string;
   sendProblem(req: GwRequest, res: ServerResponse, err: unknown): void;
   sendResponse(req: GwRequest, res: ServerResponse, data: unknown, action: unknown): void;
   openApiDocument(): Record<string, unknown>;
@@ -190,7 +198,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       async authenticate(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse) {
         const action = req.$action;
         if (!action) return null;
-        const ip = `ip:${req.socket.remoteAddress}`;
+        const ip = this.clientBucket(req);
         if (action.operation === null) {
           this.rateLimit(res, ip, true); // public: limited per client address
           return null;
@@ -200,10 +208,22 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         const raw = req.headers["x-api-key"];
         const hash = keyHashOf(raw);
         let principal: Principal | null = hash ? this.keys.get(hash) : null;
-        if (!principal && hash) {
-          // A key not in the cache costs a lookup: charge the client address first.
-          this.rateLimit(res, ip, true);
-          principal = await lookupPrincipal(ctx, this.keys, hash);
+        if (!principal && raw !== undefined) {
+          // A client whose keys keep failing is refused before any lookup reaches the database. The
+          // token is taken before the lookup (so concurrent guesses count too) and given back on success.
+          if (hash) this.rateLimit(res, ip, true); // a key not in the cache costs a lookup: charge the client address first
+          const failed = this.failedKeys.take(ip);
+          if (!failed.allowed) {
+            this.rateLimit(res, ip, false); // the RateLimit-* headers every answer carries
+            res.setHeader("RateLimit-Remaining", 0);
+            res.setHeader("Retry-After", failed.retryAfterS);
+            throw new ApiError(
+              "RATE_LIMITED",
+              `Too many requests with a malformed, unknown or deleted API key from this address; retry after ${failed.retryAfterS} s.`,
+            );
+          }
+          if (hash) principal = await lookupPrincipal(ctx, this.keys, hash);
+          if (principal) this.failedKeys.giveBack(ip);
         }
         this.rateLimit(res, principal ? `key:${principal.keyId}` : ip, true);
         if (!principal) {
@@ -212,6 +232,11 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         requireOperation(action.operation, principal, req.query?.channel);
         Object.assign(ctx.meta, authMetaOf(principal));
         return principal;
+      },
+
+      /** The rate-limit bucket of the request's client address (TRUSTED_PROXIES, IPv6 /64: gateway.client.ts). */
+      clientBucket(this: GatewayThis, req: IncomingMessage) {
+        return clientBucket(req.socket.remoteAddress, req.headers["x-forwarded-for"], this.trustedProxies);
       },
 
       /** Takes a token from bucket `id` and announces the state in RateLimit-*; past it, 429 (when `enforce`). */
@@ -311,6 +336,8 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
     created(this: GatewayThis) {
       this.keys = new PrincipalCache(config.authCacheTtlMs);
       this.buckets = new TokenBuckets(config.rateLimitRps, 2);
+      this.failedKeys = new TokenBuckets(FAILED_KEY_RPS, 2);
+      this.trustedProxies = new TrustedProxies(config.trustedProxies);
       this.idempotency = new IdempotencyStore(db.sequelize);
       this.loops = new Loops(this.logger);
       this.metrics = new HttpMetrics(this.broker);

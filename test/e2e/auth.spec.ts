@@ -241,3 +241,40 @@ it("keeps accounts apart in every listing", async () => {
   const lb = await b.api.get("/authentication");
   expect(lb.body.data.map((k: { id: string }) => k.id)).toEqual([b.key.id]);
 });
+
+describe("MAX_KEYS_PER_ACCOUNT", () => {
+  const MAX = 4;
+  let c: TestApp;
+  beforeAll(async () => {
+    c = await startTestApp({ config: { maxKeysPerAccount: MAX } });
+  });
+  afterAll(() => c?.stop());
+
+  it("refuses the key past the cap with a 409 problem, and allows another once one is deleted", async () => {
+    const a = await c.newAccount(["AUTHENTICATION"]);
+    const made = [];
+    for (let i = 1; i < MAX; i++) made.push(await a.api.post("/authentication", { operations: ["AUTHENTICATION"] }));
+    expect(made.map((r) => r.status)).toEqual(Array(MAX - 1).fill(201));
+    const refused = await a.api.post("/authentication", { operations: ["AUTHENTICATION"] });
+    expectProblem(refused, 409);
+    expect(refused.body.type).toBe("/docs#problem-key-limit-reached");
+    // Another account is not concerned.
+    const b = await c.newAccount(["AUTHENTICATION"]);
+    expect((await b.api.post("/authentication", { operations: ["AUTHENTICATION"] })).status).toBe(201);
+    expect((await a.api.delete(`/authentication/${made[0]!.body.id}`)).status).toBe(204);
+    expect((await a.api.post("/authentication", { operations: ["AUTHENTICATION"] })).status).toBe(201);
+    expectProblem(await a.api.post("/authentication", { operations: ["AUTHENTICATION"] }), 409);
+  });
+
+  it("never lets concurrent creations pass the cap", async () => {
+    const a = await c.newAccount(["AUTHENTICATION"]);
+    const results = await Promise.all(Array.from({ length: 12 }, () => a.api.post("/authentication", { operations: ["AUTHENTICATION"] })));
+    expect(results.filter((r) => r.status === 201)).toHaveLength(MAX - 1);
+    expect(results.filter((r) => r.status === 409)).toHaveLength(12 - (MAX - 1));
+    const [{ n }] = await c.db.sequelize.query<{ n: number }>("SELECT count(*)::int AS n FROM api_keys WHERE company_id = :id", {
+      replacements: { id: a.companyId },
+      type: QueryTypes.SELECT,
+    });
+    expect(n).toBe(MAX);
+  });
+});

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { startTestApp, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
 
@@ -67,4 +68,72 @@ it("limits requests without a valid key per client address", async () => {
   expect(results.length - limited.length).toBeLessThanOrEqual(allowedAtMost);
   expect(limited.length).toBeGreaterThanOrEqual(1);
   expectProblem(limited[0]!, 429);
+});
+
+describe("client addresses", () => {
+  it("puts every X-Forwarded-For value from a socket that is not a trusted proxy into the socket's bucket", async () => {
+    // Half the requests claim one client, half another: one bucket still lets at most the burst through.
+    let i = 0;
+    const { results, allowedAtMost } = await burst(40, () =>
+      t.api.get("/authentication/me", { headers: { "x-forwarded-for": i++ % 2 ? "198.51.100.1" : "198.51.100.2" } }),
+    );
+    expect(results.every((r) => r.status === 401 || r.status === 429)).toBe(true);
+    expect(results.filter((r) => r.status !== 429).length).toBeLessThanOrEqual(allowedAtMost);
+  });
+});
+
+describe("behind a trusted proxy, failed key lookups", () => {
+  // The test client connects from 127.0.0.1, trusted here: X-Forwarded-For names the client.
+  let p: TestApp;
+  let verifyCalls = 0;
+  beforeAll(async () => {
+    p = await startTestApp({ config: { rateLimitRps: 1000, trustedProxies: ["127.0.0.1/32"] } });
+    const call = p.app.broker.call.bind(p.app.broker);
+    jest.spyOn(p.app.broker, "call").mockImplementation(((action: string, ...rest: unknown[]) => {
+      if (action === "auth.verify") verifyCalls++;
+      return (call as (...a: unknown[]) => unknown)(action, ...rest);
+    }) as typeof p.app.broker.call);
+  });
+  afterAll(() => p?.stop());
+
+  const unknownKey = () => "pgw_" + randomBytes(32).toString("base64url");
+
+  it("are refused with 429 past their limit per client, before auth.verify is asked", async () => {
+    const client = { "x-forwarded-for": "203.0.113.50, 198.51.100.77" };
+    const before = verifyCalls;
+    const results = await Promise.all(Array.from({ length: 40 }, () => p.api.get("/authentication/me", { headers: { ...client, "x-api-key": unknownKey() } })));
+    const unauthorized = results.filter((r) => r.status === 401).length;
+    const limited = results.filter((r) => r.status === 429);
+    expect(unauthorized + limited.length).toBe(40);
+    // 10 a second, burst 20: at most 20 (and what refilled meanwhile) reach the lookup.
+    expect(limited.length).toBeGreaterThanOrEqual(10);
+    expectProblem(limited[0]!, 429);
+    expect(Number(limited[0]!.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(limited[0]!.headers.get("ratelimit-limit")).toMatch(/^\d+$/);
+    expect(verifyCalls - before).toBe(unauthorized);
+    // Malformed keys count as failures too, and never reach a lookup.
+    const malformed = [];
+    for (let i = 0; i < 30; i++) malformed.push(await p.api.get("/authentication/me", { headers: { ...client, "x-api-key": "not-a-key" } }));
+    expectProblem(malformed.at(-1)!, 429);
+    expect(verifyCalls - before).toBe(unauthorized);
+  });
+
+  it("are counted per client named by the trusted proxy, and a valid key still works", async () => {
+    const guesser = { "x-forwarded-for": "198.51.100.88" };
+    for (let i = 0; i < 30; i++) await p.api.get("/authentication/me", { headers: { ...guesser, "x-api-key": unknownKey() } });
+    expectProblem(await p.api.get("/authentication/me", { headers: { ...guesser, "x-api-key": unknownKey() } }), 429);
+    // Another client behind the same proxy (IPv6: another /64) has a bucket of its own.
+    expectProblem(await p.api.get("/authentication/me", { headers: { "x-forwarded-for": "198.51.100.89", "x-api-key": unknownKey() } }), 401);
+    expectProblem(await p.api.get("/authentication/me", { headers: { "x-forwarded-for": "2001:db8:0:1::1", "x-api-key": unknownKey() } }), 401);
+    const a = await p.newAccount(["AUTHENTICATION"]);
+    expect((await a.api.get("/authentication/me", { headers: { "x-forwarded-for": "198.51.100.90" } })).status).toBe(200);
+  });
+
+  it("bucket IPv6 clients by their /64", async () => {
+    for (let i = 0; i < 30; i++) {
+      await p.api.get("/authentication/me", { headers: { "x-forwarded-for": `2001:db8:0:2::${(i + 1).toString(16)}`, "x-api-key": unknownKey() } });
+    }
+    expectProblem(await p.api.get("/authentication/me", { headers: { "x-forwarded-for": "2001:db8:0:2:ffff::1", "x-api-key": unknownKey() } }), 429);
+    expectProblem(await p.api.get("/authentication/me", { headers: { "x-forwarded-for": "2001:db8:0:3::1", "x-api-key": unknownKey() } }), 401);
+  });
 });

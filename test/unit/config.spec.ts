@@ -33,6 +33,13 @@ describe("loadConfig", () => {
     expect(Object.isFrozen(c)).toBe(true);
   });
 
+  it("reads TRUSTED_PROXIES as CIDRs (a bare address is one host) and MAX_KEYS_PER_ACCOUNT", () => {
+    expect(loadConfig({})).toMatchObject({ trustedProxies: [], maxKeysPerAccount: 500 });
+    const c = loadConfig({ TRUSTED_PROXIES: " 10.0.0.0/8, 2001:DB8::/32,192.168.1.4 ,::1", MAX_KEYS_PER_ACCOUNT: "20" });
+    expect(c.trustedProxies).toEqual(["10.0.0.0/8", "2001:db8::/32", "192.168.1.4/32", "::1/128"]);
+    expect(c.maxKeysPerAccount).toBe(20);
+  });
+
   it("reads and types the environment", () => {
     const c = loadConfig({ PORT: "8080", SERVICES: "auth, gateway,auth", WEBHOOK_ALLOW_PRIVATE_TARGETS: "true", RATE_LIMIT_RPS: "2.5" });
     expect(c.port).toBe(8080);
@@ -70,6 +77,9 @@ describe("loadConfig", () => {
     [{ MESSAGE_RETENTION_DAYS: "0" }, /MESSAGE_RETENTION_DAYS/],
     [{ LOG_LEVEL: "loud" }, /LOG_LEVEL/],
     [{ RATE_LIMIT_RPS: "0" }, /RATE_LIMIT_RPS/],
+    [{ TRUSTED_PROXIES: "10.0.0.0/8,10.0.0.0/33" }, /TRUSTED_PROXIES.*10\.0\.0\.0\/33/],
+    [{ TRUSTED_PROXIES: "proxy.internal" }, /TRUSTED_PROXIES/],
+    [{ MAX_KEYS_PER_ACCOUNT: "0" }, /MAX_KEYS_PER_ACCOUNT/],
     // A lease shorter than an attempt's own limits (3 s + 5 s) could let a slow attempt be taken twice.
     [{ NOTIFIER_LEASE_MS: "8000" }, /NOTIFIER_LEASE_MS/],
     [{ NOTIFIER_ENDPOINT_CONCURRENCY: "0" }, /NOTIFIER_ENDPOINT_CONCURRENCY/],
