@@ -53,6 +53,8 @@ export interface Config {
   readonly trustedProxies: readonly string[];
   /** How many live keys an account may hold; POST /authentication past it is a 409. */
   readonly maxKeysPerAccount: number;
+  /** Heavy operations (bulk memberships with allContacts, custom-field removal) one account may run at once, cluster-wide; past it, 429. */
+  readonly heavyOpsPerAccount: number;
   readonly authCacheTtlMs: number;
   /** How long the gateway waits for an action that declares no `timeout` of its own. */
   readonly requestTimeoutMs: number;
@@ -121,6 +123,7 @@ export const VARIABLES = {
   // Comma-separated CIDRs (a bare address is one host); parsed and checked below.
   TRUSTED_PROXIES: { field: "trustedProxies", schema: { type: ["string", "null"] }, default: null },
   MAX_KEYS_PER_ACCOUNT: { field: "maxKeysPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 500 },
+  HEAVY_OPS_PER_ACCOUNT: { field: "heavyOpsPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 2 },
   REQUEST_TIMEOUT_MS: { field: "requestTimeoutMs", schema: { type: "integer", minimum: 100 }, default: 30000 },
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },

@@ -7,6 +7,7 @@ import type { Context } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
+import { statementBudgetMs, withHeavySlot } from "../../lib/heavy";
 import type { Page } from "../../lib/paging";
 import { toContactOut, toCustomFieldOut } from "./contacts.models";
 import { checkCustomFields, normalizeEmail, PHONE_ERROR, toE164 } from "./contacts.normalize";
@@ -44,6 +45,8 @@ import {
 
 export interface ContactsThis {
   sequelize: Sequelize;
+  /** HEAVY_OPS_PER_ACCOUNT: slots of lib/heavy.ts per account. */
+  heavyOpsPerAccount: number;
   customTypes(companyId: string, transaction?: Transaction, lock?: boolean): Promise<Map<string, CustomFieldType>>;
   findContacts(companyId: string, params: ListContactsIn): Promise<Page<ContactOut>>;
   writeContact(ctx: Context<ContactIn & { id?: string }, AuthMeta>, id: string, mode: "insert" | "update"): Promise<ContactOut>;
@@ -171,7 +174,9 @@ export const contactActions = {
     async handler(this: ContactsThis, ctx: Ctx<{ key: string }>): Promise<null> {
       const { companyId } = ctx.meta;
       const { key } = ctx.params;
-      if (!(await deleteCustomField(this.sequelize, companyId, key))) throw new ApiError("CUSTOM_FIELD_NOT_FOUND", `No custom field ${key} in this account.`);
+      const heavy = { companyId, slots: this.heavyOpsPerAccount, statementTimeoutMs: statementBudgetMs(ctx) };
+      const gone = await withHeavySlot(this.sequelize, heavy, (transaction) => deleteCustomField(this.sequelize, companyId, key, transaction));
+      if (!gone) throw new ApiError("CUSTOM_FIELD_NOT_FOUND", `No custom field ${key} in this account.`);
       ctx.meta.$statusCode = 204;
       return null;
     },

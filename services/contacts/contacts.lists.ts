@@ -7,6 +7,7 @@ import type { Context } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
+import { statementBudgetMs, withHeavySlot, type HeavyOptions } from "../../lib/heavy";
 import type { Page } from "../../lib/paging";
 import type { ContactsThis } from "./contacts.actions";
 import { toListOut } from "./contacts.models";
@@ -51,6 +52,13 @@ type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 
 /** Set-based changes over a whole account may take long on millions of contacts. */
 export const BULK_TIMEOUT_MS = 300_000;
+
+/** The heavy-operation slot options of a call (lib/heavy.ts). */
+const heavyOf = (self: ContactsThis, ctx: Ctx<unknown>): HeavyOptions => ({
+  companyId: ctx.meta.companyId,
+  slots: self.heavyOpsPerAccount,
+  statementTimeoutMs: statementBudgetMs(ctx),
+});
 
 async function getList(sequelize: Sequelize, companyId: string, id: number, includeDeleted: boolean): Promise<ListOut> {
   const row = await findList(sequelize, companyId, id, includeDeleted);
@@ -198,11 +206,12 @@ export const listActions = {
     async handler(this: ContactsThis, ctx: Ctx<MembershipIn>) {
       const { companyId } = ctx.meta;
       const p = dedupe(ctx.params);
-      const addOnce = () =>
-        this.sequelize.transaction(async (transaction) => {
-          await checkBulk(this.sequelize, companyId, p, false, transaction);
-          return insertMembers(this.sequelize, companyId, p, transaction);
-        });
+      const add = async (transaction: Transaction) => {
+        await checkBulk(this.sequelize, companyId, p, false, transaction);
+        return insertMembers(this.sequelize, companyId, p, transaction);
+      };
+      // Over the whole account it is a heavy operation: one of the account's slots (429 when none is free).
+      const addOnce = () => (p.allContacts ? withHeavySlot(this.sequelize, heavyOf(this, ctx), add) : this.sequelize.transaction(add));
       let row: AddedMembers | undefined;
       for (let attempt = 1; !row; attempt++) {
         try {
@@ -234,6 +243,8 @@ export const listActions = {
       const { companyId } = ctx.meta;
       const p = dedupe(ctx.params);
       await checkBulk(this.sequelize, companyId, p, true);
+      // Over the whole account it is a heavy operation: one of the account's slots (429 when none is free).
+      if (p.allContacts) return { deleted: await withHeavySlot(this.sequelize, heavyOf(this, ctx), (tx) => deleteMembers(this.sequelize, companyId, p, tx)) };
       return { deleted: await deleteMembers(this.sequelize, companyId, p) };
     },
   }),

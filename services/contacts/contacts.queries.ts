@@ -167,21 +167,19 @@ export async function insertCustomField(sequelize: Sequelize, companyId: string,
   return row;
 }
 
-/** Removes a declaration and its values from every contact of the account, in one transaction; false when there is none. */
-export function deleteCustomField(sequelize: Sequelize, companyId: string, key: string): Promise<boolean> {
-  return sequelize.transaction(async (transaction) => {
-    const gone = await sequelize.query(`DELETE FROM contact_custom_fields WHERE company_id = :companyId AND key = :key RETURNING key`, {
-      replacements: { companyId, key },
-      type: QueryTypes.SELECT,
-      transaction,
-    });
-    if (gone.length === 0) return false;
-    await sequelize.query(`UPDATE contacts SET custom_fields = custom_fields - :key WHERE company_id = :companyId AND jsonb_exists(custom_fields, :key)`, {
-      replacements: { companyId, key },
-      transaction,
-    });
-    return true;
+/** Removes a declaration and its values from every contact of the account, inside `transaction`; false when there is none. */
+export async function deleteCustomField(sequelize: Sequelize, companyId: string, key: string, transaction: Transaction): Promise<boolean> {
+  const gone = await sequelize.query(`DELETE FROM contact_custom_fields WHERE company_id = :companyId AND key = :key RETURNING key`, {
+    replacements: { companyId, key },
+    type: QueryTypes.SELECT,
+    transaction,
   });
+  if (gone.length === 0) return false;
+  await sequelize.query(`UPDATE contacts SET custom_fields = custom_fields - :key WHERE company_id = :companyId AND jsonb_exists(custom_fields, :key)`, {
+    replacements: { companyId, key },
+    transaction,
+  });
+  return true;
 }
 
 // --- contact lists
@@ -346,7 +344,7 @@ export async function insertMembers(sequelize: Sequelize, companyId: string, p: 
 }
 
 /** Removes the contacts a body names from its lists in one statement: how many associations went. */
-export async function deleteMembers(sequelize: Sequelize, companyId: string, p: MembershipIn): Promise<number> {
+export async function deleteMembers(sequelize: Sequelize, companyId: string, p: MembershipIn, transaction?: Transaction): Promise<number> {
   const f = memberFilter(p);
   const [row] = await sequelize.query<{ deleted: string }>(
     `WITH d AS (
@@ -354,7 +352,7 @@ export async function deleteMembers(sequelize: Sequelize, companyId: string, p: 
             WHERE m.company_id = :companyId AND m.list_id IN (:listIds) AND c.id = m.contact_id AND ${f.sql}
            RETURNING 1)
          SELECT count(*) AS deleted FROM d`,
-    { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT },
+    { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT, transaction },
   );
   return Number(row!.deleted);
 }

@@ -6,7 +6,7 @@
 import type { Context, ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
-import { contactActions, contactMethods } from "./contacts.actions";
+import { contactActions, contactMethods, type ContactsThis } from "./contacts.actions";
 import { importActions, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
 import { Importer } from "./contacts.runner";
@@ -31,6 +31,7 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
     created() {
       // The action groups (contacts.actions.ts, contacts.lists.ts, contacts.imports.ts) reach the database as this.sequelize.
       (this as unknown as ImportsThis).sequelize = deps.db.sequelize;
+      (this as unknown as ContactsThis).heavyOpsPerAccount = deps.config.heavyOpsPerAccount;
       (this as unknown as ImportsThis).importer = new Importer(deps.db.sequelize, deps.config, this.logger);
     },
     async started() {

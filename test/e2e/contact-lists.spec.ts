@@ -1,6 +1,8 @@
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { email, listIn } from "../helpers/builders";
+import { itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
+import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 
 let t: TestApp;
@@ -265,5 +267,70 @@ describe("memberships", () => {
     const l = await list(a);
     const fixed = JSON.parse(JSON.stringify(body).replace(/\[1\]/, `[${l.id}]`));
     expectProblem(await a.api.request(method, "/contacts/list/contacts", { body: fixed }), 400);
+  });
+});
+
+describe("heavy operations (HEAVY_OPS_PER_ACCOUNT, statement_timeout)", () => {
+  let h: TestApp;
+  beforeAll(async () => {
+    if (TEST_DATABASE_URL) h = await startTestApp({ services: ["gateway", "auth", "contacts"], config: { heavyOpsPerAccount: 1 } });
+  });
+  afterAll(() => h?.stop());
+
+  /** Queries of other sessions waiting for a lock on contact_list_members. */
+  const waiters = async () =>
+    h.db.sequelize.query<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+          AND wait_event_type = 'Lock' AND query ILIKE '%contact_list_members%'`,
+      { type: QueryTypes.SELECT },
+    );
+  /** Holds contact_list_members (EXCLUSIVE) in a transaction of its own until `release`. */
+  async function holdMembers() {
+    const tx = await h.db.sequelize.transaction();
+    await h.db.sequelize.query("LOCK TABLE contact_list_members IN EXCLUSIVE MODE", { transaction: tx });
+    return { release: () => tx.commit() };
+  }
+
+  itWithPostgres("refuses a second heavy operation of the same account with 429, while another account's runs", async () => {
+    const a = await h.newAccount(["CONTACTS"]);
+    const b = await h.newAccount(["CONTACTS"]);
+    const la = (await a.api.post("/contacts/list", listIn())).body.id as number;
+    const lb = (await b.api.post("/contacts/list", listIn())).body.id as number;
+    await a.api.post("/contacts", { email: email() });
+    await b.api.post("/contacts", { email: email() });
+    const { release } = await holdMembers();
+    const first = a.api.post("/contacts/list/contacts", { listIds: [la], allContacts: true });
+    await eventually(async () => expect(await waiters()).toHaveLength(1));
+    // Every slot of the account is taken: the other heavy operations of it are refused at once...
+    const second = await a.api.delete("/contacts/list/contacts", { body: { listIds: [la], allContacts: true } });
+    expectProblem(second, 429);
+    expect(second.body).toMatchObject({ detail: "Too many heavy operations of this account are running; retry shortly.", retryAfter: expect.any(Number) });
+    expect((await a.api.post("/contacts/custom-fields", { key: "tier", type: "TEXT" })).status).toBe(201);
+    expectProblem(await a.api.delete("/contacts/custom-fields/tier"), 429);
+    // ...while another account has slots of its own.
+    const other = b.api.post("/contacts/list/contacts", { listIds: [lb], allContacts: true });
+    await eventually(async () => expect(await waiters()).toHaveLength(2));
+    await release();
+    expect((await first).status).toBe(201);
+    expect((await other).status).toBe(201);
+    // The slot went with the transaction.
+    expect((await a.api.delete("/contacts/list/contacts", { body: { listIds: [la], allContacts: true } })).body).toEqual({ deleted: 1 });
+    expect((await a.api.delete("/contacts/custom-fields/tier")).status).toBe(204);
+  });
+
+  itWithPostgres("stops the SQL of a heavy operation when its call times out (statement_timeout)", async () => {
+    const a = await h.newAccount(["CONTACTS"]);
+    const l = (await a.api.post("/contacts/list", listIn())).body.id as number;
+    await a.api.post("/contacts", { email: email() });
+    const { release } = await holdMembers();
+    try {
+      const call = h.app.broker.call("contacts.addMembers", { listIds: [l], allContacts: true }, { timeout: 1500, meta: { companyId: a.companyId } });
+      await expect(call).rejects.toThrow();
+      // The statement was cancelled by the server, not left waiting for the lock after the caller gave up.
+      await eventually(async () => expect(await waiters()).toHaveLength(0), { timeoutMs: 2000 });
+    } finally {
+      await release();
+    }
+    expect((await a.api.get(`/contacts/list/${l}`)).body.contactCount).toBe(0);
   });
 });

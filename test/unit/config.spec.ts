@@ -40,6 +40,11 @@ describe("loadConfig", () => {
     expect(c.maxKeysPerAccount).toBe(20);
   });
 
+  it("reads HEAVY_OPS_PER_ACCOUNT (default 2)", () => {
+    expect(loadConfig({}).heavyOpsPerAccount).toBe(2);
+    expect(loadConfig({ HEAVY_OPS_PER_ACCOUNT: "5" }).heavyOpsPerAccount).toBe(5);
+  });
+
   it("reads and types the environment", () => {
     const c = loadConfig({ PORT: "8080", SERVICES: "auth, gateway,auth", WEBHOOK_ALLOW_PRIVATE_TARGETS: "true", RATE_LIMIT_RPS: "2.5" });
     expect(c.port).toBe(8080);
@@ -80,6 +85,7 @@ describe("loadConfig", () => {
     [{ TRUSTED_PROXIES: "10.0.0.0/8,10.0.0.0/33" }, /TRUSTED_PROXIES.*10\.0\.0\.0\/33/],
     [{ TRUSTED_PROXIES: "proxy.internal" }, /TRUSTED_PROXIES/],
     [{ MAX_KEYS_PER_ACCOUNT: "0" }, /MAX_KEYS_PER_ACCOUNT/],
+    [{ HEAVY_OPS_PER_ACCOUNT: "0" }, /HEAVY_OPS_PER_ACCOUNT/],
     // A lease shorter than an attempt's own limits (3 s + 5 s) could let a slow attempt be taken twice.
     [{ NOTIFIER_LEASE_MS: "8000" }, /NOTIFIER_LEASE_MS/],
     [{ NOTIFIER_ENDPOINT_CONCURRENCY: "0" }, /NOTIFIER_ENDPOINT_CONCURRENCY/],
