@@ -63,8 +63,10 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
   if (url.startsWith(API_PREFIX) && !res.headersSent && !res.hasHeader("RateLimit-Limit")) {
     host.rateLimit(res, host.clientBucket(req), false);
   }
-  // A 503 that knows when room comes back (a full upload budget) says so.
-  if (problem.status === 503 && typeof problem.retryAfter === "number" && !res.headersSent) res.setHeader("Retry-After", problem.retryAfter);
+  // A 503 or 429 that knows when to come back (a full upload budget, an account's heavy operations) says so.
+  if ((problem.status === 503 || problem.status === 429) && typeof problem.retryAfter === "number" && !res.headersSent && !res.hasHeader("Retry-After")) {
+    res.setHeader("Retry-After", problem.retryAfter);
+  }
   writeProblem(res, problem, { "X-Request-Id": requestId });
 }
 

@@ -305,6 +305,7 @@ describe("heavy operations (HEAVY_OPS_PER_ACCOUNT, statement_timeout)", () => {
     const second = await a.api.delete("/contacts/list/contacts", { body: { listIds: [la], allContacts: true } });
     expectProblem(second, 429);
     expect(second.body).toMatchObject({ detail: "Too many heavy operations of this account are running; retry shortly.", retryAfter: expect.any(Number) });
+    expect(second.headers.get("retry-after")).toBe(String(second.body.retryAfter));
     expect((await a.api.post("/contacts/custom-fields", { key: "tier", type: "TEXT" })).status).toBe(201);
     expectProblem(await a.api.delete("/contacts/custom-fields/tier"), 429);
     // ...while another account has slots of its own.
