@@ -212,6 +212,34 @@ export class Jobs {
   }
 }
 
+/**
+ * Retention of ended jobs: deletes rows of `table` in one of `statuses` whose `endedColumn` (or,
+ * when it is null, `created_at`) is older than `days`, `batch` rows a statement and at most `batches`
+ * statements a call, so a backlog goes over several calls; answers how many were deleted.
+ */
+export async function purgeEndedJobs(
+  sequelize: Sequelize,
+  o: { table: string; statuses: readonly string[]; endedColumn: string; days: number; batch: number; batches: number },
+): Promise<number> {
+  const sql = `WITH gone AS (
+     DELETE FROM ${o.table} WHERE id IN (
+       SELECT id FROM ${o.table}
+       WHERE status = ANY ($3::text[]) AND coalesce(${o.endedColumn}, created_at) < now() - make_interval(days => $1)
+       LIMIT $2
+     )
+     RETURNING 1
+   )
+   SELECT count(*)::int AS n FROM gone`;
+  let purged = 0;
+  for (let i = 0; i < o.batches; i++) {
+    const [row] = await rawQuery<{ n: number }>(sequelize, sql, [o.days, o.batch, o.statuses]);
+    const n = Number(row?.n ?? 0);
+    purged += n;
+    if (n < o.batch) break;
+  }
+  return purged;
+}
+
 const isEmpty = (held: Held) => ("each" in held ? held.each.length === 0 : held.ids.length === 0);
 
 /** Deadlock, serialization failure, a unique key taken by a concurrent writer: what running again may cure. */

@@ -12,7 +12,7 @@ import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import type { Config } from "../../lib/config";
 import { DiskBudget, type Reservation } from "../../lib/disk-budget";
-import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable } from "../../lib/jobs";
+import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable, purgeEndedJobs } from "../../lib/jobs";
 import { MAX_EXPANDED_BYTES, type UploadedFile } from "../../lib/upload";
 import { duration, workerPool } from "../../lib/worker-pool";
 import type { ImportRow, RowError } from "./contacts.import-rows";
@@ -163,23 +163,14 @@ export class Importer {
 
   /** Deletes imports that finished more than IMPORT_RETENTION_DAYS ago, in bounded batches; answers how many. */
   async purgeFinished(): Promise<number> {
-    let purged = 0;
-    for (let i = 0; i < PURGE_BATCHES; i++) {
-      const [{ n }] = (await this.sequelize.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM contact_imports WHERE id IN (
-             SELECT id FROM contact_imports
-             WHERE status IN ('COMPLETED', 'FAILED') AND coalesce(finished_at, created_at) < now() - make_interval(days => $1)
-             LIMIT $2
-           )
-           RETURNING 1
-         )
-         SELECT count(*)::int AS n FROM gone`,
-        { bind: [IMPORT_RETENTION_DAYS, PURGE_BATCH], type: QueryTypes.SELECT },
-      )) as [{ n: number }];
-      purged += n;
-      if (n < PURGE_BATCH) break;
-    }
+    const purged = await purgeEndedJobs(this.sequelize, {
+      table: "contact_imports",
+      statuses: ["COMPLETED", "FAILED"],
+      endedColumn: "finished_at",
+      days: IMPORT_RETENTION_DAYS,
+      batch: PURGE_BATCH,
+      batches: PURGE_BATCHES,
+    });
     if (purged > 0) this.log.info({ purged, retentionDays: IMPORT_RETENTION_DAYS }, "old imports purged");
     return purged;
   }

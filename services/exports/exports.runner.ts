@@ -12,7 +12,7 @@ import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { Coalesced } from "../../lib/coalesce";
-import { Jobs, leaseExpired, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
+import { Jobs, leaseExpired, Loops, type ClaimSpec, type JobTable, purgeEndedJobs } from "../../lib/jobs";
 import { duration, workerPool } from "../../lib/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
@@ -306,23 +306,14 @@ export class ExportRunner {
 
   /** Deletes EXPIRED and FAILED jobs older than the retention, in bounded batches; answers how many. */
   async purgeEnded(): Promise<number> {
-    let purged = 0;
-    for (let i = 0; i < PURGE_BATCHES; i++) {
-      const [{ n }] = (await this.sequelize.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM export_jobs WHERE id IN (
-             SELECT id FROM export_jobs
-             WHERE status IN ('EXPIRED', 'FAILED') AND coalesce(completed_at, created_at) < now() - make_interval(days => $1)
-             LIMIT $2
-           )
-           RETURNING 1
-         )
-         SELECT count(*)::int AS n FROM gone`,
-        { bind: [EXPORT_JOB_RETENTION_DAYS, PURGE_BATCH], type: QueryTypes.SELECT },
-      )) as [{ n: number }];
-      purged += n;
-      if (n < PURGE_BATCH) break;
-    }
+    const purged = await purgeEndedJobs(this.sequelize, {
+      table: "export_jobs",
+      statuses: ["EXPIRED", "FAILED"],
+      endedColumn: "completed_at",
+      days: EXPORT_JOB_RETENTION_DAYS,
+      batch: PURGE_BATCH,
+      batches: PURGE_BATCHES,
+    });
     if (purged > 0) this.log.info({ purged, retentionDays: EXPORT_JOB_RETENTION_DAYS }, "old export jobs purged");
     return purged;
   }
