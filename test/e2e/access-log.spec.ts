@@ -2,28 +2,13 @@
  * The gateway's log names a signed download without its signature (a bearer credential for the
  * file): the access line of a download, served or refused, carries `.../download/{expires}/[redacted]`.
  */
-import { PassThrough } from "node:stream";
 import { loggedPath } from "../../services/gateway/gateway.answers";
 import { loggerOptions } from "../../lib/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
+import { capturedLogs } from "../helpers/logs";
 
-const logLines: Array<Record<string, unknown>> = [];
-const logStream = new PassThrough();
-let buffered = "";
-logStream.on("data", (chunk: Buffer) => {
-  buffered += chunk.toString();
-  let i;
-  while ((i = buffered.indexOf("\n")) >= 0) {
-    const line = buffered.slice(0, i);
-    buffered = buffered.slice(i + 1);
-    try {
-      logLines.push(JSON.parse(line));
-    } catch {
-      /* not JSON */
-    }
-  }
-});
+const { lines: logLines, stream: logStream } = capturedLogs();
 
 let t: TestApp;
 beforeAll(async () => {

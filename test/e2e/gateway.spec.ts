@@ -1,27 +1,12 @@
 import net from "node:net";
-import { PassThrough } from "node:stream";
 import type { Context } from "moleculer";
 import { loggerOptions } from "../../lib/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
+import { capturedLogs } from "../helpers/logs";
 
 /** Every log line the brokers of this file write, as parsed JSON. */
-const logLines: Array<Record<string, unknown>> = [];
-const logStream = new PassThrough();
-let buffered = "";
-logStream.on("data", (chunk: Buffer) => {
-  buffered += chunk.toString();
-  let i;
-  while ((i = buffered.indexOf("\n")) >= 0) {
-    const line = buffered.slice(0, i);
-    buffered = buffered.slice(i + 1);
-    try {
-      logLines.push(JSON.parse(line));
-    } catch {
-      /* not JSON */
-    }
-  }
-});
+const { lines: logLines, stream: logStream } = capturedLogs();
 
 /** Test-only actions: one that fails like a bug would, one that logs, one that echoes the request id. */
 const probe = {
