@@ -7,7 +7,7 @@ import ipaddr from "ipaddr.js";
 import os from "node:os";
 import path from "node:path";
 
-export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports"] as const;
+export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
 export interface Config {
@@ -79,6 +79,12 @@ export interface Config {
   readonly exportWorkers: number;
   /** HMAC key of download URLs; null: generated once into DATA_DIR (one node only). */
   readonly exportSigningKey: string | null;
+  /** Where a media node keeps uploaded images and videos (default DATA_DIR/media). */
+  readonly mediaDir: string;
+  /** SECRETS_KEY: 32 bytes, base64, encrypting stored tokens (AES-256-GCM); null: generated once into DATA_DIR (embedded only). */
+  readonly secretsKey: string | null;
+  /** SECRETS_KEY_PREVIOUS: the key being rotated away from, still accepted for reading. */
+  readonly secretsKeyPrevious: string | null;
   /** Seconds a download URL stays valid. */
   readonly exportUrlTtlS: number;
   /** Seconds a finished export's file is kept; then it is deleted and the job reads EXPIRED. */
@@ -138,6 +144,10 @@ export const VARIABLES = {
   // null: the cores of this machine but one (at least one), leaving a core to the service's own thread.
   EXPORT_WORKERS: { field: "exportWorkers", schema: { type: ["integer", "null"], minimum: 1, maximum: 64 }, default: null },
   EXPORT_SIGNING_KEY: { field: "exportSigningKey", schema: { type: ["string", "null"], minLength: 32 }, default: null },
+  MEDIA_DIR: { field: "mediaDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  // 32 bytes in base64 (44 characters with padding, 43 without).
+  SECRETS_KEY: { field: "secretsKey", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9+/]{43}=?$" }, default: null },
+  SECRETS_KEY_PREVIOUS: { field: "secretsKeyPrevious", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9+/]{43}=?$" }, default: null },
   EXPORT_URL_TTL_S: { field: "exportUrlTtlS", schema: { type: "integer", minimum: 10, maximum: 604800 }, default: 900 },
   EXPORT_RETENTION_S: { field: "exportRetentionS", schema: { type: "integer", minimum: 10, maximum: 31536000 }, default: 86400 },
   EXPORT_LEASE_MS: { field: "exportLeaseMs", schema: { type: "integer", minimum: 3000, maximum: 3600000 }, default: 60000 },
@@ -146,7 +156,16 @@ export const VARIABLES = {
 export type EnvName = keyof typeof VARIABLES;
 
 /** Never echoed in an error message (they may carry passwords or tokens). */
-const SECRET_VARIABLES = new Set<string>(["INTERNAL_TOKEN", "DATABASE_URL", "TRANSPORTER", "EXPORT_SIGNING_KEY", "NATS_PASSWORD", "NATS_TOKEN"]);
+const SECRET_VARIABLES = new Set<string>([
+  "INTERNAL_TOKEN",
+  "DATABASE_URL",
+  "TRANSPORTER",
+  "EXPORT_SIGNING_KEY",
+  "SECRETS_KEY",
+  "SECRETS_KEY_PREVIOUS",
+  "NATS_PASSWORD",
+  "NATS_TOKEN",
+]);
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -185,6 +204,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   out.services = [...new Set(services)];
   out.dataDir = path.resolve(String(out.dataDir));
   out.importDir = path.resolve(out.importDir == null ? path.join(String(out.dataDir), "imports") : String(out.importDir));
+  out.mediaDir = path.resolve(out.mediaDir == null ? path.join(String(out.dataDir), "media") : String(out.mediaDir));
   out.exportDir = path.resolve(out.exportDir == null ? path.join(String(out.dataDir), "exports") : String(out.exportDir));
   if (out.exportWorkers == null) out.exportWorkers = Math.max(1, os.availableParallelism() - 1);
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
@@ -203,6 +223,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (config.transporter && !config.exportSigningKey && config.services.includes("exports") && opts.runsServices !== false) {
     throw new ConfigError(
       "Cluster mode refused: TRANSPORTER is set but EXPORT_SIGNING_KEY is not; every exports node must sign download URLs with the same key (set EXPORT_SIGNING_KEY to 32 or more random characters)",
+    );
+  }
+  if (config.transporter && !config.secretsKey && config.services.includes("profiles") && opts.runsServices !== false) {
+    throw new ConfigError(
+      "Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not; every profiles node must encrypt tokens with the same key (set SECRETS_KEY to 32 random bytes in base64, e.g. `openssl rand -base64 32`)",
     );
   }
   // A tracking node put in cluster mode by its environment runs the ingress on the network: it needs

@@ -6,7 +6,9 @@ import { createAuthService } from "./auth/auth.service";
 import { createContactsService } from "./contacts/contacts.service";
 import { createExportsService } from "./exports/exports.service";
 import { createGatewayService } from "./gateway/gateway.service";
+import { createMediaService } from "./media/media.service";
 import { createNotifierService } from "./notifier/notifier.service";
+import { createProfilesService } from "./profiles/profiles.service";
 import { createTrackingService } from "./tracking/tracking.service";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -17,4 +19,6 @@ export const SERVICE_FACTORIES: Record<ServiceName, (deps: Deps) => ServiceSchem
   tracking: createTrackingService,
   notifier: createNotifierService,
   exports: createExportsService,
+  media: createMediaService,
+  profiles: createProfilesService,
 };

@@ -52,6 +52,9 @@ export interface TestAppOptions {
 /** One key for every node of a test cluster (as operators set EXPORT_SIGNING_KEY). */
 export const TEST_SIGNING_KEY = randomBytes(32).toString("base64url");
 
+/** One secrets key for every node of a test cluster (as operators set SECRETS_KEY). */
+export const TEST_SECRETS_KEY = randomBytes(32).toString("base64");
+
 export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("hex")}`;
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
@@ -65,6 +68,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
       importDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-imports-")),
       exportDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-exports-")),
       exportSigningKey: TEST_SIGNING_KEY,
+      mediaDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-media-")),
+      secretsKey: TEST_SECRETS_KEY,
       ...overrides,
     },
   );

@@ -14,7 +14,10 @@ describe("loadConfig", () => {
       databaseUrl: null,
       dataDir: path.resolve("./data"),
       transporter: null,
-      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports"],
+      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles"],
+      mediaDir: path.resolve("./data/media"),
+      secretsKey: null,
+      secretsKeyPrevious: null,
       publicBaseUrl: "http://localhost:3000",
       notifierRetryDelaySmsMs: 300000,
       notifierRetryDelayRcsWhatsappMs: 600000,
@@ -151,6 +154,7 @@ describe("loadConfig", () => {
       DATABASE_URL: "postgres://p@h/db",
       INTERNAL_TOKEN: "t".repeat(16),
       EXPORT_SIGNING_KEY: "k".repeat(32),
+      SECRETS_KEY: "s".repeat(43) + "=",
     };
     expect(loadConfig(cluster).internalHost).toBe("0.0.0.0");
     expect(loadConfig({ ...cluster, INTERNAL_HOST: "10.0.0.5" }).internalHost).toBe("10.0.0.5");
@@ -158,7 +162,12 @@ describe("loadConfig", () => {
   });
 
   it("refuses a tracking node in a cluster without INTERNAL_TOKEN, unless INTERNAL_TOKEN_DISABLED=true", () => {
-    const cluster = { TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db", EXPORT_SIGNING_KEY: "k".repeat(32) };
+    const cluster = {
+      TRANSPORTER: "nats://127.0.0.1:4222",
+      DATABASE_URL: "postgres://p@h/db",
+      EXPORT_SIGNING_KEY: "k".repeat(32),
+      SECRETS_KEY: "s".repeat(43) + "=",
+    };
     expect(() => loadConfig(cluster)).toThrow(/INTERNAL_TOKEN is not/);
     expect(() => loadConfig({ ...cluster, SERVICES: "tracking" })).toThrow(/INTERNAL_TOKEN/);
     expect(() => loadConfig({ ...cluster, SERVICES: "tracking", INTERNAL_TOKEN_DISABLED: "false" })).toThrow(/INTERNAL_TOKEN/);

@@ -1,0 +1,7 @@
+/** The media service (issue 16): skeleton, filled in by its own change. */
+import type { ServiceSchema } from "moleculer";
+import type { Deps } from "../../lib/deps";
+
+export function createMediaService(_deps: Deps): ServiceSchema {
+  return { name: "media", actions: {} };
+}
