@@ -77,3 +77,19 @@ it("gives every node that runs the internal ingress INTERNAL_TOKEN from a Secret
   expect(withTracking.length).toBeGreaterThan(0);
   for (const d of withTracking) for (const c of productContainers(d)) expect(secretRef(c, "INTERNAL_TOKEN")).toMatchObject({ key: expect.any(String) });
 });
+
+it("keeps the upload budgets under their volumes' size limits, so a full disk answers 503 instead of an eviction", () => {
+  const gib = (q: string) => {
+    const m = /^(\d+)(Gi|Mi)$/.exec(q)!;
+    return Number(m[1]) * (m[2] === "Gi" ? 1024 ** 3 : 1024 ** 2);
+  };
+  for (const [name, variable, volume] of [
+    ["gateway", "SPOOL_MAX_BYTES", "spool"],
+    ["contacts", "IMPORT_QUEUE_MAX_BYTES", "imports"],
+  ] as const) {
+    const d = nodes.find((x) => x.metadata.name === name);
+    const env = (productContainers(d)[0].env ?? []).find((e: any) => e.name === variable);
+    const limit = d.spec.template.spec.volumes.find((v: any) => v.name === volume).emptyDir.sizeLimit as string;
+    expect({ name, budget: Number(env?.value) < gib(limit) }).toEqual({ name, budget: true });
+  }
+});
