@@ -28,7 +28,7 @@ export interface ProfileOut {
 export interface CreateProfileIn {
   network: Network;
   externalId: string;
-  displayName?: string | null;
+  displayName?: string;
   accessToken: string;
 }
 export interface TokenIn {
@@ -66,10 +66,10 @@ const externalId = {
 };
 const displayName = {
   type: "string",
+  minLength: 1,
   maxLength: 256,
   pattern: PRINTABLE,
-  nullable: true,
-  description: "A name to show for the profile.",
+  description: "A name to show for the profile (optional: left out, the profile has none, `null` in answers).",
   examples: ["Acme Coffee"],
 };
 const id = { type: "string", pattern: UUID_PATTERN, examples: ["5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10"] };

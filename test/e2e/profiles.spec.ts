@@ -177,6 +177,8 @@ describe("bad input", () => {
     ["a null externalId", { network: "X", externalId: null, accessToken: "t" }],
     ["a null accessToken", { network: "X", externalId: "1", accessToken: null }],
     ["a numeric displayName", { network: "X", externalId: "1", accessToken: "t", displayName: 7 }],
+    ["a null displayName", { network: "X", externalId: "1", accessToken: "t", displayName: null }],
+    ["an empty displayName", { network: "X", externalId: "1", accessToken: "t", displayName: "" }],
     ["an object accessToken", { network: "X", externalId: "1", accessToken: { value: "t" } }],
     ["an externalId over 256", { network: "X", externalId: long(257), accessToken: "t" }],
     ["a displayName over 256", { network: "X", externalId: "1", accessToken: "t", displayName: long(257) }],
