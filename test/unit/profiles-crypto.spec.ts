@@ -3,6 +3,7 @@
  * generated once into DATA_DIR (lib/key-file.ts): what keeps a stored token secret and bound to
  * its row, and what lets keys rotate.
  */
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -131,6 +132,23 @@ describe("keyFileOnce", () => {
     expect(keyFileOnce(dir, "k.key", () => "other")).toBe(values[0]);
     expect(fs.readdirSync(dir)).toEqual(["k.key"]);
   });
+
+  it("makes processes started at the same moment agree on one key", async () => {
+    const dir = tmpDir();
+    const script = path.join(dir, "race.ts");
+    fs.writeFileSync(
+      script,
+      `import { keyFileOnce } from ${JSON.stringify(path.join(__dirname, "../../lib/key-file"))};\n` +
+        `process.stdout.write(keyFileOnce(${JSON.stringify(path.join(dir, "data"))}, "secrets.key", () => "key-of-" + process.pid));\n`,
+    );
+    const tsx = path.join(__dirname, "../../node_modules/tsx/dist/cli.mjs");
+    const run = () =>
+      new Promise<string>((resolve, reject) => execFile(process.execPath, [tsx, script], { cwd: dir }, (err, stdout) => (err ? reject(err) : resolve(stdout))));
+    const keys = await Promise.all(Array.from({ length: 6 }, run));
+    expect(keys[0]).toMatch(/^key-of-\d+$/);
+    expect(new Set(keys).size).toBe(1);
+    expect(fs.readdirSync(path.join(dir, "data"))).toEqual(["secrets.key"]);
+  }, 60000);
 
   it("keeps the exports signing key as before: generated once, 0600, reused", () => {
     const dir = tmpDir();
