@@ -68,6 +68,8 @@ it("never answers, logs or stores a token in clear, on any path", async () => {
     400,
   );
   await send(a.api.request("POST", "/social-profiles", { raw: `accessToken=${refused}`, headers: { "content-type": "text/plain" } }), 415);
+  await send(a.api.post(`/social-profiles?accessToken=${refused}`, { network: "X", externalId: "p9" }), 400);
+  await send(a.api.put(`/social-profiles/${id}/token?accessToken=${refused}`, {}), 400);
   await send(a.api.put(`/social-profiles/${id}/token`, { accessToken: `${refused}\t` }), 400);
   await send(a.api.put(`/social-profiles/${id}/token`, { accessToken: refused, status: "CONNECTED" }), 400);
   await send(a.api.put(`/social-profiles/not-an-id/token`, { accessToken: refused }), 400);

@@ -196,6 +196,20 @@ describe("bad input", () => {
     expect(await rowCount(a.companyId)).toBe(0);
   });
 
+  it("refuses an access token in the query string (URLs are logged), storing nothing", async () => {
+    const a = await t.newAccount(["SOCIAL_PROFILES"]);
+    const res = await a.api.post("/social-profiles?accessToken=in-the-url", { network: "X", externalId: "1" });
+    expectProblem(res, 400);
+    expect(res.body.errors).toEqual([{ path: "accessToken", message: "must be sent in the body, not in the query string" }]);
+    expect(await rowCount(a.companyId)).toBe(0);
+    const created = (await a.api.post("/social-profiles", profileIn({ accessToken: "kept" }))).body;
+    expectProblem(
+      await a.api.request("PUT", `/social-profiles/${created.id}/token?accessToken=in-the-url`, { raw: "{}", headers: { "content-type": "application/json" } }),
+      400,
+    );
+    expect(await tokenOf(a.companyId, created.id)).toEqual({ accessToken: "kept" });
+  });
+
   it("takes the longest allowed values", async () => {
     const a = await t.newAccount(["SOCIAL_PROFILES"]);
     const res = await a.api.post("/social-profiles", { network: "X", externalId: long(256), displayName: long(256), accessToken: long(8192) });
