@@ -1,5 +1,6 @@
 /** The profiles service's SQL on social_profiles; every statement names the account. */
 import { QueryTypes, type Sequelize } from "sequelize";
+import { ApiError } from "../../lib/errors";
 import { queryPage, type Page } from "../../lib/paging";
 import type { Sealed } from "./profiles.crypto";
 import { PROFILE_COLUMNS, TOKEN_COLUMNS, toProfileOut, type ProfileRow, type TokenRow } from "./profiles.models";
@@ -23,7 +24,7 @@ export interface NewProfile {
  * externalId. The unique index decides, so two concurrent creates cannot both succeed.
  */
 export async function insertProfile(sequelize: Sequelize, p: NewProfile): Promise<{ row: ProfileRow } | { existingId: string }> {
-  for (;;) {
+  for (let attempt = 1; ; attempt++) {
     const row = await one<ProfileRow>(
       sequelize,
       `INSERT INTO social_profiles (id, company_id, network, external_id, display_name, ${TOKEN_COLUMNS})
@@ -38,8 +39,9 @@ export async function insertProfile(sequelize: Sequelize, p: NewProfile): Promis
       p.network,
       p.externalId,
     ]);
-    // Deleted between the two statements: try the insert again.
     if (holder) return { existingId: holder.id };
+    // Deleted between the two statements: try the insert again, a few times.
+    if (attempt === 3) throw new ApiError("CONCURRENT_CHANGE", "The profile with this network and externalId changed while the request ran; try again.");
   }
 }
 
