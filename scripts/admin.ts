@@ -5,18 +5,30 @@
  *                    --operations SMS,RCS,...|ALL
  *
  * Prints one JSON object, the 201 body of POST /authentication, and exits 0; bad arguments print a
- * message and exit 2. Works against the same DATA_DIR or DATABASE_URL as the service, whether the
+ * message and exit 2.
+ *
+ *   npm run admin -- secrets:rotate [--batch-size 500]
+ *
+ * Re-encrypts every social-profile access token not already under SECRETS_KEY (reading with
+ * SECRETS_KEY or SECRETS_KEY_PREVIOUS) and prints one JSON line `{ "rotated", "alreadyCurrent",
+ * "failed" }`: exit 0, or 1 when some token could not be decrypted (their ids on stderr, never a
+ * token). Works against the same DATA_DIR or DATABASE_URL as the service, whether the
  * service is running or not (embedded: it connects to the running service's database, or opens
  * the data directory itself while holding its lock).
  */
 import { parseArgs } from "node:util";
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../lib/api";
-import { ConfigError, loadConfig } from "../lib/config";
+import type { Sequelize } from "sequelize";
+import { ConfigError, loadConfig, type Config } from "../lib/config";
 import { openDatabase } from "../lib/db";
 import { ApiError } from "../lib/errors";
 import { createKeyAsAdmin } from "../services/auth/auth.contract";
+import { rotateSecrets } from "../services/profiles/profiles.contract";
 
-const USAGE = `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`;
+const USAGE = [
+  `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`,
+  "       npm run admin -- secrets:rotate [--batch-size 500]",
+].join("\n");
 const ID_RE = /^[A-Za-z0-9._@:-]{1,128}$/;
 
 class UsageError extends Error {}
@@ -28,8 +40,10 @@ export interface KeysCreateArgs {
   operations: Operation[];
 }
 
+export type AdminCommand = { command: "keys:create"; args: KeysCreateArgs } | { command: "secrets:rotate"; batchSize: number };
+
 /** Parses and checks the arguments; throws UsageError with a one-line reason. */
-export function parseAdminArgs(argv: string[]): { command: "keys:create"; args: KeysCreateArgs } {
+export function parseAdminArgs(argv: string[]): AdminCommand {
   let parsed;
   try {
     parsed = parseArgs({
@@ -41,15 +55,24 @@ export function parseAdminArgs(argv: string[]): { command: "keys:create"; args: 
         user: { type: "string" },
         "traffic-type": { type: "string" },
         operations: { type: "string" },
+        "batch-size": { type: "string" },
       },
     });
   } catch (e) {
     throw new UsageError((e as Error).message);
   }
   const [command, ...rest] = parsed.positionals;
-  if (command !== "keys:create") throw new UsageError(command ? `unknown command "${command}"` : "no command given");
+  if (command !== "keys:create" && command !== "secrets:rotate") throw new UsageError(command ? `unknown command "${command}"` : "no command given");
   if (rest.length) throw new UsageError(`unexpected argument "${rest[0]}"`);
   const v = parsed.values;
+  if (command === "secrets:rotate") {
+    const given = Object.keys(v).filter((k) => k !== "batch-size");
+    if (given.length) throw new UsageError(`secrets:rotate takes no options but --batch-size (got --${given[0]})`);
+    const size = v["batch-size"];
+    if (size !== undefined && !/^[1-9]\d{0,4}$/.test(size)) throw new UsageError("--batch-size must be an integer from 1 to 99999");
+    return { command, batchSize: size === undefined ? 500 : Number(size) };
+  }
+  if (v["batch-size"] !== undefined) throw new UsageError("--batch-size is an option of secrets:rotate");
   if (!v.company) throw new UsageError("--company is required");
   if (!ID_RE.test(v.company)) throw new UsageError("--company must be 1-128 of A-Z a-z 0-9 . _ @ : -");
   if (v.user !== undefined && !ID_RE.test(v.user)) throw new UsageError("--user must be 1-128 of A-Z a-z 0-9 . _ @ : -");
@@ -95,6 +118,7 @@ async function main(): Promise<number> {
   }
   const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "admin", poolMax: 2 });
   try {
+    if (cmd.command === "secrets:rotate") return await rotate(db.sequelize, config, cmd.batchSize);
     let created;
     try {
       created = await createKeyAsAdmin(db.sequelize, { ...cmd.args, createdBy: null }, config.maxKeysPerAccount);
@@ -110,6 +134,14 @@ async function main(): Promise<number> {
   } finally {
     await db.close();
   }
+}
+
+/** secrets:rotate: one JSON line of counts; exit 1 naming the ids whose token no configured key opens. */
+async function rotate(sequelize: Sequelize, config: Config, batchSize: number): Promise<number> {
+  const { rotated, alreadyCurrent, failed, failures } = await rotateSecrets(sequelize, config, batchSize);
+  process.stdout.write(`${JSON.stringify({ rotated, alreadyCurrent, failed })}\n`);
+  for (const f of failures) process.stderr.write(`admin: social profile ${f.id}: access token not rotated, ${f.reason}\n`);
+  return failed > 0 ? 1 : 0;
 }
 
 if (require.main === module) {

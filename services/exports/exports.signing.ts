@@ -5,25 +5,20 @@
  * The key is EXPORT_SIGNING_KEY, or one generated once into DATA_DIR (0600) when it is unset.
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { API_PREFIX } from "../../lib/api";
 import type { Config } from "../../lib/config";
+import { keyFileOnce } from "../../lib/key-file";
 
 export const KEY_FILE = "export-signing.key";
 
 /** The configured key, or the one in DATA_DIR (made by whichever process comes first). */
 export function signingKey(config: Config): Buffer {
   if (config.exportSigningKey) return Buffer.from(config.exportSigningKey, "utf8");
-  const file = path.join(config.dataDir, KEY_FILE);
-  mkdirSync(config.dataDir, { recursive: true });
-  try {
-    writeFileSync(file, randomBytes(32).toString("base64url"), { flag: "wx", mode: 0o600 });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+  const key = keyFileOnce(config.dataDir, KEY_FILE, () => randomBytes(32).toString("base64url"));
+  if (key.length < 32) {
+    throw new Error(`${path.join(config.dataDir, KEY_FILE)} holds no usable key (fewer than 32 characters); delete it to have one generated`);
   }
-  const key = readFileSync(file, "utf8").trim();
-  if (key.length < 32) throw new Error(`${file} holds no usable key (fewer than 32 characters); delete it to have one generated`);
   return Buffer.from(key, "utf8");
 }
 

@@ -1,7 +1,8 @@
 /**
  * From an HTTP request to action params: query and path values arrive as strings and are coerced
  * by the action's own JSON schema (integers, numbers, booleans, comma-separated arrays); body values
- * are never coerced. A name given in two places (query and body, say) is refused.
+ * are never coerced. A name given in two places (query and body, say) is refused, and so is a
+ * `writeOnly` field (a secret) given in the query string.
  */
 import type { JsonSchema } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
@@ -62,6 +63,15 @@ export function mergeParams(
     ["body", body && typeof body === "object" && !Array.isArray(body) ? (body as Record<string, unknown>) : {}],
     ["path", coerceStrings(path, schema)],
   ];
+  // A write-only field (a secret: an access token) is taken from the body only; URLs end up in logs.
+  const props = (schema?.properties ?? {}) as Record<string, JsonSchema>;
+  for (const k of Object.keys(query)) {
+    if (Object.prototype.hasOwnProperty.call(props, k) && props[k]?.writeOnly === true) {
+      throw new ApiError("VALIDATION_ERROR", `"${k}" is a secret: send it in the JSON body, never in the URL.`, {
+        errors: [{ path: k, message: "must be sent in the body, not in the query string" }],
+      });
+    }
+  }
   if (Array.isArray(body) || (body !== undefined && body !== null && typeof body !== "object")) {
     throw new ApiError("VALIDATION_ERROR", "The request body must be a JSON object.", { errors: [{ path: "", message: "must be object" }] });
   }

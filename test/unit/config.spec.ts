@@ -161,6 +161,31 @@ describe("loadConfig", () => {
     expect(loadConfig({ INTERNAL_HOST: "0.0.0.0" }).internalHost).toBe("0.0.0.0");
   });
 
+  it("refuses a profiles node in a cluster without SECRETS_KEY, never echoing a key, and reads SECRETS_KEY_PREVIOUS", () => {
+    const cluster = { TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db" };
+    expect(() => loadConfig({ ...cluster, SERVICES: "profiles" })).toThrow(/Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not/);
+    expect(() => loadConfig({ ...cluster, SERVICES: "gateway,profiles" })).toThrow(/SECRETS_KEY/);
+    // Nodes without profiles need no key; embedded mode generates one into DATA_DIR.
+    expect(loadConfig({ ...cluster, SERVICES: "gateway,auth" }).secretsKey).toBeNull();
+    expect(loadConfig({ SERVICES: "profiles" }).secretsKey).toBeNull();
+    const key = "A".repeat(43) + "=";
+    const old = "B".repeat(43);
+    expect(loadConfig({ ...cluster, SERVICES: "profiles", SECRETS_KEY: key, SECRETS_KEY_PREVIOUS: old })).toMatchObject({
+      secretsKey: key,
+      secretsKeyPrevious: old,
+    });
+    for (const name of ["SECRETS_KEY", "SECRETS_KEY_PREVIOUS"]) {
+      let message = "";
+      try {
+        loadConfig({ [name]: "not-base64-secret-value" });
+      } catch (e) {
+        message = (e as Error).message;
+      }
+      expect(message).toMatch(new RegExp(`^Invalid configuration: ${name}=\\(value not shown\\)`));
+      expect(message).not.toContain("not-base64-secret-value");
+    }
+  });
+
   it("refuses a tracking node in a cluster without INTERNAL_TOKEN, unless INTERNAL_TOKEN_DISABLED=true", () => {
     const cluster = {
       TRANSPORTER: "nats://127.0.0.1:4222",

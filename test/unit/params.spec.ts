@@ -36,6 +36,20 @@ describe("mergeParams", () => {
     expect(() => mergeParams({}, { id: "b" }, { id: "c" }, schema)).toThrow(/given more than once/);
   });
 
+  it("takes a writeOnly field (a secret) from the body only, never echoing it", () => {
+    const secret = { type: "object", properties: { ...schema.properties, accessToken: { type: "string", writeOnly: true } } };
+    expect(mergeParams({ page: "1" }, { accessToken: "in-body" }, {}, secret)).toEqual({ page: 1, accessToken: "in-body" });
+    let err: { message?: string; data?: unknown } = {};
+    try {
+      mergeParams({ accessToken: "in-url-value" }, {}, {}, secret);
+    } catch (e) {
+      err = e as typeof err;
+    }
+    expect(err.message).toMatch(/"accessToken" is a secret: send it in the JSON body/);
+    expect(err.data).toEqual({ errors: [{ path: "accessToken", message: "must be sent in the body, not in the query string" }] });
+    expect(JSON.stringify(err)).not.toContain("in-url-value");
+  });
+
   it("refuses a body that is not an object", () => {
     expect(() => mergeParams({}, [1, 2], {}, schema)).toThrow(/JSON object/);
   });
