@@ -143,7 +143,8 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         bb = busboy({
           headers: req.headers,
           defParamCharset: "utf8",
-          limits: { files: 1, fileSize: spec.maxBytes, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES, parts: MAX_FIELDS + 1, headerPairs: 20 },
+          // busboy reports its limit once a file *reaches* it: one byte more, so that a file of exactly maxBytes passes.
+          limits: { files: 1, fileSize: spec.maxBytes + 1, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES, parts: MAX_FIELDS + 1, headerPairs: 20 },
         });
       } catch (err) {
         // A multipart type without a boundary, say.

@@ -43,8 +43,9 @@ export function parseRange(header: string | undefined, size: number): RangeAnswe
   }
   const start = Number(one[1]);
   const last = one[2] === "" ? size - 1 : Number(one[2]);
-  if (!Number.isSafeInteger(start) || !Number.isSafeInteger(last) || last < start) return { kind: "whole" };
+  if (!Number.isSafeInteger(start) || !Number.isSafeInteger(last)) return { kind: "whole" };
   if (start >= size) return { kind: "unsatisfiable" };
+  if (last < start) return { kind: "whole" };
   return { kind: "part", start, length: Math.min(last, size - 1) - start + 1 };
 }
 
