@@ -91,6 +91,7 @@ export const contentOut = {
   format: "binary",
   contentTypes: CONTENT_TYPES,
   description: "The file as stored, streamed, with its detected Content-Type, ETag (its quoted sha256), Accept-Ranges and Content-Disposition.",
+  examples: ["(the file's bytes)"],
 };
 
 export const partialContentOut = {
