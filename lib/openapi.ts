@@ -283,7 +283,9 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
         responses[status] = {
           description: STATUS_CODES[Number(status)] ?? "Success",
           headers,
-          content: types ? Object.fromEntries(types.map((t) => [t, { schema: s, example: sampleOf(s, components) }])) : { [type]: { schema: s, example: sampleOf(s, components) } },
+          content: types
+            ? Object.fromEntries(types.map((t) => [t, { schema: s, example: sampleOf(s, components) }]))
+            : { [type]: { schema: s, example: sampleOf(s, components) } },
         };
       }
     }
