@@ -4,6 +4,7 @@ import http from "node:http";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { gif, jpeg, mp4, mp4OfSize, png, pngOfSize, readContent, uploadMedia, webp } from "../helpers/media";
 
@@ -75,9 +76,11 @@ describe("media: upload", () => {
     const chunk = Buffer.alloc(MIB, 0x41);
     let sent = 0;
     const body = new ReadableStream<Uint8Array>({
-      pull(c) {
+      async pull(c) {
         if (sent === 0) c.enqueue(head);
-        // 12 MiB of image: under the video limit, far over the image one.
+        // 12 MiB of image: under the video limit, far over the image one; past 7 MiB the client slows
+        // down, so an answer that waited for the whole body would come only after it.
+        if (sent > 7) await new Promise((res) => setTimeout(res, 1500));
         if (sent++ < 12) c.enqueue(chunk);
         else {
           c.enqueue(Buffer.from(`\r\n--${boundary}--\r\n`));
@@ -92,8 +95,8 @@ describe("media: upload", () => {
       duplex: "half",
     } as RequestInit);
     expect(r.status).toBe(413);
-    expect(((await r.json()) as { detail: string }).detail).toMatch(/5 MiB/);
-    expect(sent).toBeLessThan(12); // refused before the whole body was sent
+    expect(sent).toBeLessThanOrEqual(9); // answered while the body was still coming
+    expect(((await r.json()) as { detail: string }).detail).toMatch(/5 MiB, the limit for PNG/);
     expect((await a.api.get("/media")).body.total).toBe(0);
   });
 
@@ -167,6 +170,22 @@ describe("media: upload", () => {
     expect(res.body.detail).toMatch(/account's media take 16 MiB of the 20 MiB/);
     await expect(readdirIds(a)).resolves.toHaveLength(1);
     expect((await uploadMedia(await account(), pngOfSize(4.5 * MIB), "b.png")).status).toBe(201);
+  });
+
+  it("counts uploads by outcome and the bytes stored, and the uploads the gateway refused, in /metrics", async () => {
+    const a = await account();
+    const before = await t.root.get("/metrics");
+    expect((await uploadMedia(a, png(), "a.png")).status).toBe(201);
+    expect((await uploadMedia(a, "text", "a.png")).status).toBe(415);
+    const after = await t.root.get("/metrics");
+    const value = (text: string, re: RegExp) => Number(re.exec(text)?.[1] ?? 0);
+    const stored = /^media_uploads_total\{outcome="stored"\} (\d+)/m;
+    const refused = /^upload_rejections_total\{action="media.upload",status="415"\} (\d+)/m;
+    expect(value(after.text, stored)).toBe(value(before.text, stored) + 1);
+    expect(value(after.text, refused)).toBe(value(before.text, refused) + 1);
+    const [{ bytes }] = (await t.db.sequelize.query(`SELECT sum(size)::bigint AS bytes FROM media`, { type: QueryTypes.SELECT })) as [{ bytes: string }];
+    // The gauge is read from the database at a scrape (one read serves the scrapes of the next 100 ms).
+    await eventually(async () => expect(value((await t.root.get("/metrics")).text, /^media_stored_bytes (\d+)/m)).toBe(Number(bytes)));
   });
 
   it("needs a key with MEDIA", async () => {
