@@ -1,12 +1,14 @@
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import http from "node:http";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
-import { gif, jpeg, mp4, mp4OfSize, png, pngOfSize, readContent, uploadMedia, webp } from "../helpers/media";
+import { MediaFiles } from "../../services/media/media.storage";
+import { gif, jpeg, mediaForm, mp4, mp4OfSize, png, pngOfSize, readContent, uploadMedia, webp } from "../helpers/media";
 
 const MIB = 1024 * 1024;
 let t: TestApp;
@@ -172,6 +174,27 @@ describe("media: upload", () => {
     expect((await uploadMedia(await account(), pngOfSize(4.5 * MIB), "b.png")).status).toBe(201);
   });
 
+  it("keeps no file for an upload refused by the account's bound while another was being stored (one row, one file)", async () => {
+    const a = await account();
+    const before = readdirSync(t.config.mediaDir).length;
+    const results = await Promise.all([uploadMedia(a, mp4OfSize(12 * MIB), "1.mp4"), uploadMedia(a, mp4OfSize(12 * MIB, 2000), "2.mp4")]);
+    expect(results.map((r) => r.status).sort()).toEqual([201, 413]);
+    expect((await a.api.get("/media")).body.total).toBe(1);
+    expect(readdirSync(t.config.mediaDir).length).toBe(before + 1);
+  });
+
+  it("honours Idempotency-Key: a repeat answers the same media and stores nothing twice; another file with the key is a 422", async () => {
+    const a = await account();
+    const headers = { "idempotency-key": "media-1" };
+    const first = await a.api.request("POST", "/media", { form: mediaForm(png(), "a.png"), headers });
+    expect(first.status).toBe(201);
+    const again = await a.api.request("POST", "/media", { form: mediaForm(png(), "a.png"), headers });
+    expect(again.status).toBe(201);
+    expect(again.body).toEqual(first.body);
+    expectProblem(await a.api.request("POST", "/media", { form: mediaForm(gif(), "a.png"), headers }), 422);
+    expect((await a.api.get("/media")).body.total).toBe(1);
+  });
+
   it("counts uploads by outcome and the bytes stored, and the uploads the gateway refused, in /metrics", async () => {
     const a = await account();
     const before = await t.root.get("/metrics");
@@ -231,6 +254,25 @@ describe("media: list, get, delete", () => {
     expectProblem(await a.api.get(`/media/${id}`), 404);
     expectProblem(await a.api.delete(`/media/${id}`), 404);
     expect((await readContent(a, id)).status).toBe(404);
+  });
+
+  it("a media node removes at start the files no row names and old temp files, never young ones or those with rows", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "pgw-media-sweep-"));
+    const a = await account();
+    const kept = (await uploadMedia(a, png(), "a.png")).body.id;
+    const orphan = "00000000-0000-4000-8000-00000000000a";
+    const young = "00000000-0000-4000-8000-00000000000b";
+    for (const name of [kept, orphan, young, `${orphan}.part`, "notes.txt"]) writeFileSync(path.join(dir, name), "x");
+    const old = new Date(Date.now() - 2 * 3600_000);
+    for (const name of [kept, orphan, `${orphan}.part`, "notes.txt"]) utimesSync(path.join(dir, name), old, old);
+    const rowsOf = async (ids: string[]) =>
+      new Set(
+        (await t.db.sequelize.query<{ id: string }>(`SELECT id FROM media WHERE id = ANY($1::uuid[])`, { bind: [ids], type: QueryTypes.SELECT })).map(
+          (r) => r.id,
+        ),
+      );
+    expect(await new MediaFiles(dir).sweep(rowsOf, 3600_000)).toBe(2);
+    expect(readdirSync(dir).sort()).toEqual([young, kept, "notes.txt"].sort());
   });
 
   it("answers 404 for another account's media on every route, and changes nothing", async () => {
