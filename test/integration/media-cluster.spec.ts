@@ -14,7 +14,7 @@ import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
-import { RANGE_BYTES } from "../../lib/remote-file";
+import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
@@ -25,6 +25,7 @@ describeOverNats("media over NATS", () => {
   let gatewayA: TestApp;
   let gatewayB: TestApp;
   let media: TestApp;
+  let media2: TestApp | null = null;
   const namespace = uid("media");
 
   const mediaNodes = (on: TestApp) =>
@@ -44,6 +45,7 @@ describeOverNats("media over NATS", () => {
   }, 60_000);
 
   afterAll(async () => {
+    await media2?.stop();
     await gatewayB?.stop();
     await gatewayA?.stop();
     await media?.stop();
@@ -106,5 +108,31 @@ describeOverNats("media over NATS", () => {
     const del = await fetch(`${gatewayB.api.baseUrl}/media/${id}`, { method: "DELETE", headers: { "x-api-key": a.key.apiKey } });
     expect(del.status).toBe(204);
     expect(readdirSync(media.config.mediaDir)).not.toContain(id);
+  });
+
+  it("serves a file through a media node that does not hold it (pulled from the one that does), and answers 404 once that node is gone", async () => {
+    const a = await gatewayA.newAccount(["MEDIA"]);
+    const bytes = mp4OfSize(RANGE_BYTES + 777, 1500);
+    const { id } = (await uploadMedia(a, bytes, "v.mp4")).body; // only the first media node runs: it keeps the file
+    media2 = await startTestApp({
+      services: ["media"],
+      db: tdb.db,
+      config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url },
+      broker: { namespace, nodeID: `${namespace}-media2` },
+    });
+    await eventually(() => expect(mediaNodes(gatewayB).sort()).toEqual([`${namespace}-media`, `${namespace}-media2`]));
+    const answer = (await gatewayA.app.broker.call("media.content", { id }, { nodeID: `${namespace}-media2`, meta: { companyId: a.companyId } })) as RemoteFile;
+    expect(answer.$remoteFile).toMatchObject({ nodeID: `${namespace}-media`, action: "media.range", size: bytes.length });
+    for (let i = 0; i < 4; i++) {
+      const r = await readContent(a, id, { range: "bytes=100-" }, gatewayB.api.baseUrl);
+      expect(r.status).toBe(206);
+      expect(r.bytes.equals(bytes.subarray(100))).toBe(true);
+    }
+    await media.stop();
+    await eventually(() => expect(mediaNodes(gatewayB)).toEqual([`${namespace}-media2`]));
+    const gone = await readContent(a, id, {}, gatewayB.api.baseUrl);
+    expect(gone.status).toBe(404);
+    expect(JSON.parse(gone.bytes.toString("utf8"))).toMatchObject({ status: 404, detail: expect.stringMatching(/not reachable/) });
+    expect((await readContent(a, id, {}, gatewayA.api.baseUrl)).status).toBe(404);
   });
 });
