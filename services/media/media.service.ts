@@ -170,6 +170,8 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
             "Content-Disposition": contentDisposition(row.file_name),
           };
           const asked = ctx.meta.$requestHeaders ?? {};
+          // Answered here, before the file is located: moleculer-web ends a null answer at once (no body, our headers),
+          // whereas its own freshness check would turn a matching ETag into a 304 only after the stream was pulled.
           if (notModified(asked["if-none-match"], etag)) {
             ctx.meta.$statusCode = 304;
             ctx.meta.$responseHeaders = headers;
