@@ -56,6 +56,11 @@ export interface ApiActionSpec {
    * bytes as `ctx.stream`.
    */
   upload?: UploadSpec;
+  /**
+   * Request headers the action reads, by lower-case name with a line for the OpenAPI document: the
+   * gateway hands them over in `ctx.meta.$requestHeaders` (a conditional or partial GET, say).
+   */
+  requestHeaders?: Record<string, string>;
 }
 
 /** The caller, as the gateway established it from the key; every service reads the account here. */
@@ -69,6 +74,8 @@ export interface AuthMeta {
   trafficType: TrafficType;
   $statusCode?: number;
   $responseHeaders?: Record<string, string>;
+  /** The request headers an action declares in `requestHeaders` (lower-case names, each at most 1024 characters). */
+  $requestHeaders?: Record<string, string>;
 }
 
 /**

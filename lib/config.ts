@@ -81,6 +81,8 @@ export interface Config {
   readonly exportSigningKey: string | null;
   /** Where a media node keeps uploaded images and videos (default DATA_DIR/media). */
   readonly mediaDir: string;
+  /** Bytes of media an account may keep (all its files together); an upload past it is refused (413). */
+  readonly mediaAccountMaxBytes: number;
   /** SECRETS_KEY: 32 bytes, base64, encrypting stored tokens (AES-256-GCM); null: generated once into DATA_DIR (embedded only). */
   readonly secretsKey: string | null;
   /** SECRETS_KEY_PREVIOUS: the key being rotated away from, still accepted for reading. */
@@ -145,6 +147,7 @@ export const VARIABLES = {
   EXPORT_WORKERS: { field: "exportWorkers", schema: { type: ["integer", "null"], minimum: 1, maximum: 64 }, default: null },
   EXPORT_SIGNING_KEY: { field: "exportSigningKey", schema: { type: ["string", "null"], minLength: 32 }, default: null },
   MEDIA_DIR: { field: "mediaDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
+  MEDIA_ACCOUNT_MAX_BYTES: { field: "mediaAccountMaxBytes", schema: { type: "integer", minimum: 1 }, default: 1073741824 },
   // 32 bytes in base64 (44 characters with padding, 43 without).
   SECRETS_KEY: { field: "secretsKey", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9+/]{43}=?$" }, default: null },
   SECRETS_KEY_PREVIOUS: { field: "secretsKeyPrevious", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9+/]{43}=?$" }, default: null },

@@ -59,6 +59,12 @@ export class HttpMetrics {
     buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [this.registry],
   });
+  private readonly uploadRejections = new Counter({
+    name: "upload_rejections_total",
+    help: "Uploads this gateway refused before their action ran (413 too large, 415 unsupported kind, 400 malformed, 503 spool full), by action and status",
+    labelNames: ["action", "status"] as const,
+    registers: [this.registry],
+  });
   private readonly moleculer: InlinePrometheusReporter | null;
 
   /** Everything else a listener renders comes from its broker: services may add registries after the listener starts. */
@@ -81,6 +87,11 @@ export class HttpMetrics {
     if (!timer) this.timers.set(rk, (timer = this.duration.labels(method, route)));
     counter.inc();
     timer.observe(seconds);
+  }
+
+  /** An upload refused while the gateway received it. */
+  uploadRejected(action: string, status: number): void {
+    this.uploadRejections.labels(action, String(status)).inc();
   }
 
   async render(): Promise<string> {

@@ -201,6 +201,10 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     }
     const idempotent = method === "post" && action.idempotent !== false;
     if (idempotent) parameters.push({ $ref: "#/components/parameters/Idempotency-Key" });
+    for (const [name, description] of Object.entries(action.requestHeaders ?? {})) {
+      const shown = name.toLowerCase().replace(/(^|-)([a-z])/g, (_, dash: string, c: string) => dash + c.toUpperCase());
+      parameters.push({ name: shown, in: "header", required: false, description, schema: { type: "string" } });
+    }
 
     const op: Record<string, unknown> = {
       operationId: action.name.replace(/\./g, "_"),
@@ -222,7 +226,8 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
 
     if (inBody && params && action.upload) {
       // Multipart: the file part, and the other params as text fields.
-      const { field, maxBytes, accept, description } = action.upload;
+      const { field, maxBytes, accept, description, kindMaxBytes } = action.upload;
+      const own = Object.entries(kindMaxBytes ?? {}).map(([k, n]) => `${KIND_NAMES[k as keyof typeof KIND_NAMES]} ${Math.round((n as number) / 1048576)} MiB`);
       const fields = Object.fromEntries(
         Object.entries(props)
           .filter(([k]) => k !== field && !pathParams.includes(k))
@@ -239,7 +244,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
                 [field]: {
                   type: "string",
                   format: "binary",
-                  description: `${description ?? "The file"}: ${accept.map((k) => KIND_NAMES[k]).join(" or ")} (judged by content), at most ${Math.round(maxBytes / 1048576)} MiB.`,
+                  description: `${description ?? "The file"}: ${accept.map((k) => KIND_NAMES[k]).join(" or ")} (judged by content), at most ${own.length ? own.join(", ") : `${Math.round(maxBytes / 1048576)} MiB`}.`,
                 },
                 ...fields,
               },
@@ -267,16 +272,20 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
       if (schema == null) {
         responses[status] = { description: STATUS_CODES[Number(status)] ?? "Success", headers };
       } else {
-        const s = toOas(schema, components);
-        // A file (format binary) goes out as its own media type.
+        const s = toOas(schema, components) as JsonSchema;
+        // A file (format binary) goes out as its own media type, or as one of several (`contentTypes`: an image or a video).
         const binary = schema.format === "binary";
         const type =
           (schema.contentType as string | undefined) ??
           (binary ? ((schema.contentMediaType as string | undefined) ?? "application/octet-stream") : "application/json");
+        const types = (schema.contentTypes as string[] | undefined) ?? null;
+        delete s.contentTypes;
         responses[status] = {
           description: STATUS_CODES[Number(status)] ?? "Success",
           headers,
-          content: { [type]: { schema: s, example: sampleOf(s, components) } },
+          content: types
+            ? Object.fromEntries(types.map((t) => [t, { schema: s, example: sampleOf(s, components) }]))
+            : { [type]: { schema: s, example: sampleOf(s, components) } },
         };
       }
     }

@@ -16,7 +16,11 @@ export interface RemoteFile {
     action: string;
     nodeID: string;
     params: Record<string, unknown>;
+    /** The whole file's size. */
     size: number;
+    /** Only part of the file (a 206 answer): bytes from `start` (default 0), `length` of them (default: to the end). */
+    start?: number;
+    length?: number;
   };
 }
 
@@ -24,17 +28,18 @@ export const isRemoteFile = (x: unknown): x is RemoteFile => typeof x === "objec
 
 type Caller = { call(action: string, params: unknown, opts: { nodeID: string }): Promise<unknown> };
 
-/** The file as a stream that asks for the next range only once the previous one was taken. */
+/** The file (or its part from `start`, `length` bytes) as a stream that asks for the next range only once the previous one was taken. */
 export function remoteFileStream(ctx: Caller, file: RemoteFile["$remoteFile"]): Readable {
-  let offset = 0;
+  let offset = file.start ?? 0;
+  const end = Math.min(file.size, offset + (file.length ?? file.size));
   return new Readable({
     highWaterMark: RANGE_BYTES,
     read() {
-      if (offset >= file.size) {
+      if (offset >= end) {
         this.push(null);
         return;
       }
-      const length = Math.min(RANGE_BYTES, file.size - offset);
+      const length = Math.min(RANGE_BYTES, end - offset);
       ctx.call(file.action, { ...file.params, offset, length }, { nodeID: file.nodeID }).then(
         (data) => {
           const bytes = Buffer.from(String(data), "base64");

@@ -7,21 +7,41 @@ import { open } from "node:fs/promises";
 import { Transform } from "node:stream";
 import yauzl, { type Entry, type ZipFile } from "yauzl";
 import { ApiError } from "./errors";
+import { MAGIC_KINDS, type MagicKind } from "./magic";
 
-export const FILE_KINDS = ["csv", "xlsx", "vcard"] as const;
+/** Kinds told by reading the whole file (contacts imports), then the kinds told by their first bytes (lib/magic.ts: media). */
+export const FILE_KINDS = ["csv", "xlsx", "vcard", ...MAGIC_KINDS] as const;
 export type FileKind = (typeof FILE_KINDS)[number];
 
 /** The names a partner reads in a 415. */
-export const KIND_NAMES: Record<FileKind, string> = { csv: "CSV", xlsx: "XLSX", vcard: "vCard (VCF)" };
+export const KIND_NAMES: Record<FileKind, string> = {
+  csv: "CSV",
+  xlsx: "XLSX",
+  vcard: "vCard (VCF)",
+  jpeg: "JPEG",
+  png: "PNG",
+  gif: "GIF",
+  webp: "WEBP",
+  mp4: "MP4",
+};
+
+/** Every accepted kind is told by its first bytes: the gateway judges the upload while it streams (and each kind may have its own limit). */
+export const judgedByHead = (accept: readonly FileKind[]): accept is readonly MagicKind[] =>
+  accept.length > 0 && accept.every((k) => (MAGIC_KINDS as readonly string[]).includes(k));
 
 /** An action that takes a multipart upload declares this (see ApiActionSpec.upload). */
 export interface UploadSpec {
   /** The multipart field that carries the file. */
   field: string;
-  /** Largest file accepted; beyond it 413. */
+  /** Largest file accepted; beyond it 413 (a Content-Length past it and the multipart envelope: at once, before reading). */
   maxBytes: number;
   /** Kinds accepted (by content); anything else 415. */
   accept: readonly FileKind[];
+  /**
+   * Smaller limits for some kinds (kinds told by their first bytes only): the kind is judged as soon
+   * as the first bytes arrive, and a file is cut (413) the moment it passes its own kind's limit.
+   */
+  kindMaxBytes?: Partial<Record<FileKind, number>>;
   /** One line for the OpenAPI document. */
   description?: string;
 }

@@ -12,6 +12,7 @@ import * as m0006 from "./20261123-0006-webhooks";
 import * as m0007 from "./20261123-0007-webhook-delivery";
 import * as m0008 from "./20261123-0008-exports";
 import * as m0009 from "./20261124-0009-key-creator";
+import * as m0010 from "./20261125-0010-media";
 import * as m0011 from "./20261125-0011-profiles";
 
 export interface Migration {
@@ -30,5 +31,6 @@ export const migrations: Migration[] = [
   { name: "20261123-0007-webhook-delivery", ...m0007 },
   { name: "20261123-0008-exports", ...m0008 },
   { name: "20261124-0009-key-creator", ...m0009 },
+  { name: "20261125-0010-media", ...m0010 },
   { name: "20261125-0011-profiles", ...m0011 },
 ];

@@ -67,6 +67,8 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
   if ((problem.status === 503 || problem.status === 429) && typeof problem.retryAfter === "number" && !res.headersSent && !res.hasHeader("Retry-After")) {
     res.setHeader("Retry-After", problem.retryAfter);
   }
+  // A 416 says the size of what the range missed (RFC 9110: Content-Range: bytes */size).
+  if (problem.status === 416 && typeof problem.size === "number" && !res.headersSent) res.setHeader("Content-Range", `bytes */${problem.size}`);
   writeProblem(res, problem, { "X-Request-Id": requestId });
 }
 

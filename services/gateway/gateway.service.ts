@@ -42,6 +42,16 @@ import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
 
+/** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
+function pickHeaders(req: IncomingMessage, names: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of names) {
+    const value = req.headers[name.toLowerCase()];
+    if (typeof value === "string") out[name.toLowerCase()] = value.slice(0, 1024);
+  }
+  return out;
+}
+
 /** Failed key lookups (a malformed, unknown or deleted key) a client address may make a second; twice as many at once. */
 export const FAILED_KEY_RPS = 10;
 
@@ -277,6 +287,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           } catch (err) {
             // The rest of the body is not read: the connection cannot carry another request.
             if (!req.complete) res.setHeader("Connection", "close");
+            this.metrics.uploadRejected(action.name, typeof (err as { code?: unknown }).code === "number" ? (err as { code: number }).code : 500);
             throw err;
           }
           body = coerceStrings(upload.fields, schema);
@@ -291,6 +302,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           const merged = mergeParams(req.query ?? {}, body, pathParams, schema);
           if (upload?.file) merged[action.upload!.field] = upload.file;
           req.$params = merged;
+          if (action.requestHeaders) req.$ctx.meta.$requestHeaders = pickHeaders(req, Object.keys(action.requestHeaders));
           // An action may declare a longer (or shorter) timeout than the route's default; an upload's bytes go as the call's stream.
           const callOptions: Record<string, unknown> = { ...route.callOptions };
           if (action.timeout) callOptions.timeout = action.timeout;

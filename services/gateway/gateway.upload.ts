@@ -16,7 +16,8 @@ import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { diskFull, type DiskBudget, type Reservation } from "../../lib/disk-budget";
 import { ApiError } from "../../lib/errors";
-import { KIND_NAMES, Meter, sniffFile, type UploadedFile, type UploadSpec } from "../../lib/upload";
+import { DESCRIBE_BYTES, describeContent, MAGIC_DECIDING_BYTES, sniffMagic } from "../../lib/magic";
+import { judgedByHead, KIND_NAMES, Meter, sniffFile, type FileKind, type UploadedFile, type UploadSpec } from "../../lib/upload";
 
 /** Text fields of an upload: few and short (a JSON mapping is the largest). */
 const MAX_FIELDS = 20;
@@ -36,8 +37,54 @@ export interface ReceivedUpload {
 const MULTIPART_RE = /^multipart\/form-data\s*;/i;
 const mib = (n: number) => `${Math.round((n / 1024 / 1024) * 10) / 10} MiB`;
 
-function tooLarge(spec: UploadSpec): ApiError {
+function tooLarge(spec: UploadSpec, kind?: FileKind): ApiError {
+  const own = kind && spec.kindMaxBytes?.[kind];
+  if (own) return new ApiError("PAYLOAD_TOO_LARGE", `The file is larger than ${mib(own)}, the limit for ${KIND_NAMES[kind]} files.`);
   return new ApiError("PAYLOAD_TOO_LARGE", `The file is larger than ${mib(spec.maxBytes)}.`);
+}
+
+function unsupported(spec: UploadSpec, what: string): ApiError {
+  const accepted = spec.accept.map((k) => KIND_NAMES[k]).join(", ");
+  return new ApiError("UNSUPPORTED_MEDIA_TYPE", `The file must be one of ${accepted} (judged by its content); this one is ${what}.`, { found: what });
+}
+
+/**
+ * For kinds told by their first bytes: judges the file from its head as it streams (415 as soon as
+ * the head is seen, whatever the rest), then cuts it (413) the moment it passes its kind's limit.
+ */
+class HeadJudge extends Transform {
+  kind: FileKind | null = null;
+  private head: Buffer[] = [];
+  private seen = 0;
+  constructor(private readonly spec: UploadSpec) {
+    super({
+      transform: (chunk: Buffer, _enc, done) => {
+        this.seen += chunk.length;
+        if (!this.kind) {
+          this.head.push(chunk);
+          const err = this.judge(false);
+          if (err) return done(err);
+        }
+        if (this.kind && this.seen > (this.spec.kindMaxBytes?.[this.kind] ?? this.spec.maxBytes)) return done(tooLarge(this.spec, this.kind));
+        done(null, chunk);
+      },
+      flush: (done) => done(this.kind || this.seen === 0 ? null : this.judge(true)),
+    });
+  }
+  /** Null while undecided (or decided and accepted); the 415 once the head shows a kind not accepted. */
+  private judge(ended: boolean): ApiError | null {
+    const head = Buffer.concat(this.head);
+    this.head = [head];
+    const kind = head.length >= MAGIC_DECIDING_BYTES || ended ? sniffMagic(head) : null;
+    if (kind && this.spec.accept.includes(kind)) {
+      this.kind = kind;
+      this.head = [];
+      return null;
+    }
+    // Not one of ours: enough of the head to say what it is.
+    if (head.length >= DESCRIBE_BYTES || ended) return unsupported(this.spec, describeContent(head));
+    return null;
+  }
 }
 
 function fieldError(field: string, message: string): ApiError {
@@ -75,6 +122,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   const fields: Record<string, string> = Object.create(null);
   let file: Omit<UploadedFile, "kind"> | null = null;
   let writing: Promise<void> | null = null;
+  let headJudge: HeadJudge | null = null;
 
   const discard = () => rm(spoolPath, { force: true }).finally(() => reservation?.release());
   try {
@@ -95,7 +143,8 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         bb = busboy({
           headers: req.headers,
           defParamCharset: "utf8",
-          limits: { files: 1, fileSize: spec.maxBytes, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES, parts: MAX_FIELDS + 1, headerPairs: 20 },
+          // busboy reports its limit once a file *reaches* it: one byte more, so that a file of exactly maxBytes passes.
+          limits: { files: 1, fileSize: spec.maxBytes + 1, fields: MAX_FIELDS, fieldSize: MAX_FIELD_BYTES, parts: MAX_FIELDS + 1, headerPairs: 20 },
         });
       } catch (err) {
         // A multipart type without a boundary, say.
@@ -114,6 +163,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
         sink = createWriteStream(spoolPath);
+        const judge = judgedByHead(spec.accept) ? (headJudge = new HeadJudge(spec)) : new Transform({ transform: (c, _e, done) => done(null, c) });
         // Each chunk is counted in the reservation before it is written; one that does not fit ends the upload (503).
         let written = 0;
         const room = new Transform({
@@ -123,7 +173,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
             done(null, chunk);
           },
         });
-        writing = pipeline(stream, room, meter, sink).then(() => {
+        writing = pipeline(stream, judge, room, meter, sink).then(() => {
           // Control characters (NUL above all) have no place in a file name that is stored and shown.
           const fileName = (info.filename ?? "")
             .replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "")
@@ -156,7 +206,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
     const received = file as Omit<UploadedFile, "kind">;
     if (received.size === 0) throw fieldError(spec.field, "is empty");
     if (received.size > spec.maxBytes || (await stat(spoolPath)).size !== received.size) throw tooLarge(spec);
-    const kind = await sniffFile(spoolPath);
+    const kind = headJudge ? (headJudge as HeadJudge).kind : await sniffFile(spoolPath);
     if (!kind || !spec.accept.includes(kind)) {
       const accepted = spec.accept.map((k) => KIND_NAMES[k]).join(" or ");
       const what = kind ? `a ${KIND_NAMES[kind]} file` : "none of the supported kinds";
