@@ -134,6 +134,29 @@ describe("token replacement", () => {
   });
 });
 
+describe("ids in upper case", () => {
+  it("treats an upper-case id as the same profile in every action; a token PUT under it stays readable", async () => {
+    const a = await t.newAccount(["SOCIAL_PROFILES"]);
+    const created = (await a.api.post("/social-profiles", profileIn({ accessToken: "first-token" }))).body;
+    const ID = created.id.toUpperCase();
+    expect(ID).not.toBe(created.id);
+    const got = await a.api.get(`/social-profiles/${ID}`);
+    expect(got.status).toBe(200);
+    expect(got.body.id).toBe(created.id);
+    const revoked = (await t.app.broker.call("profiles.markRevoked", { companyId: a.companyId, id: ID })) as { id: string; status: string };
+    expect(revoked).toMatchObject({ id: created.id, status: "REVOKED" });
+
+    const put = await a.api.put(`/social-profiles/${ID}/token`, { accessToken: "upper-case-token" });
+    expect(put.status).toBe(200);
+    expect(put.body).toMatchObject({ id: created.id, status: "CONNECTED" });
+    expect(await tokenOf(a.companyId, created.id)).toEqual({ accessToken: "upper-case-token" });
+    expect(await tokenOf(a.companyId, ID)).toEqual({ accessToken: "upper-case-token" });
+
+    expect((await a.api.delete(`/social-profiles/${ID}`)).status).toBe(204);
+    expect(await rowCount(a.companyId)).toBe(0);
+  });
+});
+
 describe("paging and filters", () => {
   it("lists newest first with ties broken by id, filters by network and status, and pages", async () => {
     const a = await t.newAccount(["SOCIAL_PROFILES"]);
