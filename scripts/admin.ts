@@ -14,7 +14,9 @@
  * "failed" }`: exit 0, or 1 when some token could not be decrypted (their ids on stderr, never a
  * token). Works against the same DATA_DIR or DATABASE_URL as the service, whether the
  * service is running or not (embedded: it connects to the running service's database, or opens
- * the data directory itself while holding its lock).
+ * the data directory itself while holding its lock). It never creates a key: SECRETS_KEY is
+ * required with DATABASE_URL or SECRETS_KEY_PREVIOUS, and without it an embedded DATA_DIR must already
+ * hold its key file; SECRETS_KEY equal to SECRETS_KEY_PREVIOUS is refused too (each exit 2, one line).
  */
 import { parseArgs } from "node:util";
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../lib/api";
@@ -23,7 +25,7 @@ import { ConfigError, loadConfig, type Config } from "../lib/config";
 import { openDatabase } from "../lib/db";
 import { ApiError } from "../lib/errors";
 import { createKeyAsAdmin } from "../services/auth/auth.contract";
-import { rotateSecrets } from "../services/profiles/profiles.contract";
+import { rotateSecrets, rotationKeyProblem } from "../services/profiles/profiles.contract";
 
 const USAGE = [
   `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`,
@@ -115,6 +117,13 @@ async function main(): Promise<number> {
       return 2;
     }
     throw e;
+  }
+  if (cmd.command === "secrets:rotate") {
+    const problem = rotationKeyProblem(config);
+    if (problem) {
+      process.stderr.write(`admin: ${problem}\n`);
+      return 2;
+    }
   }
   const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "admin", poolMax: 2 });
   try {

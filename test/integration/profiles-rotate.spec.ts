@@ -171,6 +171,35 @@ describe("npm run admin -- secrets:rotate", () => {
   });
 });
 
+describe("secrets:rotate never creates a key", () => {
+  const other = randomBytes(32);
+  it.each([
+    ["DATABASE_URL without SECRETS_KEY", { DATABASE_URL: "postgres://nobody@127.0.0.1:1/none" }, "SECRETS_KEY is not set; with DATABASE_URL"],
+    ["SECRETS_KEY_PREVIOUS without SECRETS_KEY", { SECRETS_KEY_PREVIOUS: b64(other) }, "SECRETS_KEY_PREVIOUS is set but SECRETS_KEY is not"],
+    ["neither SECRETS_KEY nor a key file in DATA_DIR", {}, "never creates a key"],
+    ["SECRETS_KEY equal to SECRETS_KEY_PREVIOUS", { SECRETS_KEY: b64(other), SECRETS_KEY_PREVIOUS: b64(other).replace(/=$/, "") }, "are the same key"],
+  ])("exits 2 with one line for %s, writing nothing", async (_what, env, message) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-data-"));
+    const run = await admin(["secrets:rotate"], { DATA_DIR: dir, ...env });
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe("");
+    expect(run.stderr).toContain(message);
+    expect(run.stderr.trim().split("\n")).toHaveLength(1);
+    expect(fs.readdirSync(dir)).toEqual([]);
+  });
+
+  it("uses the key file an embedded DATA_DIR already holds, leaving it as it is", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-data-"));
+    const file = path.join(dir, "secrets.key");
+    fs.writeFileSync(file, b64(OLD), { mode: 0o600 });
+    const run = await admin(["secrets:rotate"], { DATA_DIR: dir });
+    expect(run.stderr).toBe("");
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject({ rotated: 0, failed: 0 });
+    expect(fs.readFileSync(file, "utf8")).toBe(b64(OLD));
+  }, 60000);
+});
+
 describe("rotation beside a concurrent token change", () => {
   it("never overwrites a token given while the rotation waits for its row", async () => {
     const tdb = await createTestDatabase();
