@@ -6,7 +6,7 @@
  * token and `profiles.markRevoked` records that the network refused it.
  */
 import { randomUUID } from "node:crypto";
-import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
+import { type Context, type Service, type ServiceSchema } from "moleculer";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
@@ -178,7 +178,7 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
               { profileId: row.id, companyId: row.company_id, keyId: err.keyId, reason: err.reason },
               `access token unreadable: ${err.message}`,
             );
-            throw new Errors.MoleculerError(`The access token of social profile ${row.id} cannot be read: ${err.message}.`, 500, "PROFILE_TOKEN_UNREADABLE", {
+            throw new ApiError("PROFILE_TOKEN_UNREADABLE", `The access token of social profile ${row.id} cannot be read: ${err.message}.`, {
               id: row.id,
               keyId: err.keyId,
             });
