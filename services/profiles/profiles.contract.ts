@@ -6,9 +6,9 @@
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { rotationKeyProblem, secretBox } from "./profiles.crypto";
-import { rotateTokens, type RotateResult } from "./profiles.rotate";
+import { rotateTokens, type RotateOptions, type RotateResult } from "./profiles.rotate";
 
-export type { RotateResult };
+export type { RotateOptions, RotateResult };
 export { rotationKeyProblem };
 
 /**
@@ -21,6 +21,7 @@ export function rotateSecrets(
   sequelize: Sequelize,
   config: Pick<Config, "secretsKey" | "secretsKeyPrevious" | "dataDir">,
   batchSize?: number,
+  opts: Omit<RotateOptions, "batchSize"> = {},
 ): Promise<RotateResult> {
-  return rotateTokens(sequelize, secretBox(config, { create: false }), { batchSize });
+  return rotateTokens(sequelize, secretBox(config, { create: false }), { ...opts, batchSize });
 }

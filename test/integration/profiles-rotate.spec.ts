@@ -16,6 +16,7 @@ import { API_PREFIX } from "../../lib/api";
 import { startApp, type App } from "../../lib/app";
 import { createKeyAsAdmin } from "../../services/auth/auth.contract";
 import { rotateSecrets } from "../../services/profiles/profiles.contract";
+import { rotateTokens } from "../../services/profiles/profiles.rotate";
 import { keyIdOf, profileAad, SecretBox } from "../../services/profiles/profiles.crypto";
 import { testConfig, waitForRoutes } from "../helpers/app";
 import { createPgDatabase, createTestDatabase, itWithPostgres } from "../helpers/db";
@@ -66,6 +67,15 @@ async function service(where: { dataDir?: string; databaseUrl?: string }, curren
   return app;
 }
 
+type SealedRow = { token_key_id: string; token_iv: Buffer; token_tag: Buffer; token_ciphertext: Buffer };
+const rowOf = async (sequelize: Sequelize, id: string) =>
+  (
+    await sequelize.query<SealedRow>("SELECT token_key_id, token_iv, token_tag, token_ciphertext FROM social_profiles WHERE id = $1", {
+      bind: [id],
+      type: QueryTypes.SELECT,
+    })
+  )[0]!;
+const toSealedRow = (r: SealedRow) => ({ keyId: r.token_key_id, iv: r.token_iv, tag: r.token_tag, ciphertext: r.token_ciphertext });
 const tokenOf = (app: App, companyId: string, id: string) =>
   app.broker.call("profiles.accessToken", { companyId, id }).then((r) => (r as { accessToken: string }).accessToken);
 const keyIds = async (sequelize: Sequelize) =>
@@ -103,13 +113,13 @@ async function rotationProcedure(where: { dataDir?: string; databaseUrl?: string
     expect(run.stderr).toBe("");
     expect(run.code).toBe(0);
     expect(run.stdout.trim().split("\n")).toHaveLength(1);
-    expect(JSON.parse(run.stdout)).toEqual({ rotated: 6, alreadyCurrent: 1, failed: 0 });
+    expect(JSON.parse(run.stdout)).toEqual({ rotated: 6, alreadyCurrent: 1, failed: 0, remaining: 0 });
   } finally {
     await rolled.stop();
   }
   const again = await admin(["secrets:rotate"], { ...env, SECRETS_KEY: b64(NEW), SECRETS_KEY_PREVIOUS: b64(OLD) });
   expect(again.code).toBe(0);
-  expect(JSON.parse(again.stdout)).toEqual({ rotated: 0, alreadyCurrent: 7, failed: 0 });
+  expect(JSON.parse(again.stdout)).toEqual({ rotated: 0, alreadyCurrent: 7, failed: 0, remaining: 0 });
 
   // 4. The old key dropped: every token still reads, every row under the new key id.
   const after = await service(where, NEW, null);
@@ -124,7 +134,7 @@ async function rotationProcedure(where: { dataDir?: string; databaseUrl?: string
     });
     const failing = await admin(["secrets:rotate"], { ...env, SECRETS_KEY: b64(NEW) });
     expect(failing.code).toBe(1);
-    expect(JSON.parse(failing.stdout)).toEqual({ rotated: 0, alreadyCurrent: 6, failed: 1 });
+    expect(JSON.parse(failing.stdout)).toEqual({ rotated: 0, alreadyCurrent: 6, failed: 1, remaining: 1 });
     expect(failing.stderr).toContain(ids[3]);
     expect(failing.stderr).toContain(stray.keyId);
     expect(failing.stdout + failing.stderr).not.toContain("stray-token-value");
@@ -200,6 +210,72 @@ describe("secrets:rotate never creates a key", () => {
   }, 60000);
 });
 
+describe("rows written under the old key behind the walk", () => {
+  const insertOld = async (sequelize: Sequelize, id: string, token: string) => {
+    const s = new SecretBox(OLD).seal(token, profileAad("acme", id));
+    await sequelize.query(
+      `INSERT INTO social_profiles (id, company_id, network, external_id, token_key_id, token_iv, token_tag, token_ciphertext) VALUES ($1, 'acme', 'X', $6, $2, $3, $4, $5)`,
+      { bind: [id, s.keyId, s.iv, s.tag, s.ciphertext, `e-${id}`] },
+    );
+  };
+  const uuid = (n: number) => `00000000-0000-4000-8000-${n.toString(16).padStart(12, "0")}`;
+  const box = new SecretBox(NEW, OLD);
+
+  it("are caught by another walk, and only unreadable rows are named, once each, as they are met", async () => {
+    const tdb = await createTestDatabase();
+    try {
+      const { sequelize } = tdb.db;
+      for (let i = 0; i < 5; i++) await insertOld(sequelize, `ffffffff-0000-4000-8000-00000000000${i}`, `t${i}`);
+      const stray = new SecretBox(randomBytes(32)).seal("stray", profileAad("acme", uuid(0xfff)));
+      await sequelize.query(
+        `INSERT INTO social_profiles (id, company_id, network, external_id, token_key_id, token_iv, token_tag, token_ciphertext) VALUES ($1, 'acme', 'X', 's', $2, $3, $4, $5)`,
+        { bind: [uuid(0xfff), stray.keyId, stray.iv, stray.tag, stray.ciphertext] },
+      );
+      let behind = 0;
+      const failures: string[] = [];
+      const result = await rotateTokens(sequelize, box, {
+        batchSize: 2,
+        onFailure: (id) => failures.push(id),
+        // A node not yet rolled writes under the old key, below where the first walk has got to.
+        onBatch: async (pass) => {
+          if (pass === 1 && behind < 2) await insertOld(sequelize, uuid(++behind), `behind-${behind}`);
+        },
+      });
+      expect(result).toEqual({ rotated: 7, alreadyCurrent: 0, failed: 1, remaining: 1 });
+      expect(failures).toEqual([uuid(0xfff)]);
+      expect(box.open(toSealedRow(await rowOf(sequelize, uuid(1))), profileAad("acme", uuid(1)))).toBe("behind-1");
+      expect((await rowOf(sequelize, uuid(2))).token_key_id).toBe(keyIdOf(NEW));
+    } finally {
+      await tdb.drop();
+    }
+  });
+
+  it("after three walks, reports what is still under the old key; the admin command would exit 1", async () => {
+    const tdb = await createTestDatabase();
+    try {
+      const { sequelize } = tdb.db;
+      for (let i = 0; i < 3; i++) await insertOld(sequelize, `ffffffff-0000-4000-8000-00000000000${i}`, `t${i}`);
+      // Every batch, a row under the old key lands below where the walk has got to (ids decreasing).
+      let n = 0;
+      const result = await rotateTokens(sequelize, box, { batchSize: 1, onBatch: () => insertOld(sequelize, uuid(0x10000 - ++n), `behind-${n}`) });
+      expect(result.remaining).toBeGreaterThan(0);
+      expect(result.failed).toBe(0);
+      expect(result.remaining).toBe(
+        Number(
+          (
+            await sequelize.query<{ n: string }>("SELECT count(*) AS n FROM social_profiles WHERE token_key_id <> $1", {
+              bind: [keyIdOf(NEW)],
+              type: QueryTypes.SELECT,
+            })
+          )[0]!.n,
+        ),
+      );
+    } finally {
+      await tdb.drop();
+    }
+  });
+});
+
 describe("rotation beside a concurrent token change", () => {
   it("never overwrites a token given while the rotation waits for its row", async () => {
     const tdb = await createTestDatabase();
@@ -229,7 +305,7 @@ describe("rotation beside a concurrent token change", () => {
         });
       });
       // ...and the rotation re-seals what it then finds: the token given meanwhile, not the one it first saw.
-      expect(await rotation).toEqual({ rotated: 1, alreadyCurrent: 0, failed: 0, failures: [] });
+      expect(await rotation).toEqual({ rotated: 1, alreadyCurrent: 0, failed: 0, remaining: 0 });
       const [row] = await sequelize.query<{ token_key_id: string; token_iv: Buffer; token_tag: Buffer; token_ciphertext: Buffer }>(
         "SELECT token_key_id, token_iv, token_tag, token_ciphertext FROM social_profiles WHERE id = $1",
         { bind: [id], type: QueryTypes.SELECT },
