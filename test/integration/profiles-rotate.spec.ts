@@ -18,7 +18,7 @@ import { createKeyAsAdmin } from "../../services/auth/auth.contract";
 import { rotateSecrets } from "../../services/profiles/profiles.contract";
 import { rotateTokens } from "../../services/profiles/profiles.rotate";
 import { keyIdOf, profileAad, SecretBox } from "../../services/profiles/profiles.crypto";
-import { testConfig, waitForRoutes } from "../helpers/app";
+import { startTestApp, testConfig, waitForRoutes, type TestApp } from "../helpers/app";
 import { createPgDatabase, createTestDatabase, itWithPostgres } from "../helpers/db";
 import { Http } from "../helpers/http";
 
@@ -274,6 +274,91 @@ describe("rows written under the old key behind the walk", () => {
       await tdb.drop();
     }
   });
+});
+
+describe("the zero-downtime rotation (README), profiles nodes of two settings side by side", () => {
+  it("lets every node read every token at every step: (a) old + previous new, (b) new + previous old, (c) rotate, (d) new alone", async () => {
+    const tdb = await createTestDatabase();
+    const running: TestApp[] = [];
+    const node = async (current: Buffer, previous: Buffer | null) => {
+      const n = await startTestApp({
+        services: ["profiles"],
+        db: tdb.db,
+        config: { secretsKey: b64(current), secretsKeyPrevious: previous ? b64(previous) : null },
+      });
+      running.push(n);
+      return n;
+    };
+    const stop = async (n: TestApp) => {
+      running.splice(running.indexOf(n), 1);
+      await n.app.stop();
+    };
+    const companyId = `acme-${randomBytes(4).toString("hex")}`;
+    const written = new Map<string, string>();
+    let seq = 0;
+    const create = async (n: TestApp) => {
+      const accessToken = `tok-${++seq}-${randomBytes(6).toString("hex")}`;
+      const out = (await n.app.broker.call("profiles.create", { network: "X", externalId: `e${seq}`, accessToken }, { meta: { companyId } })) as { id: string };
+      return { id: out.id, accessToken };
+    };
+    const write = async (n: TestApp) => {
+      const { id, accessToken } = await create(n);
+      written.set(id, accessToken);
+      // And a token replaced by this node on a profile another one wrote.
+      const other = [...written.keys()][0]!;
+      const replaced = `put-${++seq}`;
+      await n.app.broker.call("profiles.replaceToken", { id: other, accessToken: replaced }, { meta: { companyId } });
+      written.set(other, replaced);
+    };
+    const everyNodeReadsAll = async (...nodes: TestApp[]) => {
+      for (const n of nodes) for (const [id, token] of written) expect(await tokenOf(n.app, companyId, id)).toBe(token);
+    };
+    try {
+      const before = await node(OLD, null);
+      const first = await create(before);
+      written.set(first.id, first.accessToken);
+
+      // Why step (a): a node still on the old key alone cannot read what a node on the new key wrote.
+      const tooEarly = await node(NEW, OLD);
+      const unread = await create(tooEarly);
+      await expect(tokenOf(before.app, companyId, unread.id)).rejects.toMatchObject({ type: "PROFILE_TOKEN_UNREADABLE" });
+      await tooEarly.app.broker.call("profiles.remove", { id: unread.id }, { meta: { companyId } });
+      await stop(tooEarly);
+
+      // (a) Rolling to SECRETS_KEY=old, SECRETS_KEY_PREVIOUS=new: both kinds of node write under the old key.
+      const a = await node(OLD, NEW);
+      await write(a);
+      await write(before);
+      await everyNodeReadsAll(before, a);
+      expect(new Set(await keyIds(tdb.db.sequelize))).toEqual(new Set([keyIdOf(OLD)]));
+      await stop(before);
+
+      // (b) Rolling to SECRETS_KEY=new, SECRETS_KEY_PREVIOUS=old: what either writes, both read.
+      const b = await node(NEW, OLD);
+      await write(b);
+      await write(a);
+      await everyNodeReadsAll(a, b);
+      expect(new Set(await keyIds(tdb.db.sequelize))).toEqual(new Set([keyIdOf(OLD), keyIdOf(NEW)]));
+      await stop(a);
+
+      // (c) The rotation, with (b)'s settings, while (b) nodes keep writing.
+      const rotation = rotateSecrets(tdb.db.sequelize, { secretsKey: b64(NEW), secretsKeyPrevious: b64(OLD), dataDir: os.tmpdir() }, 1);
+      await write(b);
+      expect(await rotation).toMatchObject({ failed: 0, remaining: 0 });
+      expect(new Set(await keyIds(tdb.db.sequelize))).toEqual(new Set([keyIdOf(NEW)]));
+
+      // (d) Rolling to SECRETS_KEY=new alone.
+      const d = await node(NEW, null);
+      await write(d);
+      await write(b);
+      await everyNodeReadsAll(b, d);
+      await stop(b);
+      await everyNodeReadsAll(d);
+    } finally {
+      for (const n of running) await n.app.stop();
+      await tdb.drop();
+    }
+  }, 120000);
 });
 
 describe("rotation beside a concurrent token change", () => {
