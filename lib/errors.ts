@@ -43,6 +43,7 @@ export const ERROR_TYPES = {
   IDEMPOTENCY_KEY_REUSED: { status: 422, title: "Idempotency-Key reused with a different request" },
   RATE_LIMITED: { status: 429, title: "Too Many Requests" },
   INTERNAL_ERROR: { status: 500, title: "Internal Server Error" },
+  PROFILE_TOKEN_UNREADABLE: { status: 500, title: "A social profile's access token cannot be read" },
   UPSTREAM_ERROR: { status: 502, title: "Bad Gateway" },
   SERVICE_UNAVAILABLE: { status: 503, title: "Service Unavailable" },
 } as const;

@@ -11,10 +11,12 @@
  *
  * Re-encrypts every social-profile access token not already under SECRETS_KEY (reading with
  * SECRETS_KEY or SECRETS_KEY_PREVIOUS) and prints one JSON line `{ "rotated", "alreadyCurrent",
- * "failed" }`: exit 0, or 1 when some token could not be decrypted (their ids on stderr, never a
- * token). Works against the same DATA_DIR or DATABASE_URL as the service, whether the
+ * "failed", "remaining" }`: exit 0, or 1 when some token could not be decrypted (their ids on stderr
+ * as met, never a token) or some row is still not under SECRETS_KEY after three walks (`remaining`). Works against the same DATA_DIR or DATABASE_URL as the service, whether the
  * service is running or not (embedded: it connects to the running service's database, or opens
- * the data directory itself while holding its lock).
+ * the data directory itself while holding its lock). It never creates a key: SECRETS_KEY is
+ * required with DATABASE_URL or SECRETS_KEY_PREVIOUS, and without it an embedded DATA_DIR must already
+ * hold its key file; SECRETS_KEY equal to SECRETS_KEY_PREVIOUS is refused too (each exit 2, one line).
  */
 import { parseArgs } from "node:util";
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../lib/api";
@@ -23,7 +25,7 @@ import { ConfigError, loadConfig, type Config } from "../lib/config";
 import { openDatabase } from "../lib/db";
 import { ApiError } from "../lib/errors";
 import { createKeyAsAdmin } from "../services/auth/auth.contract";
-import { rotateSecrets } from "../services/profiles/profiles.contract";
+import { rotateSecrets, rotationKeyProblem } from "../services/profiles/profiles.contract";
 
 const USAGE = [
   `usage: npm run admin -- keys:create --company <companyId> [--user <userId>] [--traffic-type TRANSACTIONAL|MARKETING] --operations ${OPERATIONS.slice(0, 3).join(",")},...|ALL`,
@@ -116,6 +118,13 @@ async function main(): Promise<number> {
     }
     throw e;
   }
+  if (cmd.command === "secrets:rotate") {
+    const problem = rotationKeyProblem(config);
+    if (problem) {
+      process.stderr.write(`admin: ${problem}\n`);
+      return 2;
+    }
+  }
   const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "admin", poolMax: 2 });
   try {
     if (cmd.command === "secrets:rotate") return await rotate(db.sequelize, config, cmd.batchSize);
@@ -136,12 +145,16 @@ async function main(): Promise<number> {
   }
 }
 
-/** secrets:rotate: one JSON line of counts; exit 1 naming the ids whose token no configured key opens. */
+/**
+ * secrets:rotate: one JSON line of counts; each profile whose token no configured key opens is named on
+ * stderr as it is met (ids only, nothing kept). Exit 1 when some row is still not under SECRETS_KEY.
+ */
 async function rotate(sequelize: Sequelize, config: Config, batchSize: number): Promise<number> {
-  const { rotated, alreadyCurrent, failed, failures } = await rotateSecrets(sequelize, config, batchSize);
-  process.stdout.write(`${JSON.stringify({ rotated, alreadyCurrent, failed })}\n`);
-  for (const f of failures) process.stderr.write(`admin: social profile ${f.id}: access token not rotated, ${f.reason}\n`);
-  return failed > 0 ? 1 : 0;
+  const onFailure = (id: string, reason: string) => process.stderr.write(`admin: social profile ${id}: access token not rotated, ${reason}\n`);
+  const { rotated, alreadyCurrent, failed, remaining } = await rotateSecrets(sequelize, config, batchSize, { onFailure });
+  process.stdout.write(`${JSON.stringify({ rotated, alreadyCurrent, failed, remaining })}\n`);
+  if (remaining > failed) process.stderr.write(`admin: ${remaining - failed} token(s) were written under an old key during the rotation; run it again\n`);
+  return failed > 0 || remaining > 0 ? 1 : 0;
 }
 
 if (require.main === module) {

@@ -5,7 +5,7 @@
  * timeout whose handler may still be running) is taken over after `abandonAfterS`, which is longer
  * than any action may run.
  */
-import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, createHmac, hkdfSync, randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { Service } from "moleculer";
 import { QueryTypes, type Sequelize } from "sequelize";
@@ -45,8 +45,23 @@ function canonical(value: unknown, depth = 0): string {
   return JSON.stringify(value) ?? "null";
 }
 
-/** The request's identity: who (the calling key), what (method and path) and with which params. */
-export const requestHash = (keyId: string, method: string, path: string, params: unknown) =>
+/**
+ * The request's identity: who (the calling key), what (method and path) and with which params, as an
+ * HMAC keyed with a secret derived from the caller's API key (which the database does not hold), so
+ * a stored hash cannot be tested against guessed params (an access token in the body, say).
+ */
+export function requestHash(apiKey: string, companyId: string, keyId: string, method: string, path: string, params: unknown): string {
+  const key = Buffer.from(hkdfSync("sha256", apiKey, "pgw-idempotency-request", companyId, 32));
+  return createHmac("sha256", key)
+    .update(`${keyId}\n${method} ${path}\n${canonical(params)}`)
+    .digest("hex");
+}
+
+/**
+ * The unkeyed hash stored before requestHash became an HMAC: still accepted (never stored) for a
+ * repeat of a request answered before the upgrade, until those rows expire (24 h). Remove after that.
+ */
+const legacyRequestHash = (keyId: string, method: string, path: string, params: unknown) =>
   createHash("sha256")
     .update(`${keyId}\n${method} ${path}\n${canonical(params)}`)
     .digest("hex");
@@ -92,7 +107,8 @@ export class IdempotencyStore {
   ) {}
 
   /** `runForS`: how long the action may run; a claim is taken over only well after that. */
-  async claim(companyId: string, key: string, hash: string, sealer: Sealer, runForS = 30): Promise<Claim> {
+  /** `legacyHash`: also taken as this request's hash when met in a stored row, never stored. */
+  async claim(companyId: string, key: string, hash: string, sealer: Sealer, runForS = 30, legacyHash?: string): Promise<Claim> {
     const abandon = Math.max(this.abandonAfterS, Math.ceil(runForS) + 60);
     const claimed = await this.sequelize.query(
       `INSERT INTO idempotency_keys (company_id, key, request_hash, state, created_at)
@@ -111,8 +127,8 @@ export class IdempotencyStore {
          FROM idempotency_keys WHERE company_id = :companyId AND key = :key`,
       { replacements: { companyId, key }, type: QueryTypes.SELECT },
     );
-    if (!row) return this.claim(companyId, key, hash, sealer, runForS); // expired and removed in between
-    if (row.request_hash !== hash) return { kind: "mismatch" };
+    if (!row) return this.claim(companyId, key, hash, sealer, runForS, legacyHash); // expired and removed in between
+    if (row.request_hash !== hash && (legacyHash === undefined || row.request_hash !== legacyHash)) return { kind: "mismatch" };
     if (row.state === "RUNNING") return { kind: "running" };
     const body = row.response_body == null ? null : sealer.open(row.response_body);
     if (body === undefined) return { kind: "mismatch" };
@@ -200,9 +216,12 @@ export async function callIdempotent(
 ): Promise<true> {
   const ctx = req.$ctx;
   const companyId = ctx.meta.companyId;
-  const sealer = new Sealer(req.headers["x-api-key"] as string, companyId, key);
+  const apiKey = req.headers["x-api-key"] as string;
+  const sealer = new Sealer(apiKey, companyId, key);
   const timeout = (route.callOptions?.timeout as number | undefined) ?? defaultTimeoutMs;
-  const claim = await host.idempotency.claim(companyId, key, requestHash(ctx.meta.keyId, req.method!, req.parsedUrl ?? "", params), sealer, timeout / 1000);
+  const [method, path] = [req.method!, req.parsedUrl ?? ""];
+  const hash = requestHash(apiKey, companyId, ctx.meta.keyId, method, path, params);
+  const claim = await host.idempotency.claim(companyId, key, hash, sealer, timeout / 1000, legacyRequestHash(ctx.meta.keyId, method, path, params));
   if (claim.kind === "mismatch")
     throw new ApiError("IDEMPOTENCY_KEY_REUSED", "This Idempotency-Key was used for a different request (or by another key) in the last 24 hours.");
   if (claim.kind === "running") throw new ApiError("IDEMPOTENCY_IN_PROGRESS", "A request with this Idempotency-Key is still being processed; retry shortly.");

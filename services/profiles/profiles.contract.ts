@@ -5,20 +5,23 @@
  */
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { secretBox } from "./profiles.crypto";
-import { rotateTokens, type RotateResult } from "./profiles.rotate";
+import { rotationKeyProblem, secretBox } from "./profiles.crypto";
+import { rotateTokens, type RotateOptions, type RotateResult } from "./profiles.rotate";
 
-export type { RotateResult };
+export type { RotateOptions, RotateResult };
+export { rotationKeyProblem };
 
 /**
  * Re-encrypts every stored access token not already under SECRETS_KEY (reading with SECRETS_KEY or
  * SECRETS_KEY_PREVIOUS), in bounded batches, each row under a lock so a concurrent token change is
- * never overwritten. Answers the counts and the ids of tokens no configured key opens.
+ * never overwritten. Answers the counts and the ids of tokens no configured key opens. Never creates
+ * a key: without SECRETS_KEY the key file of DATA_DIR must exist (see rotationKeyProblem).
  */
 export function rotateSecrets(
   sequelize: Sequelize,
   config: Pick<Config, "secretsKey" | "secretsKeyPrevious" | "dataDir">,
   batchSize?: number,
+  opts: Omit<RotateOptions, "batchSize"> = {},
 ): Promise<RotateResult> {
-  return rotateTokens(sequelize, secretBox(config), { batchSize });
+  return rotateTokens(sequelize, secretBox(config, { create: false }), { ...opts, batchSize });
 }

@@ -2,15 +2,16 @@
  * Access tokens at rest: AES-256-GCM under SECRETS_KEY (32 bytes), a fresh 96-bit IV per sealing,
  * and additional authenticated data naming the row (account and profile id), so that a ciphertext
  * copied to another row does not open. Every sealed token records the id of the key that wrote it
- * (the first 8 bytes of the key's SHA-256, hex); SECRETS_KEY_PREVIOUS still opens what it wrote,
- * so keys rotate without downtime (`npm run admin -- secrets:rotate` re-seals under the current key).
+ * (the first 8 bytes of the key's SHA-256, hex); SECRETS_KEY_PREVIOUS only opens, so keys rotate
+ * without downtime in two rolls (README "Rotating SECRETS_KEY": old + previous new, then new +
+ * previous old, then `npm run admin -- secrets:rotate` re-seals under the current key).
  * When SECRETS_KEY is unset (embedded mode only; lib/config.ts refuses a cluster node without it)
  * the key is generated once into DATA_DIR/secrets.key (mode 0600).
  */
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
 import path from "node:path";
 import type { Config } from "../../lib/config";
-import { keyFileOnce } from "../../lib/key-file";
+import { keyFileOnce, readKeyFile } from "../../lib/key-file";
 
 export const SECRETS_KEY_FILE = "secrets.key";
 
@@ -43,7 +44,11 @@ export const keyIdOf = (key: Buffer): string => createHash("sha256").update(key)
 /** The additional authenticated data binding a token to its row. */
 export const profileAad = (companyId: string, profileId: string): Buffer => Buffer.from(JSON.stringify(["social_profiles", companyId, profileId]), "utf8");
 
+/** 32 bytes in standard base64, as SECRETS_KEY and SECRETS_KEY_PREVIOUS are checked by lib/config.ts. */
+const KEY_BASE64 = /^[A-Za-z0-9+/]{43}=?$/;
+
 function decodeKey(base64: string, what: string): Buffer {
+  if (!KEY_BASE64.test(base64)) throw new Error(`${what} is not 32 bytes in base64 (43 characters of A-Z a-z 0-9 + /, then an optional =)`);
   const key = Buffer.from(base64, "base64");
   if (key.length !== 32) throw new Error(`${what} is not 32 bytes in base64`);
   return key;
@@ -73,6 +78,7 @@ export class SecretBox {
   open(sealed: Sealed, aad: Buffer): string {
     const key = this.keys.get(sealed.keyId);
     if (!key) throw new SecretUnreadableError("UNKNOWN_KEY", sealed.keyId);
+    if (sealed.iv.length !== 12) throw new SecretUnreadableError("NOT_AUTHENTIC", sealed.keyId);
     try {
       const decipher = createDecipheriv("aes-256-gcm", key, sealed.iv, { authTagLength: 16 });
       decipher.setAAD(aad);
@@ -88,14 +94,47 @@ export class SecretBox {
   }
 }
 
-/** SECRETS_KEY (or the key generated once into DATA_DIR) and SECRETS_KEY_PREVIOUS, as a SecretBox. */
-export function secretBox(config: Pick<Config, "secretsKey" | "secretsKeyPrevious" | "dataDir">): SecretBox {
-  const current = config.secretsKey
-    ? decodeKey(config.secretsKey, "SECRETS_KEY")
-    : decodeKey(
-        keyFileOnce(config.dataDir, SECRETS_KEY_FILE, () => randomBytes(32).toString("base64")),
-        path.join(config.dataDir, SECRETS_KEY_FILE),
-      );
+type KeyConfig = Pick<Config, "secretsKey" | "secretsKeyPrevious" | "dataDir">;
+
+/**
+ * SECRETS_KEY (or the key generated once into DATA_DIR) and SECRETS_KEY_PREVIOUS, as a SecretBox.
+ * With `create: false` (the admin command) a missing key file is an error, never a new key.
+ */
+export function secretBox(config: KeyConfig, opts: { create?: boolean } = {}): SecretBox {
+  const file = path.join(config.dataDir, SECRETS_KEY_FILE);
+  let current: Buffer;
+  if (config.secretsKey) current = decodeKey(config.secretsKey, "SECRETS_KEY");
+  else {
+    const stored = opts.create === false ? readKeyFile(file) : keyFileOnce(config.dataDir, SECRETS_KEY_FILE, () => randomBytes(32).toString("base64"));
+    if (stored === null) throw new Error(`SECRETS_KEY is not set and ${file} does not exist`);
+    current = decodeKey(stored, file);
+  }
   const previous = config.secretsKeyPrevious ? decodeKey(config.secretsKeyPrevious, "SECRETS_KEY_PREVIOUS") : null;
   return new SecretBox(current, previous);
+}
+
+/**
+ * Why `secrets:rotate` must not run with these settings, or null. It never creates a key: SECRETS_KEY
+ * is required with DATABASE_URL or SECRETS_KEY_PREVIOUS (a key generated here would re-encrypt every
+ * token under a key no node has); otherwise (embedded) DATA_DIR's key file must already exist. The
+ * two keys must differ.
+ */
+export function rotationKeyProblem(config: KeyConfig & Pick<Config, "databaseUrl">): string | null {
+  if (!config.secretsKey) {
+    if (config.databaseUrl)
+      return "SECRETS_KEY is not set; with DATABASE_URL, secrets:rotate needs the key every profiles node uses (SECRETS_KEY, and SECRETS_KEY_PREVIOUS)";
+    if (config.secretsKeyPrevious) return "SECRETS_KEY_PREVIOUS is set but SECRETS_KEY is not; set SECRETS_KEY to the new key";
+    let stored: string | null;
+    try {
+      stored = readKeyFile(path.join(config.dataDir, SECRETS_KEY_FILE));
+    } catch (err) {
+      return (err as Error).message;
+    }
+    if (stored === null) return `SECRETS_KEY is not set and ${path.join(config.dataDir, SECRETS_KEY_FILE)} does not exist; secrets:rotate never creates a key`;
+    return null;
+  }
+  if (config.secretsKeyPrevious && Buffer.from(config.secretsKey, "base64").equals(Buffer.from(config.secretsKeyPrevious, "base64"))) {
+    return "SECRETS_KEY and SECRETS_KEY_PREVIOUS are the same key; SECRETS_KEY must be the new key, SECRETS_KEY_PREVIOUS the old one";
+  }
+  return null;
 }

@@ -55,17 +55,33 @@ export const findToken = (sequelize: Sequelize, companyId: string, id: string) =
 export const deleteProfile = (sequelize: Sequelize, companyId: string, id: string) =>
   one<{ id: string }>(sequelize, `DELETE FROM social_profiles WHERE company_id = $1 AND id = $2 RETURNING id`, [companyId, id]);
 
-/** Replaces the sealed token; the profile is CONNECTED again. Null when the account has no such profile. */
-export const replaceToken = (sequelize: Sequelize, companyId: string, id: string, token: Sealed) =>
-  one<ProfileRow>(
-    sequelize,
-    `UPDATE social_profiles
-        SET token_key_id = $3, token_iv = $4, token_tag = $5, token_ciphertext = $6,
-            status = 'CONNECTED', token_updated_at = now(), updated_at = now()
-      WHERE company_id = $1 AND id = $2
-      RETURNING ${PROFILE_COLUMNS}`,
-    [companyId, id, token.keyId, token.iv, token.tag, token.ciphertext],
-  );
+/**
+ * Replaces the sealed token; the profile is CONNECTED again. Null when the account has no such profile.
+ * The row is locked first and `seal` gets the account and id as the row holds them, so the token's
+ * additional authenticated data is exactly what every later read builds from the row.
+ */
+export const replaceToken = (sequelize: Sequelize, companyId: string, id: string, seal: (companyId: string, id: string) => Sealed) =>
+  sequelize.transaction(async (transaction) => {
+    const [held] = await sequelize.query<{ id: string; company_id: string }>(
+      `SELECT id, company_id FROM social_profiles WHERE company_id = $1 AND id = $2 FOR UPDATE`,
+      {
+        bind: [companyId, id],
+        type: QueryTypes.SELECT,
+        transaction,
+      },
+    );
+    if (!held) return null;
+    const token = seal(held.company_id, held.id);
+    const [row] = await sequelize.query<ProfileRow>(
+      `UPDATE social_profiles
+          SET token_key_id = $3, token_iv = $4, token_tag = $5, token_ciphertext = $6,
+              status = 'CONNECTED', token_updated_at = now(), updated_at = now()
+        WHERE company_id = $1 AND id = $2
+        RETURNING ${PROFILE_COLUMNS}`,
+      { bind: [held.company_id, held.id, token.keyId, token.iv, token.tag, token.ciphertext], type: QueryTypes.SELECT, transaction },
+    );
+    return row ?? null;
+  });
 
 /** Marks a profile REVOKED (updatedAt moves only when the status changes). Null when there is no such profile. */
 export const revokeProfile = (sequelize: Sequelize, companyId: string, id: string) =>

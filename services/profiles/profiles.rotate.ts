@@ -5,7 +5,9 @@
  * now is, and left alone when already under the current key) or waits for the batch, so a token
  * given meanwhile is never overwritten with an older one. Rows that cannot be opened (their key is
  * neither SECRETS_KEY nor SECRETS_KEY_PREVIOUS, or they do not authenticate) are left as they are
- * and named by id, never by content.
+ * and named by id as they are met (`onFailure`), never by content, and never collected. A node not
+ * yet rolled may write under the old key behind the walk: at the end the rows not under the current
+ * key are counted again and walked again (up to `maxPasses` walks); what is still left is `remaining`.
  */
 import { QueryTypes, type Sequelize } from "sequelize";
 import { profileAad, SecretUnreadableError, type SecretBox } from "./profiles.crypto";
@@ -14,20 +16,41 @@ import { TOKEN_COLUMNS, toSealed, type TokenRow } from "./profiles.models";
 export interface RotateResult {
   rotated: number;
   alreadyCurrent: number;
+  /** Rows no configured key opens, as the last walk found them (each also given to `onFailure`). */
   failed: number;
-  /** Ids of the profiles whose token could not be opened, with why. */
-  failures: Array<{ id: string; reason: string }>;
+  /** Rows not under the current key when the rotation ended (the unreadable ones included): 0 once done. */
+  remaining: number;
+}
+
+export interface RotateOptions {
+  batchSize?: number;
+  /** Walks over the rows not under the current key, at most (a row written under the old key behind a walk is caught by the next). */
+  maxPasses?: number;
+  /** Called once per unreadable row as it is met (ids and the reason, never a token); nothing of them is kept in memory. */
+  onFailure?: (id: string, reason: string) => void;
+  /** Called after each committed batch (progress). */
+  onBatch?: (pass: number, rows: number) => Promise<void> | void;
 }
 
 const FIRST_UUID = "00000000-0000-0000-0000-000000000000";
 
-export async function rotateTokens(sequelize: Sequelize, box: SecretBox, opts: { batchSize?: number } = {}): Promise<RotateResult> {
-  const batchSize = opts.batchSize ?? 500;
-  const [counted] = await sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM social_profiles WHERE token_key_id = $1`, {
+async function notCurrent(sequelize: Sequelize, box: SecretBox): Promise<number> {
+  const [counted] = await sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM social_profiles WHERE token_key_id <> $1`, {
     bind: [box.currentKeyId],
     type: QueryTypes.SELECT,
   });
-  const result: RotateResult = { rotated: 0, alreadyCurrent: Number(counted!.n), failed: 0, failures: [] };
+  return Number(counted!.n);
+}
+
+/** One walk over the rows not under the current key, in id order; the counts of this walk. */
+async function walk(
+  sequelize: Sequelize,
+  box: SecretBox,
+  pass: number,
+  opts: RotateOptions & { batchSize: number },
+  report: (id: string, reason: string) => void,
+) {
+  const counts = { rotated: 0, failed: 0 };
   let after = FIRST_UUID;
   for (;;) {
     const seen = await sequelize.transaction(async (transaction) => {
@@ -35,7 +58,7 @@ export async function rotateTokens(sequelize: Sequelize, box: SecretBox, opts: {
         `SELECT id, company_id, ${TOKEN_COLUMNS} FROM social_profiles
           WHERE token_key_id <> $1 AND id > $2
           ORDER BY id LIMIT $3 FOR UPDATE`,
-        { bind: [box.currentKeyId, after, batchSize], type: QueryTypes.SELECT, transaction },
+        { bind: [box.currentKeyId, after, opts.batchSize], type: QueryTypes.SELECT, transaction },
       );
       for (const row of rows) {
         const aad = profileAad(row.company_id, row.id);
@@ -44,8 +67,8 @@ export async function rotateTokens(sequelize: Sequelize, box: SecretBox, opts: {
           plain = box.open(toSealed(row), aad);
         } catch (err) {
           if (!(err instanceof SecretUnreadableError)) throw err;
-          result.failed++;
-          result.failures.push({ id: row.id, reason: err.message });
+          counts.failed++;
+          report(row.id, err.message);
           continue;
         }
         const sealed = box.seal(plain, aad);
@@ -53,12 +76,40 @@ export async function rotateTokens(sequelize: Sequelize, box: SecretBox, opts: {
           bind: [row.id, sealed.keyId, sealed.iv, sealed.tag, sealed.ciphertext],
           transaction,
         });
-        result.rotated++;
+        counts.rotated++;
       }
-      return rows.length ? rows[rows.length - 1]!.id : null;
+      return rows.length ? { last: rows[rows.length - 1]!.id, n: rows.length } : null;
     });
     // A batch may come back short when rows changed under its lock; only an empty one ends the walk.
-    if (seen === null) return result;
-    after = seen;
+    if (seen === null) return counts;
+    after = seen.last;
+    await opts.onBatch?.(pass, seen.n);
+  }
+}
+
+/** How many failed ids are remembered so that a later walk does not report them again (beyond it, one may be reported twice). */
+const REPORTED_CAP = 1000;
+
+export async function rotateTokens(sequelize: Sequelize, box: SecretBox, opts: RotateOptions = {}): Promise<RotateResult> {
+  const batchSize = opts.batchSize ?? 500;
+  const maxPasses = opts.maxPasses ?? 3;
+  const [counted] = await sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM social_profiles WHERE token_key_id = $1`, {
+    bind: [box.currentKeyId],
+    type: QueryTypes.SELECT,
+  });
+  const reported = new Set<string>();
+  const report = (id: string, reason: string) => {
+    if (reported.has(id)) return;
+    if (reported.size < REPORTED_CAP) reported.add(id);
+    opts.onFailure?.(id, reason);
+  };
+  const result: RotateResult = { rotated: 0, alreadyCurrent: Number(counted!.n), failed: 0, remaining: 0 };
+  for (let pass = 1; ; pass++) {
+    const counts = await walk(sequelize, box, pass, { ...opts, batchSize }, report);
+    result.rotated += counts.rotated;
+    result.failed = counts.failed;
+    result.remaining = await notCurrent(sequelize, box);
+    // Done when every row left behind is one this walk could not open; else rows were written under an old key behind it.
+    if (result.remaining <= counts.failed || pass >= maxPasses) return result;
   }
 }

@@ -6,7 +6,7 @@
  * token and `profiles.markRevoked` records that the network refused it.
  */
 import { randomUUID } from "node:crypto";
-import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
+import { type Context, type Service, type ServiceSchema } from "moleculer";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
@@ -38,6 +38,11 @@ type ProfilesThis = Service<ApiServiceSettings> & ProfilesVars;
 type Meta = AuthMeta & { $location?: string };
 
 const notFound = (id: string) => new ApiError("PROFILE_NOT_FOUND", `No social profile ${id} in this account.`);
+/**
+ * A profile id as stored: the schemas accept a UUID in either case, PostgreSQL answers it in lower
+ * case, and a token's additional authenticated data names it, so every action lowercases it first.
+ */
+const profileId = (id: string): string => id.toLowerCase();
 
 export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, ProfilesVars> {
   const sequelize = deps.db.sequelize;
@@ -70,8 +75,9 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
         responses: { 200: profileOut },
         errors: [404],
         async handler(ctx: Context<ProfileIdIn, Meta>): Promise<ProfileOut> {
-          const row = await findProfile(sequelize, ctx.meta.companyId, ctx.params.id);
-          if (!row) throw notFound(ctx.params.id);
+          const id = profileId(ctx.params.id);
+          const row = await findProfile(sequelize, ctx.meta.companyId, id);
+          if (!row) throw notFound(id);
           return toProfileOut(row);
         },
       }),
@@ -116,9 +122,11 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
         errors: [400, 404],
         async handler(this: ProfilesThis, ctx: Context<TokenIn, Meta>): Promise<ProfileOut> {
           const { companyId } = ctx.meta;
-          const token = this.box.seal(ctx.params.accessToken, profileAad(companyId, ctx.params.id));
-          const row = await replaceToken(sequelize, companyId, ctx.params.id, token);
-          if (!row) throw notFound(ctx.params.id);
+          const id = profileId(ctx.params.id);
+          const row = await replaceToken(sequelize, companyId, id, (rowCompanyId, rowId) =>
+            this.box.seal(ctx.params.accessToken, profileAad(rowCompanyId, rowId)),
+          );
+          if (!row) throw notFound(id);
           return toProfileOut(row);
         },
       }),
@@ -133,7 +141,8 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
         responses: { 204: null },
         errors: [404],
         async handler(ctx: Context<ProfileIdIn, Meta>): Promise<null> {
-          if (!(await deleteProfile(sequelize, ctx.meta.companyId, ctx.params.id))) throw notFound(ctx.params.id);
+          const id = profileId(ctx.params.id);
+          if (!(await deleteProfile(sequelize, ctx.meta.companyId, id))) throw notFound(id);
           ctx.meta.$statusCode = 204;
           return null;
         },
@@ -145,8 +154,9 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
         params: accountProfileIn,
         responses: { 200: profileOut },
         async handler(ctx: Context<AccountProfileIn>): Promise<ProfileOut> {
-          const row = await revokeProfile(sequelize, ctx.params.companyId, ctx.params.id);
-          if (!row) throw notFound(ctx.params.id);
+          const id = profileId(ctx.params.id);
+          const row = await revokeProfile(sequelize, ctx.params.companyId, id);
+          if (!row) throw notFound(id);
           return toProfileOut(row);
         },
       }),
@@ -157,8 +167,9 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
         params: accountProfileIn,
         responses: { 200: accessTokenOut },
         async handler(this: ProfilesThis, ctx: Context<AccountProfileIn>): Promise<{ accessToken: string }> {
-          const row = await findToken(sequelize, ctx.params.companyId, ctx.params.id);
-          if (!row) throw notFound(ctx.params.id);
+          const id = profileId(ctx.params.id);
+          const row = await findToken(sequelize, ctx.params.companyId, id);
+          if (!row) throw notFound(id);
           try {
             return { accessToken: this.box.open(toSealed(row), profileAad(row.company_id, row.id)) };
           } catch (err) {
@@ -167,7 +178,7 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
               { profileId: row.id, companyId: row.company_id, keyId: err.keyId, reason: err.reason },
               `access token unreadable: ${err.message}`,
             );
-            throw new Errors.MoleculerError(`The access token of social profile ${row.id} cannot be read: ${err.message}.`, 500, "PROFILE_TOKEN_UNREADABLE", {
+            throw new ApiError("PROFILE_TOKEN_UNREADABLE", `The access token of social profile ${row.id} cannot be read: ${err.message}.`, {
               id: row.id,
               keyId: err.keyId,
             });

@@ -1,4 +1,6 @@
+import { createHash } from "node:crypto";
 import { Errors, type Context } from "moleculer";
+import { requestHash } from "../../services/gateway/gateway.idempotency";
 import { startTestApp, type TestApp } from "../helpers/app";
 import { deferred, eventually, type Deferred } from "../helpers/eventually";
 
@@ -219,6 +221,25 @@ describe("Idempotency-Key on creating POSTs", () => {
       expect(r.response_body).not.toContain(first.body.apiKey);
       expect(r.response_body).not.toContain(first.body.apiKey.slice(4, 20));
     }
+  });
+
+  it("stores the request's hash keyed by the caller's API key: guessed params cannot be tested against it", async () => {
+    const a = await t.newAccount(["AUTHENTICATION"]);
+    const body = { operations: ["AUTHENTICATION"] };
+    expect((await a.api.post("/authentication", body, { headers: { "idempotency-key": "hmac-1" } })).status).toBe(201);
+    const [row] = await t.db.sequelize.query<{ request_hash: string }>("SELECT request_hash FROM idempotency_keys WHERE company_id = :c AND key = 'hmac-1'", {
+      replacements: { c: a.companyId },
+      type: "SELECT" as never,
+    });
+    const keyId = a.key.id;
+    const canon = '{"operations":["AUTHENTICATION"]}';
+    for (const path of ["/api/partner-gateway/v1/authentication", "/authentication"]) {
+      expect(row!.request_hash).not.toBe(createHash("sha256").update(`${keyId}\nPOST ${path}\n${canon}`).digest("hex"));
+    }
+    const args = ["acme", "k1", "POST", "/authentication", { accessToken: "guess" }] as const;
+    expect(requestHash("api-key-1", ...args)).toBe(requestHash("api-key-1", ...args));
+    expect(requestHash("api-key-2", ...args)).not.toBe(requestHash("api-key-1", ...args));
+    expect(requestHash("api-key-1", "acme", "k1", "POST", "/authentication", { accessToken: "other" })).not.toBe(requestHash("api-key-1", ...args));
   });
 
   it("answers 400, not 500, for a body nested absurdly deep", async () => {

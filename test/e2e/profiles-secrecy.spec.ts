@@ -8,6 +8,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { QueryTypes } from "sequelize";
+import { ApiError, ERROR_TYPES } from "../../lib/errors";
 import { loggerOptions } from "../../lib/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
@@ -82,6 +83,8 @@ it("never answers, logs or stores a token in clear, on any path", async () => {
   await t.db.sequelize.query("UPDATE social_profiles SET token_key_id = 'ffffffffffffffff' WHERE id = $1", { bind: [id] });
   const err = await t.app.broker.call("profiles.accessToken", { companyId: a.companyId, id }).catch((e: unknown) => e);
   expect(err).toMatchObject({ code: 500, type: "PROFILE_TOKEN_UNREADABLE", data: { id, keyId: "ffffffffffffffff" } });
+  expect(err).toBeInstanceOf(ApiError);
+  expect(ERROR_TYPES.PROFILE_TOKEN_UNREADABLE.status).toBe(500);
   expect(logLines.some((l) => l.profileId === id && l.keyId === "ffffffffffffffff" && l.level === 50)).toBe(true);
   const listed = await send(a.api.get("/social-profiles"), 200);
   expect(listed.body.data.map((p: { id: string }) => p.id)).toContain(id);

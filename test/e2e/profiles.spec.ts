@@ -1,11 +1,12 @@
 /**
  * Social profiles through the gateway (contract section 4 "Social profile"): CRUD, the 409 naming the
- * existing profile (two concurrent creates included), token replacement re-connecting a REVOKED
+ * existing profile (two concurrent creates on PostgreSQL), token replacement re-connecting a REVOKED
  * profile, paging and filters, every bad input (400, nothing stored), another account's ids (404,
  * data unchanged) and the SOCIAL_PROFILES operation.
  */
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { itWithPostgres } from "../helpers/db";
 import { expectProblem } from "../helpers/expect";
 import { NASTY } from "../helpers/nasty";
 
@@ -91,18 +92,23 @@ describe("CRUD", () => {
     expect(await rowCount(a.companyId)).toBe(2);
   });
 
-  it("lets exactly one of two concurrent creates win; the other is a 409 naming it", async () => {
-    const a = await t.newAccount(["SOCIAL_PROFILES"]);
-    for (let round = 0; round < 5; round++) {
-      const body = profileIn({ externalId: `race-${round}` });
-      const results = await Promise.all([a.api.post("/social-profiles", body), a.api.post("/social-profiles", { ...body, accessToken: "second" })]);
-      const statuses = results.map((r) => r.status).sort();
-      expect(statuses).toEqual([201, 409]);
-      const winner = results.find((r) => r.status === 201)!;
-      expect(results.find((r) => r.status === 409)!.body.existingId).toBe(winner.body.id);
-    }
-    expect(await rowCount(a.companyId)).toBe(5);
-  });
+  // On PGlite (one session) the two creates run one after the other: only PostgreSQL makes them race.
+  itWithPostgres(
+    "lets exactly one of two concurrent creates win; the other is a 409 naming it",
+    async () => {
+      const a = await t.newAccount(["SOCIAL_PROFILES"]);
+      for (let round = 0; round < 5; round++) {
+        const body = profileIn({ externalId: `race-${round}` });
+        const results = await Promise.all([a.api.post("/social-profiles", body), a.api.post("/social-profiles", { ...body, accessToken: "second" })]);
+        const statuses = results.map((r) => r.status).sort();
+        expect(statuses).toEqual([201, 409]);
+        const winner = results.find((r) => r.status === 201)!;
+        expect(results.find((r) => r.status === 409)!.body.existingId).toBe(winner.body.id);
+      }
+      expect(await rowCount(a.companyId)).toBe(5);
+    },
+    60000,
+  );
 });
 
 describe("token replacement", () => {
@@ -131,6 +137,29 @@ describe("token replacement", () => {
     await expect(t.app.broker.call("profiles.markRevoked", { companyId: b.companyId, id: created.id })).rejects.toMatchObject({ type: "PROFILE_NOT_FOUND" });
     await expect(t.app.broker.call("profiles.accessToken", { companyId: b.companyId, id: created.id })).rejects.toMatchObject({ type: "PROFILE_NOT_FOUND" });
     expect((await a.api.get(`/social-profiles/${created.id}`)).body.status).toBe("CONNECTED");
+  });
+});
+
+describe("ids in upper case", () => {
+  it("treats an upper-case id as the same profile in every action; a token PUT under it stays readable", async () => {
+    const a = await t.newAccount(["SOCIAL_PROFILES"]);
+    const created = (await a.api.post("/social-profiles", profileIn({ accessToken: "first-token" }))).body;
+    const ID = created.id.toUpperCase();
+    expect(ID).not.toBe(created.id);
+    const got = await a.api.get(`/social-profiles/${ID}`);
+    expect(got.status).toBe(200);
+    expect(got.body.id).toBe(created.id);
+    const revoked = (await t.app.broker.call("profiles.markRevoked", { companyId: a.companyId, id: ID })) as { id: string; status: string };
+    expect(revoked).toMatchObject({ id: created.id, status: "REVOKED" });
+
+    const put = await a.api.put(`/social-profiles/${ID}/token`, { accessToken: "upper-case-token" });
+    expect(put.status).toBe(200);
+    expect(put.body).toMatchObject({ id: created.id, status: "CONNECTED" });
+    expect(await tokenOf(a.companyId, created.id)).toEqual({ accessToken: "upper-case-token" });
+    expect(await tokenOf(a.companyId, ID)).toEqual({ accessToken: "upper-case-token" });
+
+    expect((await a.api.delete(`/social-profiles/${ID}`)).status).toBe(204);
+    expect(await rowCount(a.companyId)).toBe(0);
   });
 });
 

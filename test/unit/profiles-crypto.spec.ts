@@ -8,7 +8,8 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { keyFileOnce } from "../../lib/key-file";
+import { createCipheriv } from "node:crypto";
+import { keyFileOnce, readKeyFile } from "../../lib/key-file";
 import { signingKey } from "../../services/exports/exports.signing";
 import { keyIdOf, profileAad, SecretBox, secretBox, SecretUnreadableError, SECRETS_KEY_FILE } from "../../services/profiles/profiles.crypto";
 
@@ -83,6 +84,16 @@ describe("SecretBox", () => {
     expect(unreadable(() => box.open({ ...sealed, keyId: box.currentKeyId }, AAD)).reason).toBe("NOT_AUTHENTIC");
   });
 
+  it("refuses an IV that is not 12 bytes, even one that authenticates", () => {
+    const k = key();
+    const iv = randomBytes(16);
+    const cipher = createCipheriv("aes-256-gcm", k, iv);
+    cipher.setAAD(AAD);
+    const ciphertext = Buffer.concat([cipher.update("token", "utf8"), cipher.final()]);
+    const sealed = { keyId: keyIdOf(k), iv, tag: cipher.getAuthTag(), ciphertext };
+    expect(unreadable(() => new SecretBox(k).open(sealed, AAD)).reason).toBe("NOT_AUTHENTIC");
+  });
+
   it("refuses keys that are not 32 bytes", () => {
     expect(() => new SecretBox(randomBytes(16))).toThrow(/32 bytes/);
     expect(() => new SecretBox(key(), randomBytes(31))).toThrow(/32 bytes/);
@@ -113,6 +124,24 @@ describe("secretBox(config)", () => {
     expect(fs.readdirSync(dir)).toEqual([SECRETS_KEY_FILE]);
   });
 
+  it("refuses a key file that is not strict base64 (base64url, inner spaces), as the variables are", () => {
+    let k = key();
+    while (!/[-_]/.test(k.toString("base64url"))) k = key();
+    for (const text of [k.toString("base64url"), `${k.toString("base64").slice(0, 20)} ${k.toString("base64").slice(20)}`]) {
+      const dir = tmpDir();
+      fs.writeFileSync(path.join(dir, SECRETS_KEY_FILE), text, { mode: 0o600 });
+      expect(() => secretBox({ secretsKey: null, secretsKeyPrevious: null, dataDir: dir })).toThrow(/not 32 bytes in base64/);
+    }
+  });
+
+  it("with create: false reads an existing key file and never creates one", () => {
+    const dir = tmpDir();
+    expect(() => secretBox({ secretsKey: null, secretsKeyPrevious: null, dataDir: dir }, { create: false })).toThrow(/does not exist/);
+    expect(fs.readdirSync(dir)).toEqual([]);
+    const made = secretBox({ secretsKey: null, secretsKeyPrevious: null, dataDir: dir });
+    expect(secretBox({ secretsKey: null, secretsKeyPrevious: null, dataDir: dir }, { create: false }).currentKeyId).toBe(made.currentKeyId);
+  });
+
   it("refuses a key file that does not hold 32 bytes", () => {
     const dir = tmpDir();
     fs.writeFileSync(path.join(dir, SECRETS_KEY_FILE), "c2hvcnQ=");
@@ -131,6 +160,52 @@ describe("keyFileOnce", () => {
     expect(fs.statSync(path.join(dir, "k.key")).mode & 0o777).toBe(0o600);
     expect(keyFileOnce(dir, "k.key", () => "other")).toBe(values[0]);
     expect(fs.readdirSync(dir)).toEqual(["k.key"]);
+  });
+
+  it("only reads an existing key file: nothing is written or created in its directory", () => {
+    const dir = tmpDir();
+    fs.writeFileSync(path.join(dir, "k.key"), "existing-value\n", { mode: 0o600 });
+    const before = fs.readdirSync(dir);
+    const writes = [jest.spyOn(fs, "writeFileSync"), jest.spyOn(fs, "linkSync"), jest.spyOn(fs, "mkdirSync"), jest.spyOn(fs, "openSync")];
+    try {
+      expect(keyFileOnce(dir, "k.key", () => "generated")).toBe("existing-value");
+      for (const spy of writes.slice(0, 3)) expect(spy).not.toHaveBeenCalled();
+      // Opened read-only (tests run as root, so a 0500 directory would not refuse a write: no write is attempted at all).
+      for (const [, flags] of writes[3]!.mock.calls) expect(Number(flags) & (fs.constants.O_WRONLY | fs.constants.O_RDWR | fs.constants.O_CREAT)).toBe(0);
+    } finally {
+      for (const spy of writes) spy.mockRestore();
+    }
+    expect(fs.readdirSync(dir)).toEqual(before);
+  });
+
+  it("refuses to follow a symlink, and warns about a key file others may read", () => {
+    const dir = tmpDir();
+    fs.writeFileSync(path.join(dir, "real.key"), "value", { mode: 0o600 });
+    fs.symlinkSync(path.join(dir, "real.key"), path.join(dir, "k.key"));
+    expect(() => keyFileOnce(dir, "k.key", () => "generated")).toThrow(/symbolic link/);
+    expect(fs.readFileSync(path.join(dir, "real.key"), "utf8")).toBe("value");
+
+    fs.writeFileSync(path.join(dir, "loose.key"), "loose-value", { mode: 0o644 });
+    fs.chmodSync(path.join(dir, "loose.key"), 0o644);
+    const warn = jest.fn();
+    expect(readKeyFile(path.join(dir, "loose.key"), warn)).toBe("loose-value");
+    expect(warn).toHaveBeenCalledWith(expect.stringMatching(/mode 0644.*0600/));
+    const quiet = jest.fn();
+    expect(keyFileOnce(dir, "real.key", () => "x", quiet)).toBe("value");
+    expect(quiet).not.toHaveBeenCalled();
+  });
+
+  it("removes the file written aside when putting the key in place fails", () => {
+    const dir = tmpDir();
+    const link = jest.spyOn(fs, "linkSync").mockImplementation(() => {
+      throw Object.assign(new Error("EIO: i/o error"), { code: "EIO" });
+    });
+    try {
+      expect(() => keyFileOnce(dir, "k.key", () => "generated")).toThrow(/EIO/);
+    } finally {
+      link.mockRestore();
+    }
+    expect(fs.readdirSync(dir)).toEqual([]);
   });
 
   it("makes processes started at the same moment agree on one key", async () => {
