@@ -1,8 +1,8 @@
 /**
  * media: images and videos partners upload to reuse in campaigns and inbox replies (spec part 1,
  * contract section 4 "Media"). The gateway receives the upload (streamed to its spool, the kind
- * judged from the first bytes, each kind cut at its own limit) and hands the bytes over as
- * ctx.stream; a media node keeps them under its MEDIA_DIR (temp name, fsync, rename) and records
+ * judged from the first bytes, each kind cut at its own limit) and keeps them while the call
+ * runs; a media node pulls them range by range (uploadedBytes of lib/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync, rename) and records
  * itself as the file's node. Content is answered by reference (lib/remote-file.ts): any gateway
  * pulls the bytes, or one range of them, from the node that holds the file.
  *

@@ -1,12 +1,12 @@
 /**
  * POST /media: the gateway has received the upload (its kind judged from the first bytes, each kind
- * cut at its own limit) and hands the bytes over as ctx.stream; this node keeps them under its
- * MEDIA_DIR (temp name, fsync, rename), reads the header for dimensions or duration, and writes the
+ * cut at its own limit) and keeps it in its spool; this node pulls the bytes range by range
+ * (uploadedBytes of lib/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync,
+ * rename), reads the header for dimensions or duration, and writes the
  * row naming itself as the file's node, within the account's MEDIA_ACCOUNT_MAX_BYTES. No row
  * without a file, no file without a row.
  */
 import { randomUUID } from "node:crypto";
-import type { Readable } from "node:stream";
 import type { Context, ServiceBroker } from "moleculer";
 import { QueryTypes, type Sequelize } from "sequelize";
 import { API_PREFIX, apiAction, type ApiAction, type AuthMeta } from "../../lib/api";
@@ -14,6 +14,7 @@ import type { Config } from "../../lib/config";
 import { diskFull } from "../../lib/disk-budget";
 import { ApiError } from "../../lib/errors";
 import { MAGIC_CONTENT_TYPES, type MagicKind } from "../../lib/magic";
+import { uploadedBytes } from "../../lib/remote-file";
 import { mib } from "../../lib/upload";
 import { MEDIA_COLUMNS, toMediaOut, type MediaRow } from "./media.models";
 import type { MediaMetrics, UploadOutcome } from "./media.metrics";
@@ -67,7 +68,7 @@ export function uploadAction(config: Config, sequelize: Sequelize): ApiAction {
     async handler(this: UploadThis, ctx: Ctx<UploadMediaIn>): Promise<MediaOut> {
       const { companyId } = ctx.meta;
       const { file } = ctx.params;
-      const stream = ctx.stream as Readable | null;
+      const stream = uploadedBytes(ctx);
       try {
         if (!stream) throw new ApiError("VALIDATION_ERROR", "The upload carries no file.", { errors: [{ path: "file", message: "is required" }] });
         if (!(MEDIA_KINDS as readonly string[]).includes(file.kind))
@@ -133,8 +134,8 @@ export function uploadAction(config: Config, sequelize: Sequelize): ApiAction {
         this.metrics.upload((err as ApiError).type === "PAYLOAD_TOO_LARGE" ? "quota" : outcomeOf(err));
         throw err;
       } finally {
-        // Whatever happened, the stream is read to its end (a remote sender would otherwise stall).
-        if (stream && !stream.readableEnded) stream.resume();
+        // Nothing more is pulled from the gateway once the action has its answer.
+        stream?.destroy();
       }
     },
   });
