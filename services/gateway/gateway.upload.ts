@@ -51,13 +51,18 @@ function unsupported(spec: UploadSpec, what: string): ApiError {
 
 /**
  * For kinds told by their first bytes: judges the file from its head as it streams (415 as soon as
- * the head is seen, whatever the rest), then cuts it (413) the moment it passes its kind's limit.
+ * the head is seen, whatever the rest), then cuts it (413) the moment it passes its kind's limit,
+ * or at once when the body's declared length already passes that limit and the envelope.
  */
 class HeadJudge extends Transform {
   kind: FileKind | null = null;
   private head: Buffer[] = [];
   private seen = 0;
-  constructor(private readonly spec: UploadSpec) {
+  constructor(
+    private readonly spec: UploadSpec,
+    /** The body's Content-Length, when declared. */
+    private readonly declared: number | null = null,
+  ) {
     super({
       transform: (chunk: Buffer, _enc, done) => {
         this.seen += chunk.length;
@@ -65,12 +70,16 @@ class HeadJudge extends Transform {
           this.head.push(chunk);
           const err = this.judge(false);
           if (err) return done(err);
+          if (this.kind && this.declared !== null && this.declared > this.limit(this.kind) + ENVELOPE_BYTES) return done(tooLarge(this.spec, this.kind));
         }
-        if (this.kind && this.seen > (this.spec.kindMaxBytes?.[this.kind] ?? this.spec.maxBytes)) return done(tooLarge(this.spec, this.kind));
+        if (this.kind && this.seen > this.limit(this.kind)) return done(tooLarge(this.spec, this.kind));
         done(null, chunk);
       },
       flush: (done) => done(this.kind || this.seen === 0 ? null : this.judge(true)),
     });
+  }
+  private limit(kind: FileKind): number {
+    return this.spec.kindMaxBytes?.[kind] ?? this.spec.maxBytes;
   }
   /** Null while undecided (or decided and accepted); the 415 once the head shows a kind not accepted. */
   private judge(ended: boolean): ApiError | null {
@@ -164,7 +173,9 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
         sink = createWriteStream(spoolPath);
-        const judge = judgedByHead(spec.accept) ? (headJudge = new HeadJudge(spec)) : new Transform({ transform: (c, _e, done) => done(null, c) });
+        const judge = judgedByHead(spec.accept)
+          ? (headJudge = new HeadJudge(spec, Number.isFinite(declared) ? declared : null))
+          : new Transform({ transform: (c, _e, done) => done(null, c) });
         // Each chunk is counted in the reservation before it is written; one that does not fit ends the upload (503).
         let written = 0;
         const room = new Transform({
