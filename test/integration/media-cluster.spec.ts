@@ -6,7 +6,7 @@
  *
  * Never held whole in memory, by design: gateway A's busboy part stream is piped (back-pressured)
  * into a spool file, kept under a token while the call runs; the media node pulls it into its temp
- * file range by range (gateway.uploadRange, at most two RANGE_BYTES pieces in flight); reads go
+ * file range by range (gateway.uploadRange, one RANGE_BYTES piece in flight); reads go
  * back in RANGE_BYTES pieces, one in flight at a time. The test checks the spool is emptied after each upload and that the
  * media node's file is byte-identical.
  */
