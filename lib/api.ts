@@ -53,8 +53,8 @@ export interface ApiActionSpec {
   idempotent?: boolean;
   /**
    * The action takes a multipart/form-data upload: the gateway receives the file (limits, kind by
-   * content), passes the other fields as params, the file's description as `params[field]` and its
-   * bytes as `ctx.stream`.
+   * content), passes the other fields as params, the file's description as `params[field]` and keeps
+   * its bytes for the call, which reads them with `uploadedBytes(ctx)` (lib/remote-file.ts).
    */
   upload?: UploadSpec;
   /**
