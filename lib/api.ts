@@ -3,6 +3,7 @@
  * operation it requires, its documented answers. The gateway, the OpenAPI document and the tests
  * all read these same declarations.
  */
+import type { UploadRef } from "./remote-file";
 import type { UploadSpec } from "./upload";
 
 export const OPERATIONS = [
@@ -52,8 +53,8 @@ export interface ApiActionSpec {
   idempotent?: boolean;
   /**
    * The action takes a multipart/form-data upload: the gateway receives the file (limits, kind by
-   * content), passes the other fields as params, the file's description as `params[field]` and its
-   * bytes as `ctx.stream`.
+   * content), passes the other fields as params, the file's description as `params[field]` and keeps
+   * its bytes for the call, which reads them with `uploadedBytes(ctx)` (lib/remote-file.ts).
    */
   upload?: UploadSpec;
   /**
@@ -76,6 +77,8 @@ export interface AuthMeta {
   $responseHeaders?: Record<string, string>;
   /** The request headers an action declares in `requestHeaders` (lower-case names, each at most 1024 characters). */
   $requestHeaders?: Record<string, string>;
+  /** An upload's bytes, held by the gateway that received them: read them with uploadedBytes(ctx) of lib/remote-file.ts. */
+  $upload?: UploadRef;
 }
 
 /**

@@ -28,27 +28,79 @@ export const isRemoteFile = (x: unknown): x is RemoteFile => typeof x === "objec
 
 type Caller = { call(action: string, params: unknown, opts: { nodeID: string }): Promise<unknown> };
 
-/** The file (or its part from `start`, `length` bytes) as a stream that asks for the next range only once the previous one was taken. */
-export function remoteFileStream(ctx: Caller, file: RemoteFile["$remoteFile"]): Readable {
-  let offset = file.start ?? 0;
-  const end = Math.min(file.size, offset + (file.length ?? file.size));
+/** Options of {@link remoteFileStream}. */
+export interface PullOptions {
+  /** Ranges asked for before the reader takes them: 1 (the default) waits for each; 2 keeps the next one coming while one is written. */
+  ahead?: number;
+}
+
+/**
+ * The file (or its part from `start`, `length` bytes) as a stream that asks for the next range only
+ * once the previous one was taken (or, with `ahead`, keeps at most that many ranges in flight).
+ */
+export function remoteFileStream(ctx: Caller, file: RemoteFile["$remoteFile"], options: PullOptions = {}): Readable {
+  const ahead = Math.max(1, Math.floor(options.ahead ?? 1));
+  let next = file.start ?? 0;
+  const end = Math.min(file.size, next + (file.length ?? file.size));
+  const inFlight: Array<{ offset: number; length: number; bytes: Promise<Buffer> }> = [];
+  const ask = () => {
+    while (inFlight.length < ahead && next < end) {
+      const offset = next;
+      const length = Math.min(RANGE_BYTES, end - offset);
+      next += length;
+      const bytes = ctx.call(file.action, { ...file.params, offset, length }, { nodeID: file.nodeID }).then((data) => Buffer.from(String(data), "base64"));
+      bytes.catch(() => {}); // reported when its turn comes (or never, once the stream is destroyed)
+      inFlight.push({ offset, length, bytes });
+    }
+  };
   return new Readable({
     highWaterMark: RANGE_BYTES,
     read() {
-      if (offset >= end) {
+      ask();
+      const range = inFlight.shift();
+      if (!range) {
         this.push(null);
         return;
       }
-      const length = Math.min(RANGE_BYTES, end - offset);
-      ctx.call(file.action, { ...file.params, offset, length }, { nodeID: file.nodeID }).then(
-        (data) => {
-          const bytes = Buffer.from(String(data), "base64");
-          if (bytes.length !== length) return this.destroy(new Error(`short read at ${offset}: ${bytes.length} of ${length} bytes`));
-          offset += length;
+      range.bytes.then(
+        (bytes) => {
+          if (bytes.length !== range.length) return this.destroy(new Error(`short read at ${range.offset}: ${bytes.length} of ${range.length} bytes`));
           this.push(bytes);
         },
         (err: Error) => this.destroy(err),
       );
     },
   });
+}
+
+/**
+ * An upload's bytes by reference, the reverse of `$remoteFile`: the gateway that received the
+ * upload keeps its spool file under a random token while the action runs and puts this in
+ * `ctx.meta.$upload`; the action pulls the bytes with {@link uploadedBytes}. Moleculer's own
+ * streams (ctx.stream) are not used for uploads: they push JSON-encoded chunks as fast as the
+ * sender reads, and the receiver buffers them all.
+ */
+export interface UploadRef {
+  /** The action answering `{ ...params, offset, length }` with those bytes, base64-encoded (`gateway.uploadRange`). */
+  action: string;
+  /** The gateway node holding the spool file. */
+  nodeID: string;
+  params: Record<string, unknown>;
+  size: number;
+}
+
+/**
+ * Ranges of an upload in flight at once. One: with two, bench/media measured the same throughput
+ * (the nodes are CPU-bound, not waiting on the round trip) and a gateway peak RSS up to 25 % higher.
+ */
+export const UPLOAD_AHEAD = 1;
+
+/**
+ * The uploaded file of the call as a stream pulled range by range from the gateway that received
+ * it (null when the call carries none). Destroy it when giving up early: nothing more is asked for.
+ */
+export function uploadedBytes(ctx: Caller & { meta: unknown }): Readable | null {
+  const ref = (ctx.meta as { $upload?: UploadRef } | null)?.$upload;
+  if (!ref || typeof ref !== "object") return null;
+  return remoteFileStream(ctx, ref, { ahead: UPLOAD_AHEAD });
 }

@@ -46,7 +46,7 @@ export interface UploadSpec {
   description?: string;
 }
 
-/** What the action gets in `params[field]`; the bytes come as `ctx.stream`. */
+/** What the action gets in `params[field]`; it reads the bytes with `uploadedBytes(ctx)` (lib/remote-file.ts). */
 export interface UploadedFile {
   name: string;
   size: number;

@@ -1,7 +1,7 @@
 /**
  * Contact imports: the upload actions (the gateway has received and checked the file; its bytes
- * arrive as ctx.stream and are kept under IMPORT_DIR) and the status action. The Importer that runs
- * them is contacts.runner.ts.
+ * are pulled from the gateway, uploadedBytes of lib/remote-file.ts, and kept under IMPORT_DIR)
+ * and the status action. The Importer that runs them is contacts.runner.ts.
  */
 import { randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
@@ -13,6 +13,7 @@ import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { diskFull, type Reservation } from "../../lib/disk-budget";
 import { ApiError, type FieldError } from "../../lib/errors";
+import { uploadedBytes } from "../../lib/remote-file";
 import { Meter, type UploadedFile } from "../../lib/upload";
 import { iso } from "../../lib/time";
 import { targetOf } from "./contacts.import-rows";
@@ -119,7 +120,7 @@ async function keepFile(stream: Readable, file: UploadedFile, target: string): P
 async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; listId?: number; mapping?: string }>): Promise<ImportAccepted> {
   const { companyId } = ctx.meta;
   const { file, listId } = ctx.params;
-  const stream = ctx.stream as Readable | null;
+  const stream = uploadedBytes(ctx);
   let reservation: Reservation | null = null;
   try {
     if (!stream) throw new ApiError("VALIDATION_ERROR", "The upload carries no file.", { errors: [{ path: "file", message: "is required" }] });
@@ -171,8 +172,8 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
     return { importId: id, status: "QUEUED" };
   } finally {
     reservation?.release();
-    // Whatever happened, the stream is read to its end (a remote sender would otherwise stall).
-    if (stream && !stream.readableEnded) stream.resume();
+    // Nothing more is pulled from the gateway once the action has its answer.
+    stream?.destroy();
   }
 }
 

@@ -6,7 +6,7 @@
  * (gateway.idempotency.ts), query coercion, metrics and the OpenAPI document. What the gateway
  * answers besides an action's result (problems, 404/405, the ops route) is in gateway.answers.ts.
  */
-import { createReadStream, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import os from "node:os";
@@ -21,6 +21,7 @@ import { HttpMetrics } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
 import { withRequestId } from "../../lib/logger";
 import { buildOpenApi } from "../../lib/openapi";
+import type { UploadRef } from "../../lib/remote-file";
 import type { KeyDeletedEvent, Principal } from "../auth/auth.contract";
 import {
   answerNoRoute,
@@ -39,7 +40,7 @@ import { coerceStrings, mergeParams } from "./gateway.params";
 import { clientBucket, TrustedProxies } from "./gateway.client";
 import { TokenBuckets } from "./gateway.ratelimit";
 import type { Alias, GwRequest, GwRoute } from "./gateway.request";
-import { receiveUpload, type ReceivedUpload } from "./gateway.upload";
+import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
@@ -80,6 +81,8 @@ interface GatewayVars {
   spoolDir: string;
   /** The spool's room (SPOOL_MAX_BYTES, an account's share of it), reserved before an upload is written. */
   spoolBudget: DiskBudget;
+  /** The spool files of uploads whose actions run now, under the tokens their actions pull them by. */
+  spoolTokens: SpoolTokens;
   server: http.Server;
   httpHandler(req: IncomingMessage, res: ServerResponse): void;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
@@ -137,6 +140,15 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       removeRoute: false,
 
       /** The OpenAPI 3.1 document of every operation the cluster exposes right now. */
+      /** A range of an upload's spool file, base64, while its action runs: what the action pulls (uploadedBytes of lib/remote-file.ts). */
+      uploadRange: {
+        visibility: "public",
+        params: uploadRangeIn,
+        async handler(this: GatewayThis, ctx: Context<UploadRangeIn>): Promise<string> {
+          return (await this.spoolTokens.read(ctx.params)).toString("base64");
+        },
+      },
+
       openapi: apiAction({
         rest: "GET /openapi.json",
         operation: null,
@@ -296,17 +308,22 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           await runMiddleware(parseJson, req, res);
           body = req.body;
         }
-        let spooled: ReturnType<typeof createReadStream> | null = null;
+        let token: string | null = null;
         try {
           const pathParams = (req.$alias?.match(req.parsedUrl ?? "") || {}) as Record<string, string>;
           const merged = mergeParams(req.query ?? {}, body, pathParams, schema);
           if (upload?.file) merged[action.upload!.field] = upload.file;
           req.$params = merged;
           if (action.requestHeaders) req.$ctx.meta.$requestHeaders = pickHeaders(req, Object.keys(action.requestHeaders));
-          // An action may declare a longer (or shorter) timeout than the route's default; an upload's bytes go as the call's stream.
+          // An action may declare a longer (or shorter) timeout than the route's default.
           const callOptions: Record<string, unknown> = { ...route.callOptions };
           if (action.timeout) callOptions.timeout = action.timeout;
-          if (upload?.path) callOptions.stream = spooled = createReadStream(upload.path);
+          // An upload's bytes stay here: the action pulls them range by range (uploadedBytes of lib/remote-file.ts) while its token lives.
+          if (upload?.path && upload.file) {
+            token = this.spoolTokens.add(upload.path, upload.file.size);
+            const ref: UploadRef = { action: "gateway.uploadRange", nodeID: this.broker.nodeID, params: { token }, size: upload.file.size };
+            req.$ctx.meta.$upload = ref;
+          }
           const call = { ...route, callOptions };
           const key = req.headers["idempotency-key"];
           const idempotent = req.method === "POST" && action.idempotent !== false && req.$ctx.meta.companyId;
@@ -315,7 +332,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           }
           return await mixin.methods.callAction!.call(this, call, actionName, req, res, merged, isStream);
         } finally {
-          spooled?.destroy();
+          if (token) this.spoolTokens.drop(token);
           if (upload) await upload.discard();
         }
       },
@@ -358,6 +375,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.server.on("clientError", answerClientError);
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
       this.spoolBudget = new DiskBudget(config.spoolMaxBytes, Math.floor(config.spoolMaxBytes * config.uploadAccountShare));
+      this.spoolTokens = new SpoolTokens();
     },
 
     started(this: GatewayThis) {

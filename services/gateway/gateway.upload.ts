@@ -7,15 +7,16 @@
  * SPOOL_MAX_BYTES or the account's share of it, 503 with Retry-After.
  */
 import busboy from "busboy";
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
-import { mkdir, rm, stat } from "node:fs/promises";
+import { mkdir, open, rm, stat } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
 import path from "node:path";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { diskFull, type DiskBudget, type Reservation } from "../../lib/disk-budget";
 import { ApiError } from "../../lib/errors";
+import { RANGE_BYTES } from "../../lib/remote-file";
 import { DESCRIBE_BYTES, describeContent, MAGIC_DECIDING_BYTES, sniffMagic } from "../../lib/magic";
 import { judgedByHead, KIND_NAMES, Meter, sniffFile, type FileKind, type UploadedFile, type UploadSpec } from "../../lib/upload";
 
@@ -50,13 +51,18 @@ function unsupported(spec: UploadSpec, what: string): ApiError {
 
 /**
  * For kinds told by their first bytes: judges the file from its head as it streams (415 as soon as
- * the head is seen, whatever the rest), then cuts it (413) the moment it passes its kind's limit.
+ * the head is seen, whatever the rest), then cuts it (413) the moment it passes its kind's limit,
+ * or at once when the body's declared length already passes that limit and the envelope.
  */
 class HeadJudge extends Transform {
   kind: FileKind | null = null;
   private head: Buffer[] = [];
   private seen = 0;
-  constructor(private readonly spec: UploadSpec) {
+  constructor(
+    private readonly spec: UploadSpec,
+    /** The body's Content-Length, when declared. */
+    private readonly declared: number | null = null,
+  ) {
     super({
       transform: (chunk: Buffer, _enc, done) => {
         this.seen += chunk.length;
@@ -64,12 +70,16 @@ class HeadJudge extends Transform {
           this.head.push(chunk);
           const err = this.judge(false);
           if (err) return done(err);
+          if (this.kind && this.declared !== null && this.declared > this.limit(this.kind) + ENVELOPE_BYTES) return done(tooLarge(this.spec, this.kind));
         }
-        if (this.kind && this.seen > (this.spec.kindMaxBytes?.[this.kind] ?? this.spec.maxBytes)) return done(tooLarge(this.spec, this.kind));
+        if (this.kind && this.seen > this.limit(this.kind)) return done(tooLarge(this.spec, this.kind));
         done(null, chunk);
       },
       flush: (done) => done(this.kind || this.seen === 0 ? null : this.judge(true)),
     });
+  }
+  private limit(kind: FileKind): number {
+    return this.spec.kindMaxBytes?.[kind] ?? this.spec.maxBytes;
   }
   /** Null while undecided (or decided and accepted); the 415 once the head shows a kind not accepted. */
   private judge(ended: boolean): ApiError | null {
@@ -163,7 +173,9 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
         sink = createWriteStream(spoolPath);
-        const judge = judgedByHead(spec.accept) ? (headJudge = new HeadJudge(spec)) : new Transform({ transform: (c, _e, done) => done(null, c) });
+        const judge = judgedByHead(spec.accept)
+          ? (headJudge = new HeadJudge(spec, Number.isFinite(declared) ? declared : null))
+          : new Transform({ transform: (c, _e, done) => done(null, c) });
         // Each chunk is counted in the reservation before it is written; one that does not fit ends the upload (503).
         let written = 0;
         const room = new Transform({
@@ -216,5 +228,61 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   } catch (err) {
     await discard();
     throw err;
+  }
+}
+
+/** Bytes of an upload range read from the spool: at most RANGE_BYTES. */
+export interface UploadRangeIn {
+  token: string;
+  offset: number;
+  length: number;
+}
+
+export const uploadRangeIn = {
+  $id: "GatewayUploadRangeIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["token", "offset", "length"],
+  properties: {
+    token: { type: "string", pattern: "^[0-9a-f]{32}$" },
+    offset: { type: "integer", minimum: 0 },
+    length: { type: "integer", minimum: 1, maximum: RANGE_BYTES },
+  },
+};
+
+/**
+ * The spool files of the uploads whose actions are running, each under a random 128-bit token: the
+ * only files `gateway.uploadRange` reads. A token lives from the call to its answer (or failure).
+ */
+export class SpoolTokens {
+  private readonly files = new Map<string, { path: string; size: number }>();
+
+  /** Registers `path` and answers its token. */
+  add(path: string, size: number): string {
+    const token = randomBytes(16).toString("hex");
+    this.files.set(token, { path, size });
+    return token;
+  }
+
+  drop(token: string): void {
+    this.files.delete(token);
+  }
+
+  get size(): number {
+    return this.files.size;
+  }
+
+  /** `length` bytes from `offset` of the file under `token` (fewer at its end); a clean error for a token no upload holds. */
+  async read({ token, offset, length }: UploadRangeIn): Promise<Buffer> {
+    const file = this.files.get(token);
+    if (!file) throw new ApiError("NOT_FOUND", "No upload under this token: its call has ended.");
+    const fh = await open(file.path, "r");
+    try {
+      const buf = Buffer.allocUnsafe(Math.max(0, Math.min(length, file.size - offset)));
+      const { bytesRead } = await fh.read(buf, 0, buf.length, offset);
+      return buf.subarray(0, bytesRead);
+    } finally {
+      await fh.close();
+    }
   }
 }

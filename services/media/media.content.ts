@@ -34,17 +34,19 @@ export function parseRange(header: string | undefined, size: number): RangeAnswe
   if (specs.length !== 1) return { kind: "whole" };
   const one = /^(\d*)\s*-\s*(\d*)$/.exec(specs[0]!);
   if (!one || (one[1] === "" && one[2] === "")) return { kind: "whole" };
+  // Digits only from here: a number past 2^53 is past the end of any file we keep.
   if (one[1] === "") {
     const suffix = Number(one[2]);
-    if (!Number.isSafeInteger(suffix)) return { kind: "whole" };
     if (suffix === 0 || size === 0) return { kind: "unsatisfiable" };
-    const length = Math.min(suffix, size);
+    const length = Number.isSafeInteger(suffix) ? Math.min(suffix, size) : size;
     return { kind: "part", start: size - length, length };
   }
   const start = Number(one[1]);
-  const last = one[2] === "" ? size - 1 : Number(one[2]);
-  if (!Number.isSafeInteger(start) || !Number.isSafeInteger(last)) return { kind: "whole" };
+  const lastGiven = one[2] === "" ? null : Number(one[2]);
+  if (!Number.isSafeInteger(start)) return lastGiven !== null && Number.isSafeInteger(lastGiven) ? { kind: "whole" } : { kind: "unsatisfiable" };
   if (start >= size) return { kind: "unsatisfiable" };
+  // A last byte past the end is the end (RFC 9110 14.1.2), however many digits it has.
+  const last = lastGiven === null || !Number.isSafeInteger(lastGiven) ? size - 1 : lastGiven;
   if (last < start) return { kind: "whole" };
   return { kind: "part", start, length: Math.min(last, size - 1) - start + 1 };
 }

@@ -19,7 +19,13 @@ const IMAGE_HEAD = 512 * 1024;
 /** Boxes walked in an MP4 before giving up (a hostile file of countless tiny boxes). */
 const MAX_BOXES = 10_000;
 
-const dims = (width: number, height: number): Probe => (width > 0 && height > 0 ? { width, height, durationMs: null } : NONE);
+/** Largest width, height the media table keeps (an integer column); a header claiming more is not believed. */
+export const MAX_DIMENSION = 2 ** 31 - 1;
+/** Longest duration kept, in ms (a bigint column, read back as a JavaScript number). */
+export const MAX_DURATION_MS = Number.MAX_SAFE_INTEGER;
+
+const dims = (width: number, height: number): Probe =>
+  width > 0 && height > 0 && width <= MAX_DIMENSION && height <= MAX_DIMENSION ? { width, height, durationMs: null } : NONE;
 
 async function readAt(fh: FileHandle, position: number, length: number): Promise<Buffer> {
   const buf = Buffer.alloc(length);
@@ -83,7 +89,9 @@ async function findBox(fh: FileHandle, start: number, end: number, wanted: strin
     let headerBytes = 8;
     if (size === 1) {
       if (head.length < 16) return null;
-      size = Number(head.readBigUInt64BE(8));
+      const big = head.readBigUInt64BE(8);
+      if (big > BigInt(end - pos)) return null; // past the enclosing box (and perhaps past any number)
+      size = Number(big);
       headerBytes = 16;
     } else if (size === 0) size = end - pos;
     if (size < headerBytes || pos + size > end) return null;
@@ -104,20 +112,21 @@ export async function mp4Duration(fh: FileHandle, fileSize: number): Promise<num
   if (b.length < 20) return null;
   const version = b[0];
   let timescale: number;
-  let duration: number;
+  let duration: bigint;
   if (version === 1) {
     if (b.length < 32) return null;
     timescale = b.readUInt32BE(20);
-    const d = b.readBigUInt64BE(24);
-    if (d === 0xffffffffffffffffn) return null;
-    duration = Number(d);
+    duration = b.readBigUInt64BE(24);
+    if (duration === 0xffffffffffffffffn) return null;
   } else {
     timescale = b.readUInt32BE(12);
-    duration = b.readUInt32BE(16);
-    if (duration === 0xffffffff) return null;
+    duration = BigInt(b.readUInt32BE(16));
+    if (duration === 0xffffffffn) return null;
   }
   if (!timescale) return null;
-  return Math.round((duration * 1000) / timescale);
+  // In integers: a 64-bit duration times 1000 is past what a double holds exactly.
+  const ms = (duration * 1000n + BigInt(timescale) / 2n) / BigInt(timescale);
+  return ms <= BigInt(MAX_DURATION_MS) ? Number(ms) : null;
 }
 
 /** Dimensions or duration of the file at `path`, of kind `kind`. */

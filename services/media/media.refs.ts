@@ -9,7 +9,7 @@
  * then finds the media gone (400 naming it).
  */
 import type { Context } from "moleculer";
-import { QueryTypes, type Sequelize } from "sequelize";
+import type { Sequelize } from "sequelize";
 import { apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
 import {
@@ -18,7 +18,6 @@ import {
   referenceMediaIn,
   releaseMediaIn,
   resolveMediaIn,
-  type MediaKind,
   type ReferenceMediaIn,
   type ReferenceMediaOut,
   type ReleaseMediaIn,
@@ -26,6 +25,7 @@ import {
   type ResolveMediaIn,
   type ResolveMediaOut,
 } from "./media.contract";
+import { releaseReferences, replaceReferences, resolvedRows, shareLockMedia } from "./media.queries";
 
 export interface RefsThis {
   sequelize: Sequelize;
@@ -45,12 +45,7 @@ export const refActions = {
     async handler(this: RefsThis, ctx: Ctx<ResolveMediaIn>): Promise<ResolveMediaOut> {
       const ids = distinct(ctx.params.ids);
       const lookup = wellFormed(ids);
-      const rows = lookup.length
-        ? await this.sequelize.query<{ id: string; content_type: string; kind: MediaKind; size: string }>(
-            `SELECT id, content_type, kind, size FROM media WHERE company_id = $1 AND id = ANY($2::uuid[])`,
-            { bind: [ctx.meta.companyId, lookup], type: QueryTypes.SELECT },
-          )
-        : [];
+      const rows = await resolvedRows(this.sequelize, ctx.meta.companyId, lookup);
       const byId = new Map(rows.map((r) => [r.id, r]));
       const out: ResolveMediaOut = { found: [], missing: [] };
       for (const id of ids) {
@@ -70,15 +65,7 @@ export const refActions = {
       const { companyId } = ctx.meta;
       const ids = distinct(ctx.params.mediaIds.map((id) => (MEDIA_ID_RE.test(id) ? id.toLowerCase() : id)));
       return this.sequelize.transaction(async (transaction) => {
-        const lookup = wellFormed(ids);
-        const rows = lookup.length
-          ? await this.sequelize.query<{ id: string }>(`SELECT id FROM media WHERE company_id = $1 AND id = ANY($2::uuid[]) ORDER BY id FOR SHARE`, {
-              bind: [companyId, lookup],
-              type: QueryTypes.SELECT,
-              transaction,
-            })
-          : [];
-        const found = new Set(rows.map((r) => r.id));
+        const found = await shareLockMedia(this.sequelize, companyId, wellFormed(ids), transaction);
         const unknown = ids.filter((id) => !found.has(id));
         if (unknown.length) {
           throw new ApiError("VALIDATION_ERROR", `No media ${unknown.slice(0, 10).join(", ")} in this account.`, {
@@ -88,16 +75,7 @@ export const refActions = {
             })),
           });
         }
-        await this.sequelize.query(`DELETE FROM media_references WHERE company_id = $1 AND owner = $2 AND NOT (media_id = ANY($3::uuid[]))`, {
-          bind: [companyId, ctx.params.owner, ids],
-          transaction,
-        });
-        if (ids.length) {
-          await this.sequelize.query(
-            `INSERT INTO media_references (company_id, owner, media_id) SELECT $1, $2, unnest($3::uuid[]) ON CONFLICT (company_id, owner, media_id) DO NOTHING`,
-            { bind: [companyId, ctx.params.owner, ids], transaction },
-          );
-        }
+        await replaceReferences(this.sequelize, companyId, ctx.params.owner, ids, transaction);
         return { referenced: ids };
       });
     },
@@ -108,11 +86,7 @@ export const refActions = {
     visibility: "public",
     params: releaseMediaIn,
     async handler(this: RefsThis, ctx: Ctx<ReleaseMediaIn>): Promise<ReleaseMediaOut> {
-      const rows = await this.sequelize.query<{ media_id: string }>(`DELETE FROM media_references WHERE company_id = $1 AND owner = $2 RETURNING media_id`, {
-        bind: [ctx.meta.companyId, ctx.params.owner],
-        type: QueryTypes.SELECT,
-      });
-      return { released: rows.length };
+      return { released: await releaseReferences(this.sequelize, ctx.meta.companyId, ctx.params.owner) };
     },
   }),
 };

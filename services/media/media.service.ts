@@ -1,8 +1,8 @@
 /**
  * media: images and videos partners upload to reuse in campaigns and inbox replies (spec part 1,
  * contract section 4 "Media"). The gateway receives the upload (streamed to its spool, the kind
- * judged from the first bytes, each kind cut at its own limit) and hands the bytes over as
- * ctx.stream; a media node keeps them under its MEDIA_DIR (temp name, fsync, rename) and records
+ * judged from the first bytes, each kind cut at its own limit) and keeps them while the call
+ * runs; a media node pulls them range by range (uploadedBytes of lib/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync, rename) and records
  * itself as the file's node. Content is answered by reference (lib/remote-file.ts): any gateway
  * pulls the bytes, or one range of them, from the node that holds the file.
  *
@@ -11,15 +11,17 @@
  */
 import { stat } from "node:fs/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { QueryTypes, type Sequelize } from "sequelize";
+import type { Sequelize } from "sequelize";
 import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
-import { queryPage, type Page } from "../../lib/paging";
+import { Loops } from "../../lib/jobs";
+import type { Page } from "../../lib/paging";
 import type { RemoteFile } from "../../lib/remote-file";
 import { contentDisposition, etagOf, notModified, parseRange } from "./media.content";
-import { MEDIA_COLUMNS, toMediaOut, type MediaRow } from "./media.models";
+import { toMediaOut, type MediaRow } from "./media.models";
+import { deleteMedia, idsWithRows, mediaPage, mediaRow, ownersOf } from "./media.queries";
 import { MediaMetrics } from "./media.metrics";
 import { refActions } from "./media.refs";
 import {
@@ -29,7 +31,7 @@ import {
   listMediaIn,
   mediaIdIn,
   mediaOut,
-  mediaPage,
+  mediaPage as mediaPageOut,
   partialContentOut,
   type FileRangeIn,
   type MediaOut,
@@ -41,20 +43,31 @@ interface MediaVars {
   sequelize: Sequelize;
   files: MediaFiles;
   metrics: MediaMetrics;
+  loops: Loops;
   rowOf(companyId: string, id: string): Promise<MediaRow>;
+  removeMedia(ctx: Context, id: string): Promise<void>;
+  sweepOrphans(): Promise<number>;
   locate(ctx: Context, row: MediaRow): Promise<RemoteFile>;
 }
 type MediaThis = Service<ApiServiceSettings> & MediaVars;
 type Ctx<P> = Context<P, AuthMeta & { $location?: string; $responseType?: string }>;
 
-/** A file younger than this may belong to an upload whose row is being written: the startup sweep leaves it. */
-const ORPHAN_GRACE_MS = 3600_000;
+/** A file younger than this may belong to an upload whose row is being written: the sweep leaves it. */
+export const ORPHAN_GRACE_MS = 3600_000;
+/** How often the sweep runs (besides at start). */
+const SWEEP_EVERY_MS = 3600_000;
 const notFound = (id: string) => new ApiError("MEDIA_NOT_FOUND", `No media ${id} in this account.`);
-const fileGone = () => new ApiError("MEDIA_FILE_GONE", "The media file is not reachable now (its node is away); retry later.");
+const fileGone = () => new ApiError("MEDIA_FILE_GONE", "The media file is missing on the node that stored it.");
+/** Seconds a client waits before asking again for a file whose node is away (a pod restart takes about this long). */
+export const NODE_AWAY_RETRY_AFTER_S = 30;
+const nodeAway = () =>
+  new ApiError("SERVICE_UNAVAILABLE", "The node holding the media file is away (restarting, say); retry shortly.", { retryAfter: NODE_AWAY_RETRY_AFTER_S });
+/** A call to the file's node failed because the node is not there (rather than answering that the file is missing). */
+const isNodeAway = (err: unknown) =>
+  ["SERVICE_NOT_AVAILABLE", "SERVICE_NOT_FOUND", "REQUEST_TIMEOUT", "REQUEST_REJECTED"].includes((err as { type?: string }).type ?? "");
 
 export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, MediaVars> {
   const { config, db } = deps;
-  const sequelize = db.sequelize;
 
   return {
     name: "media",
@@ -62,7 +75,7 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
 
     actions: {
       /** Stores an uploaded image or video (kind judged by content): 201 with the media. */
-      upload: uploadAction(config, sequelize),
+      upload: uploadAction(config),
 
       /** The account's media, newest first. */
       list: apiAction({
@@ -71,17 +84,10 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
         summary: "List media",
         description: "The account's media, newest first (page envelope).",
         params: listMediaIn,
-        responses: { 200: mediaPage },
+        responses: { 200: mediaPageOut },
         errors: [400],
-        async handler(ctx: Ctx<{ page: number; limit: number }>): Promise<Page<MediaOut>> {
-          return queryPage(sequelize, {
-            select: `SELECT ${MEDIA_COLUMNS} FROM media WHERE company_id = :companyId ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset`,
-            count: "SELECT count(*) AS total FROM media WHERE company_id = :companyId",
-            replacements: { companyId: ctx.meta.companyId },
-            page: ctx.params.page,
-            limit: ctx.params.limit,
-            map: toMediaOut,
-          });
+        handler(this: MediaThis, ctx: Ctx<{ page: number; limit: number }>): Promise<Page<MediaOut>> {
+          return mediaPage(this.sequelize, ctx.meta.companyId, ctx.params.page, ctx.params.limit);
         },
       }),
 
@@ -109,34 +115,7 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
         responses: { 204: null },
         errors: [404, 409],
         async handler(this: MediaThis, ctx: Ctx<{ id: string }>): Promise<null> {
-          const { companyId } = ctx.meta;
-          const id = ctx.params.id.toLowerCase();
-          const row = await sequelize.transaction(async (transaction) => {
-            const [found] = await sequelize.query<MediaRow>(`SELECT ${MEDIA_COLUMNS} FROM media WHERE company_id = $1 AND id = $2 FOR UPDATE`, {
-              bind: [companyId, id],
-              type: QueryTypes.SELECT,
-              transaction,
-            });
-            if (!found) throw notFound(ctx.params.id);
-            const refs = await sequelize.query<{ owner: string }>(
-              `SELECT owner FROM media_references WHERE company_id = $1 AND media_id = $2 ORDER BY owner LIMIT 100`,
-              { bind: [companyId, id], type: QueryTypes.SELECT, transaction },
-            );
-            if (refs.length) {
-              const referencedBy = refs.map((r) => r.owner);
-              throw new ApiError("MEDIA_IN_USE", `The media is in use by ${referencedBy.join(", ")}; it can be deleted once they no longer refer to it.`, {
-                referencedBy,
-              });
-            }
-            await sequelize.query(`DELETE FROM media WHERE company_id = $1 AND id = $2`, { bind: [companyId, id], transaction });
-            return found;
-          });
-          // The row is gone: the file goes too, here or on its node (a node away keeps an orphan its startup sweep removes).
-          if (row.node_id === this.broker.nodeID) await this.files.remove(row.id);
-          else
-            await ctx
-              .call("media.removeFile", { id: row.id }, { nodeID: row.node_id })
-              .catch((err: Error) => this.logger.warn({ err, id: row.id }, "media file not removed"));
+          await this.removeMedia(ctx, ctx.params.id);
           ctx.meta.$statusCode = 204;
           return null;
         },
@@ -157,7 +136,7 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
           "if-none-match": "The ETag of a copy the client holds: 304 when it is current.",
         },
         responses: { 200: contentOut, 206: partialContentOut, 304: null },
-        errors: [404, 416],
+        errors: [404, 416, 503],
         async handler(this: MediaThis, ctx: Ctx<{ id: string }>): Promise<RemoteFile | null> {
           const row = await this.rowOf(ctx.meta.companyId, ctx.params.id);
           const size = Number(row.size);
@@ -229,44 +208,76 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
     },
 
     methods: {
-      async rowOf(companyId: string, id: string): Promise<MediaRow> {
-        const [row] = await sequelize.query<MediaRow>(`SELECT ${MEDIA_COLUMNS} FROM media WHERE company_id = $1 AND id = $2`, {
-          bind: [companyId, id.toLowerCase()],
-          type: QueryTypes.SELECT,
-        });
+      async rowOf(this: MediaThis, companyId: string, id: string): Promise<MediaRow> {
+        const row = await mediaRow(this.sequelize, companyId, id);
         if (!row) throw notFound(id);
         return row;
+      },
+
+      /** Deletes the media (409 while anything refers to it), then its file, here or on its node. */
+      async removeMedia(this: MediaThis, ctx: Context, rawId: string): Promise<void> {
+        const companyId = (ctx.meta as AuthMeta).companyId;
+        const id = rawId.toLowerCase();
+        const row = await this.sequelize.transaction(async (transaction) => {
+          const found = await mediaRow(this.sequelize, companyId, id, { transaction, lock: true });
+          if (!found) throw notFound(rawId);
+          const referencedBy = await ownersOf(this.sequelize, companyId, id, transaction);
+          if (referencedBy.length) {
+            throw new ApiError("MEDIA_IN_USE", `The media is in use by ${referencedBy.join(", ")}; it can be deleted once they no longer refer to it.`, {
+              referencedBy,
+            });
+          }
+          await deleteMedia(this.sequelize, companyId, id, transaction);
+          return found;
+        });
+        // The row is gone: the file goes too, here or on its node (a node away keeps an orphan its sweep removes).
+        if (row.node_id === this.broker.nodeID) await this.files.remove(row.id);
+        else
+          await ctx
+            .call("media.removeFile", { id: row.id }, { nodeID: row.node_id })
+            .catch((err: Error) => this.logger.warn({ err, id: row.id }, "media file not removed"));
+      },
+
+      /** Files no row names, older than ORPHAN_GRACE_MS by their mtime (deleted while this node was away, or uploads cut short): removed. */
+      async sweepOrphans(this: MediaThis): Promise<number> {
+        const removed = await this.files.sweep((ids) => idsWithRows(this.sequelize, ids), ORPHAN_GRACE_MS);
+        if (removed) this.logger.info({ removed }, "media files without a row removed");
+        return removed;
       },
 
       /** Where the file is: here (this node stored it), else on the node that stored it. */
       async locate(this: MediaThis, ctx: Context, row: MediaRow): Promise<RemoteFile> {
         const here = await stat(this.files.fileOf(row.id)).catch(() => null);
         if (here) return { $remoteFile: { action: "media.range", nodeID: this.broker.nodeID, params: { id: row.id }, size: here.size } };
-        if (row.node_id === this.broker.nodeID || !this.broker.registry.nodes.get(row.node_id)?.available) throw fileGone();
-        const size = (await ctx.call("media.fileSize", { id: row.id }, { nodeID: row.node_id })) as number;
+        // Missing here although this node stored it: gone for good (404). Its node away: it may come back (503 with Retry-After).
+        if (row.node_id === this.broker.nodeID) throw fileGone();
+        if (!this.broker.registry.nodes.get(row.node_id)?.available) throw nodeAway();
+        const size = (await ctx.call("media.fileSize", { id: row.id }, { nodeID: row.node_id }).catch((err: unknown) => {
+          throw isNodeAway(err) ? nodeAway() : err;
+        })) as number;
         return { $remoteFile: { action: "media.range", nodeID: row.node_id, params: { id: row.id }, size } };
       },
     },
 
-    /** Files left behind while this node was away (their media deleted) or by uploads cut short are removed at start. */
-    async started(this: MediaThis) {
-      const rowsOf = async (ids: string[]) =>
-        new Set(
-          ids.length
-            ? (await sequelize.query<{ id: string }>(`SELECT id FROM media WHERE id = ANY($1::uuid[])`, { bind: [ids], type: QueryTypes.SELECT })).map(
-                (r) => r.id,
-              )
-            : [],
-        );
-      const removed = await this.files.sweep(rowsOf, ORPHAN_GRACE_MS).catch((err: Error) => (this.logger.warn({ err }, "media sweep failed"), 0));
-      if (removed) this.logger.info({ removed }, "media files without a row removed");
+    created(this: MediaThis) {
+      this.sequelize = db.sequelize;
+      this.files = new MediaFiles(config.mediaDir);
+      this.metrics = new MediaMetrics(db.sequelize);
+      this.loops = new Loops(this.logger);
+      addNodeRegistry(this.broker, this.metrics.registry);
     },
 
-    created(this: MediaThis) {
-      this.sequelize = sequelize;
-      this.files = new MediaFiles(config.mediaDir);
-      this.metrics = new MediaMetrics(sequelize);
-      addNodeRegistry(this.broker, this.metrics.registry);
+    /**
+     * Files left behind while this node was away (their media deleted) or by uploads cut short are
+     * removed at start and then every hour: a file is judged by its age on disk, so one whose media
+     * was deleted while this node was away goes at its return, and one younger then within the hour.
+     */
+    started(this: MediaThis) {
+      this.loops.every(SWEEP_EVERY_MS, "media sweep", () => this.sweepOrphans(), { runNow: true });
+    },
+
+    stopped(this: MediaThis) {
+      this.loops.stop();
     },
   };
 }

@@ -1,21 +1,24 @@
 /**
  * POST /media: the gateway has received the upload (its kind judged from the first bytes, each kind
- * cut at its own limit) and hands the bytes over as ctx.stream; this node keeps them under its
- * MEDIA_DIR (temp name, fsync, rename), reads the header for dimensions or duration, and writes the
+ * cut at its own limit) and keeps it in its spool; this node pulls the bytes range by range
+ * (uploadedBytes of lib/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync,
+ * rename), reads the header for dimensions or duration, and writes the
  * row naming itself as the file's node, within the account's MEDIA_ACCOUNT_MAX_BYTES. No row
  * without a file, no file without a row.
  */
 import { randomUUID } from "node:crypto";
-import type { Readable } from "node:stream";
 import type { Context, ServiceBroker } from "moleculer";
-import { QueryTypes, type Sequelize } from "sequelize";
+import type { Readable } from "node:stream";
+import type { Sequelize } from "sequelize";
 import { API_PREFIX, apiAction, type ApiAction, type AuthMeta } from "../../lib/api";
 import type { Config } from "../../lib/config";
 import { diskFull } from "../../lib/disk-budget";
 import { ApiError } from "../../lib/errors";
 import { MAGIC_CONTENT_TYPES, type MagicKind } from "../../lib/magic";
-import { mib } from "../../lib/upload";
-import { MEDIA_COLUMNS, toMediaOut, type MediaRow } from "./media.models";
+import { uploadedBytes } from "../../lib/remote-file";
+import { mib, type UploadedFile } from "../../lib/upload";
+import { toMediaOut, type MediaRow } from "./media.models";
+import { insertMedia, lockAccountUploads, usedBytes } from "./media.queries";
 import type { MediaMetrics, UploadOutcome } from "./media.metrics";
 import { probeFile } from "./media.probe";
 import { MAX_IMAGE_BYTES, MAX_VIDEO_BYTES, MEDIA_KINDS, mediaOut, uploadMediaIn, type MediaOut, type UploadMediaIn } from "./media.schemas";
@@ -23,6 +26,7 @@ import type { MediaFiles } from "./media.storage";
 
 export interface UploadThis {
   broker: ServiceBroker;
+  sequelize: Sequelize;
   files: MediaFiles;
   metrics: MediaMetrics;
 }
@@ -35,14 +39,43 @@ function outcomeOf(err: unknown): UploadOutcome {
   return typeof code === "number" && code >= 400 && code < 500 ? "rejected" : "failed";
 }
 
-/** The upload action of a media service on `sequelize` with `config`. */
-export function uploadAction(config: Config, sequelize: Sequelize): ApiAction {
-  const quota = (used: number) =>
-    new ApiError(
-      "PAYLOAD_TOO_LARGE",
-      `This account's media take ${mib(used)} of the ${mib(config.mediaAccountMaxBytes)} it may keep; delete media it no longer needs first.`,
-    );
+const quota = (config: Config, used: number) =>
+  new ApiError(
+    "PAYLOAD_TOO_LARGE",
+    `This account's media take ${mib(used)} of the ${mib(config.mediaAccountMaxBytes)} it may keep; delete media it no longer needs first.`,
+  );
 
+/** Keeps the bytes as the file of a new id, probes it and writes its row within the account's room; no row without a file, no file without a row. */
+async function storeUpload(this: UploadThis, config: Config, companyId: string, stream: Readable, file: UploadedFile): Promise<MediaRow> {
+  const kind = file.kind as MagicKind;
+  const { sequelize } = this;
+  // A first look at the account's room (checked again, under a lock, with the row).
+  const used = await usedBytes(sequelize, companyId);
+  if (used + file.size > config.mediaAccountMaxBytes) throw quota(config, used);
+  const id = randomUUID();
+  try {
+    await this.files.keep(id, stream, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw diskFull("No room for the file on this media node now; retry in a few minutes.");
+    throw err;
+  }
+  try {
+    const probe = await probeFile(this.files.fileOf(id), kind, file.size);
+    return await sequelize.transaction(async (transaction) => {
+      await lockAccountUploads(sequelize, companyId, transaction); // the sum and the insert agree
+      const now = await usedBytes(sequelize, companyId, transaction);
+      if (now + file.size > config.mediaAccountMaxBytes) throw quota(config, now);
+      const media = { id, companyId, fileName: file.name, contentType: MAGIC_CONTENT_TYPES[kind], size: file.size, sha256: file.sha256 };
+      return insertMedia(sequelize, { ...media, kind: kind === "mp4" ? "video" : "image", ...probe, nodeId: this.broker.nodeID }, transaction);
+    });
+  } catch (err) {
+    await this.files.remove(id); // no row, no file
+    throw err;
+  }
+}
+
+/** The upload action of a media service with `config`. */
+export function uploadAction(config: Config): ApiAction {
   /** Stores an uploaded image or video (kind judged by content): 201 with the media. */
   return apiAction({
     rest: "POST /media",
@@ -67,74 +100,22 @@ export function uploadAction(config: Config, sequelize: Sequelize): ApiAction {
     async handler(this: UploadThis, ctx: Ctx<UploadMediaIn>): Promise<MediaOut> {
       const { companyId } = ctx.meta;
       const { file } = ctx.params;
-      const stream = ctx.stream as Readable | null;
+      const stream = uploadedBytes(ctx);
       try {
         if (!stream) throw new ApiError("VALIDATION_ERROR", "The upload carries no file.", { errors: [{ path: "file", message: "is required" }] });
         if (!(MEDIA_KINDS as readonly string[]).includes(file.kind))
           throw new ApiError("UNSUPPORTED_MEDIA_TYPE", "The file is not an image or a video this API keeps.");
-        const kind = file.kind as MagicKind;
-        // A first look at the account's room (checked again, under a lock, with the row).
-        const [{ used }] = (await sequelize.query(`SELECT coalesce(sum(size), 0) AS used FROM media WHERE company_id = $1`, {
-          bind: [companyId],
-          type: QueryTypes.SELECT,
-        })) as [{ used: string }];
-        if (Number(used) + file.size > config.mediaAccountMaxBytes) throw quota(Number(used));
-        const id = randomUUID();
-        try {
-          await this.files.keep(id, stream, file);
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw diskFull("No room for the file on this media node now; retry in a few minutes.");
-          throw err;
-        }
-        let row: MediaRow;
-        try {
-          const probe = await probeFile(this.files.fileOf(id), kind, file.size);
-          row = await sequelize.transaction(async (transaction) => {
-            // One upload of an account at a time past this point: the sum and the insert agree.
-            await sequelize.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, { bind: [`media:${companyId}`], transaction });
-            const [{ used: now }] = (await sequelize.query(`SELECT coalesce(sum(size), 0) AS used FROM media WHERE company_id = $1`, {
-              bind: [companyId],
-              type: QueryTypes.SELECT,
-              transaction,
-            })) as [{ used: string }];
-            if (Number(now) + file.size > config.mediaAccountMaxBytes) throw quota(Number(now));
-            const [inserted] = await sequelize.query<MediaRow>(
-              `INSERT INTO media (id, company_id, file_name, content_type, kind, size, sha256, width, height, duration_ms, node_id)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ${MEDIA_COLUMNS}`,
-              {
-                bind: [
-                  id,
-                  companyId,
-                  file.name,
-                  MAGIC_CONTENT_TYPES[kind],
-                  kind === "mp4" ? "video" : "image",
-                  file.size,
-                  file.sha256,
-                  probe.width,
-                  probe.height,
-                  probe.durationMs,
-                  this.broker.nodeID,
-                ],
-                type: QueryTypes.SELECT,
-                transaction,
-              },
-            );
-            return inserted!;
-          });
-        } catch (err) {
-          await this.files.remove(id); // no row, no file
-          throw err;
-        }
+        const stored = await storeUpload.call(this, config, companyId, stream, file);
         this.metrics.upload("stored");
         ctx.meta.$statusCode = 201;
-        ctx.meta.$location = `${API_PREFIX}/media/${id}`;
-        return toMediaOut(row);
+        ctx.meta.$location = `${API_PREFIX}/media/${stored.id}`;
+        return toMediaOut(stored);
       } catch (err) {
         this.metrics.upload((err as ApiError).type === "PAYLOAD_TOO_LARGE" ? "quota" : outcomeOf(err));
         throw err;
       } finally {
-        // Whatever happened, the stream is read to its end (a remote sender would otherwise stall).
-        if (stream && !stream.readableEnded) stream.resume();
+        // Nothing more is pulled from the gateway once the action has its answer.
+        stream?.destroy();
       }
     },
   });

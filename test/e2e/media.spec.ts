@@ -1,13 +1,11 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
-import os from "node:os";
+import { existsSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
-import { MediaFiles } from "../../services/media/media.storage";
 import { gif, jpeg, mediaForm, mp4, mp4OfSize, png, pngOfSize, readContent, uploadMedia, webp } from "../helpers/media";
 
 const MIB = 1024 * 1024;
@@ -256,23 +254,24 @@ describe("media: list, get, delete", () => {
     expect((await readContent(a, id)).status).toBe(404);
   });
 
-  it("a media node removes at start the files no row names and old temp files, never young ones or those with rows", async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), "pgw-media-sweep-"));
+  it("the media service's sweep (at start, then hourly) removes old files no row names and old temp files, never young ones or those with rows", async () => {
+    const media = t.app.broker.getLocalService("media") as unknown as { sweepOrphans(): Promise<number> };
+    const dir = t.config.mediaDir;
     const a = await account();
     const kept = (await uploadMedia(a, png(), "a.png")).body.id;
+    // Deleted while its node was away: the row is gone, the file stayed (an old mtime, however recent the node's return).
+    const deleted = (await uploadMedia(a, gif(), "b.gif")).body.id;
+    await t.db.sequelize.query(`DELETE FROM media WHERE id = $1`, { bind: [deleted] });
     const orphan = "00000000-0000-4000-8000-00000000000a";
     const young = "00000000-0000-4000-8000-00000000000b";
-    for (const name of [kept, orphan, young, `${orphan}.part`, "notes.txt"]) writeFileSync(path.join(dir, name), "x");
+    for (const name of [orphan, young, `${orphan}.part`, "notes.txt"]) writeFileSync(path.join(dir, name), "x");
     const old = new Date(Date.now() - 2 * 3600_000);
-    for (const name of [kept, orphan, `${orphan}.part`, "notes.txt"]) utimesSync(path.join(dir, name), old, old);
-    const rowsOf = async (ids: string[]) =>
-      new Set(
-        (await t.db.sequelize.query<{ id: string }>(`SELECT id FROM media WHERE id = ANY($1::uuid[])`, { bind: [ids], type: QueryTypes.SELECT })).map(
-          (r) => r.id,
-        ),
-      );
-    expect(await new MediaFiles(dir).sweep(rowsOf, 3600_000)).toBe(2);
-    expect(readdirSync(dir).sort()).toEqual([young, kept, "notes.txt"].sort());
+    for (const name of [kept, deleted, orphan, `${orphan}.part`, "notes.txt"]) utimesSync(path.join(dir, name), old, old);
+    expect(await media.sweepOrphans()).toBe(3);
+    const left = readdirSync(dir);
+    expect(left).toEqual(expect.arrayContaining([kept, young, "notes.txt"]));
+    for (const name of [deleted, orphan, `${orphan}.part`]) expect(left).not.toContain(name);
+    expect(readFileSync(onDisk(kept)).equals(png())).toBe(true);
   });
 
   it("answers 404 for another account's media on every route, and changes nothing", async () => {

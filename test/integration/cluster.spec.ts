@@ -2,7 +2,7 @@
  * The product split over real NATS: two gateway nodes and an auth+contacts node, as operators run it
  * (SERVICES=gateway / SERVICES=auth,contacts). Proves that key rules, errors, meta and the request id
  * survive the wire, that deleting a key reaches every gateway replica before the 204, and that an
- * upload received by a gateway streams to the contacts node whole, and that what an upstream posts
+ * upload received by a gateway is pulled by the contacts node whole (gateway.uploadRange), and that what an upstream posts
  * to the ingress of the tracking node is polled through a gateway node.
  */
 import type { Context } from "moleculer";
@@ -134,10 +134,10 @@ describeOverNats("cluster over NATS", () => {
     expect(Object.keys(doc.body.paths)).toEqual(expect.arrayContaining(["/authentication", "/authentication/me", "/authentication/{id}"]));
   });
 
-  it("streams an upload from the gateway node to the contacts node and imports it there", async () => {
+  it("pulls an upload from the gateway node to the contacts node and imports it there", async () => {
     const a = await authNode.newAccount(["CONTACTS"]);
     const api = new Http(gwB.api.baseUrl, { "x-api-key": a.key.apiKey });
-    // Several MiB: many stream chunks over NATS, and more than one import batch.
+    // Several MiB: many ranges over NATS, and more than one import batch.
     const lines = ["email,firstName,lastName"];
     for (let i = 0; i < 30000; i++) lines.push(`n${i}@cluster.example,First${i}${"x".repeat(80)},Last${i}${"y".repeat(80)}`);
     const file = new FormData();

@@ -5,9 +5,9 @@
  * range (lib/remote-file.ts): no gateway holds the file.
  *
  * Never held whole in memory, by design: gateway A's busboy part stream is piped (back-pressured)
- * into a spool file, and the call to the media node carries a read stream of that spool file as
- * ctx.stream, which the media node pipes into its temp file; reads go back in RANGE_BYTES pieces,
- * one in flight at a time. The test checks the spool is emptied after each upload and that the
+ * into a spool file, kept under a token while the call runs; the media node pulls it into its temp
+ * file range by range (gateway.uploadRange, one RANGE_BYTES piece in flight); reads go
+ * back in RANGE_BYTES pieces, one in flight at a time. The test checks the spool is emptied after each upload and that the
  * media node's file is byte-identical.
  */
 import { createHash } from "node:crypto";
@@ -40,6 +40,13 @@ describeOverNats("media over NATS", () => {
     gatewayA = await startTestApp({ services: ["gateway", "auth"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gwa` } });
     gatewayB = await startTestApp({ services: ["gateway"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-gwb` } });
     for (const gw of [gatewayA, gatewayB]) await eventually(() => expect(mediaNodes(gw)).toEqual([`${namespace}-media`]));
+    // The media node pulls uploads from the gateway that received them (gateway.uploadRange): it knows both.
+    const gatewayNodes = () =>
+      (media.app.broker.registry.getServiceList({ onlyAvailable: true }) as Array<{ name: string; nodeID: string }>)
+        .filter((s) => s.name === "gateway")
+        .map((s) => s.nodeID)
+        .sort();
+    await eventually(() => expect(gatewayNodes()).toEqual([`${namespace}-gwa`, `${namespace}-gwb`]));
     // Both gateways have built their media routes (401 without a key, not 404).
     for (const gw of [gatewayA, gatewayB]) await eventually(async () => expect((await gw.api.get("/media")).status).toBe(401));
   }, 60_000);
@@ -110,7 +117,7 @@ describeOverNats("media over NATS", () => {
     expect(readdirSync(media.config.mediaDir)).not.toContain(id);
   });
 
-  it("serves a file through a media node that does not hold it (pulled from the one that does), and answers 404 once that node is gone", async () => {
+  it("serves a file through a media node that does not hold it (pulled from the one that does), and answers 503 with Retry-After while that node is away", async () => {
     const a = await gatewayA.newAccount(["MEDIA"]);
     const bytes = mp4OfSize(RANGE_BYTES + 777, 1500);
     const { id } = (await uploadMedia(a, bytes, "v.mp4")).body; // only the first media node runs: it keeps the file
@@ -130,9 +137,16 @@ describeOverNats("media over NATS", () => {
     }
     await media.stop();
     await eventually(() => expect(mediaNodes(gatewayB)).toEqual([`${namespace}-media2`]));
-    const gone = await readContent(a, id, {}, gatewayB.api.baseUrl);
-    expect(gone.status).toBe(404);
-    expect(JSON.parse(gone.bytes.toString("utf8"))).toMatchObject({ status: 404, detail: expect.stringMatching(/not reachable/) });
-    expect((await readContent(a, id, {}, gatewayA.api.baseUrl)).status).toBe(404);
+    // A StatefulSet pod restarting: GET /media/{id} says the media exists, so its content is a 503 to retry, not a 404.
+    const away = await readContent(a, id, {}, gatewayB.api.baseUrl);
+    expect(away.status).toBe(503);
+    expect(away.headers.get("retry-after")).toBe("30");
+    expect(JSON.parse(away.bytes.toString("utf8"))).toMatchObject({
+      status: 503,
+      type: expect.stringMatching(/service-unavailable/),
+      detail: expect.stringMatching(/away/),
+    });
+    expect((await readContent(a, id, {}, gatewayA.api.baseUrl)).status).toBe(503);
+    expect((await a.api.get(`/media/${id}`)).status).toBe(200);
   });
 });
