@@ -76,6 +76,8 @@ interface GatewayVars {
   openApiCache: Record<string, unknown> | null;
   aliases: Alias[];
   aliasesReady: boolean;
+  /** Every service of this node has started (Moleculer's $broker.started): routes built before then may lack some. */
+  localServicesStarted: boolean;
   loops: Loops;
   /** Where uploads are spooled until their action has answered. */
   spoolDir: string;
@@ -174,6 +176,15 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       "$api.aliases.regenerated"(this: GatewayThis) {
         this.openApiCache = null;
       },
+      // Services of one node start side by side, and one slow to start (a worker pool, a sweep) may join
+      // the registry after the first (debounced) route build: the node is ready only once its routes are
+      // built with every local service in them.
+      "$broker.started"(this: GatewayThis) {
+        this.localServicesStarted = true;
+        type Route = { opts: { name?: string; autoAliases?: boolean } };
+        const web = this as unknown as { routes: Route[]; regenerateAutoAliases(route: Route): void };
+        for (const route of web.routes) if (route.opts.autoAliases) web.regenerateAutoAliases(route);
+      },
     },
 
     methods: {
@@ -190,7 +201,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** This gateway's partner routes are built from the registry: from then on it is ready. */
       regenerateAutoAliases(this: GatewayThis, route: { opts: { name?: string } }) {
         const out = mixin.methods.regenerateAutoAliases!.call(this, route);
-        if (route.opts.name === "partner") {
+        if (route.opts.name === "partner" && this.localServicesStarted) {
           this.aliasesReady = true;
           this.openApiCache = null;
         }
@@ -372,6 +383,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.metrics = new HttpMetrics(this.broker);
       this.openApiCache = null;
       this.aliasesReady = false;
+      this.localServicesStarted = false;
       this.server.on("clientError", answerClientError);
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
       this.spoolBudget = new DiskBudget(config.spoolMaxBytes, Math.floor(config.spoolMaxBytes * config.uploadAccountShare));
