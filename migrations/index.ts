@@ -12,6 +12,7 @@ import * as m0006 from "./20261123-0006-webhooks";
 import * as m0007 from "./20261123-0007-webhook-delivery";
 import * as m0008 from "./20261123-0008-exports";
 import * as m0009 from "./20261124-0009-key-creator";
+import * as m0012 from "./20261125-0012-campaigns";
 
 export interface Migration {
   name: string;
@@ -29,4 +30,5 @@ export const migrations: Migration[] = [
   { name: "20261123-0007-webhook-delivery", ...m0007 },
   { name: "20261123-0008-exports", ...m0008 },
   { name: "20261124-0009-key-creator", ...m0009 },
+  { name: "20261125-0012-campaigns", ...m0012 },
 ];
