@@ -211,7 +211,7 @@ export class CampaignRunner {
          RETURNING r.status),
        n AS (SELECT count(*) FILTER (WHERE status = 'SENT')::int AS sent, count(*) FILTER (WHERE status = 'FAILED')::int AS failed,
                     count(*) FILTER (WHERE status = 'PENDING')::int AS retried FROM upd),
-       bump AS (UPDATE campaigns SET sent = sent + n.sent, failed = failed + n.failed, updated_at = now() FROM n WHERE id = $1 AND (n.sent > 0 OR n.failed > 0))
+       bump AS (UPDATE campaigns k SET sent = k.sent + n.sent, failed = k.failed + n.failed, updated_at = now() FROM n WHERE k.id = $1 AND (n.sent > 0 OR n.failed > 0))
        SELECT sent, failed, retried FROM n`,
       [campaignId, JSON.stringify(results), RETRY_BASE_MS],
     );

@@ -219,7 +219,7 @@ export const previewOut = {
           contactId: { type: "string" },
           destination: { type: "string" },
           text: { type: "string" },
-          encoding: { type: "string", enum: ["GSM7", "UCS2"], nullable: true },
+          encoding: { type: "string", enum: ["GSM7", "UCS2", null], nullable: true },
           parts: { ...count, nullable: true },
         },
       },
