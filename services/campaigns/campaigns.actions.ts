@@ -44,7 +44,8 @@ type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 export const CONFIRM_TIMEOUT_MS = 300_000;
 
 const notFound = (id: string) => new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${id} in this account.`);
-const conflict = (status: CampaignStatus, what: string) => new ApiError("CAMPAIGN_STATE_CONFLICT", `The campaign is ${status}; ${what}.`, { status });
+const conflict = (status: CampaignStatus, what: string) =>
+  new ApiError("CAMPAIGN_STATE_CONFLICT", `The campaign is ${status}; ${what}.`, { campaignStatus: status });
 
 async function mustFind(sequelize: Sequelize, companyId: string, id: string): Promise<CampaignRow> {
   const row = await findCampaign(q(sequelize), companyId, id);
