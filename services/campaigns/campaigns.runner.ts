@@ -22,6 +22,8 @@ import { MAX_TEXT, parseText, render } from "./campaigns.text";
 export const MAX_ATTEMPTS = 3;
 /** A failed message waits RETRY_BASE_MS, then 4x that, before its next attempt. */
 export const RETRY_BASE_MS = 2000;
+/** The batch window of the auto-pause: the last attempts judged together (at most this many). */
+export const PAUSE_WINDOW = 100;
 /** Campaigns one node sends at once. */
 const MAX_ACTIVE = 4;
 
@@ -128,6 +130,10 @@ export class CampaignRunner {
     const max = MAX_TEXT[c.channel];
     const rate = c.send_rate_per_second ? Number(c.send_rate_per_second) : null;
     const size = Math.min(this.config.campaignBatchSize, rate ?? Infinity);
+    // The window: the outcomes of the last attempts (at most PAUSE_WINDOW); judged once it holds as
+    // many as it can (a small campaign fills it with its whole audience).
+    const window: boolean[] = [];
+    const windowSize = Math.max(1, Math.min(PAUSE_WINDOW, this.config.campaignBatchSize, Number(c.audience) || 1));
     while (!signal.aborted && !this.stopping) {
       if (!(await this.stillHeld(c.id))) return;
       const rows = await rawQuery<RecipientRow & { due_at: Date }>(
@@ -180,15 +186,18 @@ export class CampaignRunner {
           .markContacted(c.company_id, reached, c.channel)
           .catch((err) => this.log.warn({ err, campaignId: c.id }, "could not mark contacts contacted"));
       }
-      if (outcome.failed.length * 2 > rows.length) {
-        const reason = `Paused by itself: ${outcome.failed.length} of ${rows.length} messages of a batch failed at the upstream (last: ${outcome.failed[outcome.failed.length - 1]!.error}). Resume with PUT /campaigns/{id}/resume.`;
+      window.push(...results.map((r) => r.ok));
+      window.splice(0, Math.max(0, window.length - windowSize));
+      const failures = window.filter((ok) => !ok).length;
+      if (window.length >= windowSize && failures * 2 > window.length) {
+        const reason = `Paused by itself: ${failures} of the last ${window.length} messages failed at the upstream (last: ${outcome.failed[outcome.failed.length - 1]?.error ?? "?"}). Resume with PUT /campaigns/{id}/resume.`;
         await rawQuery(
           this.sequelize,
           `UPDATE campaigns SET status = 'PAUSED', pause_reason = $3, node_id = NULL, leased_until = NULL, updated_at = now()
             WHERE id = $1 AND node_id = $2 AND status = 'SENDING'`,
           [c.id, this.nodeId, reason.slice(0, 1000)],
         );
-        this.log.warn({ campaignId: c.id, failed: outcome.failed.length, batch: rows.length }, "campaign paused: most of a batch failed");
+        this.log.warn({ campaignId: c.id, failed: failures, window: window.length }, "campaign paused: most of a batch window failed");
         return;
       }
       if (rate) await sleep(Math.max(0, (rows.length / rate) * 1000 - (Date.now() - started)), signal);
