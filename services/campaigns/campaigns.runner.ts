@@ -141,7 +141,6 @@ export class CampaignRunner {
         `SELECT contact_id, destination, vars, simulation, attempts, due_at FROM campaign_recipients
           WHERE campaign_id = $1 AND status = 'PENDING' AND due_at <= now() ORDER BY due_at, contact_id LIMIT $2`,
         [c.id, size],
-        "campaign-batch",
       );
       if (rows.length === 0) {
         const [left] = await rawQuery<{ n: number; wait_ms: number | null }>(
