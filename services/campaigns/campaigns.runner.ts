@@ -134,14 +134,25 @@ export class CampaignRunner {
     // many as it can (a small campaign fills it with its whole audience).
     const window: boolean[] = [];
     const windowSize = Math.max(1, Math.min(PAUSE_WINDOW, this.config.campaignBatchSize, Number(c.audience) || 1));
+    // Where the last batch ended (due time, contact): the next one starts after it, so the scan of
+    // the PENDING index never walks again over the entries of recipients already recorded (dead
+    // until vacuumed); retries are due later, so they come after it. Once nothing is after it, one
+    // scan from the start.
+    let after: { due: string; id: string } | null = null;
     while (!signal.aborted && !this.stopping) {
       if (!(await this.stillHeld(c.id))) return;
-      const rows = await rawQuery<RecipientRow & { due_at: Date }>(
+      const rows: Array<RecipientRow & { due_at: Date; due_key: string }> = await rawQuery<RecipientRow & { due_at: Date; due_key: string }>(
         this.sequelize,
-        `SELECT contact_id, destination, vars, simulation, attempts, due_at FROM campaign_recipients
-          WHERE campaign_id = $1 AND status = 'PENDING' AND due_at <= now() ORDER BY due_at, contact_id LIMIT $2`,
-        [c.id, size],
+        `SELECT contact_id, destination, vars, simulation, attempts, due_at, due_at::text AS due_key FROM campaign_recipients
+          WHERE campaign_id = $1 AND status = 'PENDING' AND due_at <= now()${after ? " AND (due_at, contact_id) > ($3::timestamptz, $4::uuid)" : ""}
+          ORDER BY due_at, contact_id LIMIT $2`,
+        after ? [c.id, size, after.due, after.id] : [c.id, size],
       );
+      if (rows.length === 0 && after) {
+        after = null;
+        continue;
+      }
+      if (rows.length > 0) after = { due: rows[rows.length - 1]!.due_key, id: rows[rows.length - 1]!.contact_id };
       if (rows.length === 0) {
         const [left] = await rawQuery<{ n: number; wait_ms: number | null }>(
           this.sequelize,
