@@ -7,7 +7,7 @@ import ipaddr from "ipaddr.js";
 import os from "node:os";
 import path from "node:path";
 
-export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles"] as const;
+export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles", "campaigns", "simulator"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
 export interface Config {
@@ -46,6 +46,25 @@ export interface Config {
   /** NODE_EXTRA_CA_CERTS: a PEM file of extra CAs the notifier trusts besides the system's. */
   readonly extraCaCerts: string | null;
   readonly upstreamMode: "simulator" | "http";
+  /** UPSTREAM_MODE=http: where each channel's batches are posted (one request per message, Idempotency-Key = its customerMessageId). */
+  readonly upstreamSmsUrl: string | null;
+  readonly upstreamRcsUrl: string | null;
+  readonly upstreamWhatsappUrl: string | null;
+  /** UPSTREAM_MODE=http: the longest wait for a connection, and for an answer, per request. */
+  readonly upstreamConnectTimeoutMs: number;
+  readonly upstreamTimeoutMs: number;
+  /** Requests one campaigns node has in flight to the HTTP upstream at once. */
+  readonly upstreamConcurrency: number;
+  /** The simulator's mix of outcomes: realistic, all-delivered or flaky. */
+  readonly simulatorProfile: "realistic" | "all-delivered" | "flaky";
+  /** The simulator reports each receipt after a random delay up to this many milliseconds. */
+  readonly simulatorMaxDelayMs: number;
+  /** Recipients a campaigns node hands the upstream at once. */
+  readonly campaignBatchSize: number;
+  /** How long a sending campaign stays with its node without a heartbeat before another node takes it over. */
+  readonly campaignLeaseMs: number;
+  /** How often an idle campaigns node looks for campaigns due. */
+  readonly campaignPollMs: number;
   readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   readonly logPretty: boolean;
   readonly rateLimitRps: number;
@@ -125,6 +144,17 @@ export const VARIABLES = {
   NOTIFIER_LEASE_MS: { field: "notifierLeaseMs", schema: { type: "integer", minimum: 10000, maximum: 3600000 }, default: 60000 },
   NODE_EXTRA_CA_CERTS: { field: "extraCaCerts", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   UPSTREAM_MODE: { field: "upstreamMode", schema: { enum: ["simulator", "http"] }, default: "simulator" },
+  UPSTREAM_SMS_URL: { field: "upstreamSmsUrl", schema: { type: ["string", "null"], pattern: "^https?://[^\\s]+$" }, default: null },
+  UPSTREAM_RCS_URL: { field: "upstreamRcsUrl", schema: { type: ["string", "null"], pattern: "^https?://[^\\s]+$" }, default: null },
+  UPSTREAM_WHATSAPP_URL: { field: "upstreamWhatsappUrl", schema: { type: ["string", "null"], pattern: "^https?://[^\\s]+$" }, default: null },
+  UPSTREAM_CONNECT_TIMEOUT_MS: { field: "upstreamConnectTimeoutMs", schema: { type: "integer", minimum: 100, maximum: 60000 }, default: 3000 },
+  UPSTREAM_TIMEOUT_MS: { field: "upstreamTimeoutMs", schema: { type: "integer", minimum: 100, maximum: 300000 }, default: 10000 },
+  UPSTREAM_CONCURRENCY: { field: "upstreamConcurrency", schema: { type: "integer", minimum: 1, maximum: 1024 }, default: 32 },
+  SIMULATOR_PROFILE: { field: "simulatorProfile", schema: { enum: ["realistic", "all-delivered", "flaky"] }, default: "realistic" },
+  SIMULATOR_MAX_DELAY_MS: { field: "simulatorMaxDelayMs", schema: { type: "integer", minimum: 0, maximum: 600000 }, default: 3000 },
+  CAMPAIGN_BATCH_SIZE: { field: "campaignBatchSize", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 500 },
+  CAMPAIGN_LEASE_MS: { field: "campaignLeaseMs", schema: { type: "integer", minimum: 1000, maximum: 3600000 }, default: 30000 },
+  CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
   LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },
   RATE_LIMIT_RPS: { field: "rateLimitRps", schema: { type: "number", exclusiveMinimum: 0 }, default: 50 },
@@ -232,6 +262,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     throw new ConfigError(
       "Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not; every profiles node must encrypt tokens with the same key (set SECRETS_KEY to 32 random bytes in base64, e.g. `openssl rand -base64 32`)",
     );
+  }
+  if (config.upstreamMode === "http" && config.services.includes("campaigns") && opts.runsServices !== false) {
+    const missing = (["UPSTREAM_SMS_URL", "UPSTREAM_RCS_URL", "UPSTREAM_WHATSAPP_URL"] as const).filter((n) => !config[VARIABLES[n].field]);
+    if (missing.length) throw new ConfigError(`Invalid configuration: UPSTREAM_MODE=http needs ${missing.join(", ")}`);
   }
   // A tracking node put in cluster mode by its environment runs the ingress on the network: it needs
   // a token, or an operator's explicit word that something else guards it.

@@ -14,6 +14,7 @@ import * as m0008 from "./20261123-0008-exports";
 import * as m0009 from "./20261124-0009-key-creator";
 import * as m0010 from "./20261125-0010-media";
 import * as m0011 from "./20261125-0011-profiles";
+import * as m0012 from "./20261125-0012-campaigns";
 
 export interface Migration {
   name: string;
@@ -33,4 +34,5 @@ export const migrations: Migration[] = [
   { name: "20261124-0009-key-creator", ...m0009 },
   { name: "20261125-0010-media", ...m0010 },
   { name: "20261125-0011-profiles", ...m0011 },
+  { name: "20261125-0012-campaigns", ...m0012 },
 ];

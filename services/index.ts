@@ -3,12 +3,14 @@ import type { ServiceSchema } from "moleculer";
 import type { ServiceName } from "../lib/config";
 import type { Deps } from "../lib/deps";
 import { createAuthService } from "./auth/auth.service";
+import { createCampaignsService } from "./campaigns/campaigns.service";
 import { createContactsService } from "./contacts/contacts.service";
 import { createExportsService } from "./exports/exports.service";
 import { createGatewayService } from "./gateway/gateway.service";
 import { createMediaService } from "./media/media.service";
 import { createNotifierService } from "./notifier/notifier.service";
 import { createProfilesService } from "./profiles/profiles.service";
+import { createSimulatorService } from "./simulator/simulator.service";
 import { createTrackingService } from "./tracking/tracking.service";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -21,4 +23,6 @@ export const SERVICE_FACTORIES: Record<ServiceName, (deps: Deps) => ServiceSchem
   exports: createExportsService,
   media: createMediaService,
   profiles: createProfilesService,
+  campaigns: createCampaignsService,
+  simulator: createSimulatorService,
 };

@@ -36,11 +36,13 @@ import {
   customFieldOut,
   emptyIn,
   listContactsIn,
+  markContactedIn,
   updateContactIn,
   type ContactIn,
   type ContactOut,
   type CustomFieldOut,
   type ListContactsIn,
+  type MarkContactedIn,
 } from "./contacts.schemas";
 
 export interface ContactsThis {
@@ -128,6 +130,23 @@ export const contactActions = {
         throw new ApiError("CONTACT_NOT_FOUND", `No contact ${ctx.params.id} in this account.`);
       ctx.meta.$statusCode = 204;
       return null;
+    },
+  }),
+
+  /** Internal (campaigns, inbox): the account's contacts among `contactIds` were just sent a message on `channel`: lastContactType (and lastCampaignType) become it. */
+  markContacted: apiAction({
+    visibility: "public",
+    params: markContactedIn,
+    async handler(this: ContactsThis, ctx: Ctx<MarkContactedIn>): Promise<{ updated: number }> {
+      const [rows] = await this.sequelize.query(
+        `UPDATE contacts SET last_contact_type = :channel,
+                last_campaign_type = CASE WHEN :campaign THEN :channel ELSE last_campaign_type END, updated_at = now()
+          WHERE company_id = :companyId AND id IN (:ids)
+            AND (last_contact_type IS DISTINCT FROM :channel OR (:campaign AND last_campaign_type IS DISTINCT FROM :channel))
+          RETURNING id`,
+        { replacements: { channel: ctx.params.channel, campaign: ctx.params.campaign ?? false, companyId: ctx.meta.companyId, ids: ctx.params.contactIds } },
+      );
+      return { updated: (rows as unknown[]).length };
     },
   }),
 

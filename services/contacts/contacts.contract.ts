@@ -7,6 +7,7 @@
 import { CHANNELS, type Channel } from "../../lib/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
+import { channelRefusedSql } from "../tracking/tracking.contract";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
@@ -168,4 +169,35 @@ const SORT_COLUMNS: Record<ContactSort, string> = {
 export function contactOrder(sortBy: ContactSort, sortOrder: "asc" | "desc"): string {
   const dir = sortOrder === "desc" ? "DESC" : "ASC";
   return `ORDER BY ${SORT_COLUMNS[sortBy]} ${dir} NULLS LAST, c.id ${dir}`;
+}
+
+/**
+ * A campaign's audience, defined here once: the distinct valid contacts of the account's live
+ * (not deleted) lists among `listIds` that are reachable on `channel`: every channel needs a phone
+ * number, and RCS and WhatsApp skip numbers whose latest receipt on that channel was UNSUPPORTED or
+ * DISABLED (tracking's rule). One row per contact: `contact_id`, `destination`, `vars` (first and
+ * last name and the custom fields named by `customKeys`, for placeholders) and `simulation` (true
+ * when every list that brings the contact is a test list). `companyId`, `listIds` (bigint[]) and
+ * `customKeys` (text[]) are SQL expressions (parameters of the caller's statement).
+ */
+export function audienceSql(o: { companyId: string; listIds: string; customKeys: string; channel: Channel }): string {
+  const refused = o.channel === "SMS" ? "" : `AND NOT ${channelRefusedSql(o.channel, "c.company_id", "c.phone_number")}`;
+  return `SELECT c.id AS contact_id, c.phone_number AS destination,
+                 jsonb_build_object('firstName', c.first_name, 'lastName', c.last_name, 'customFields',
+                   (SELECT coalesce(jsonb_object_agg(k, c.custom_fields -> k), '{}'::jsonb) FROM unnest(${o.customKeys}::text[]) k WHERE jsonb_exists(c.custom_fields, k))) AS vars,
+                 bool_and(l.is_test) AS simulation
+            FROM contact_lists l
+            JOIN contact_list_members m ON m.list_id = l.id
+            JOIN contacts c ON c.id = m.contact_id
+           WHERE l.company_id = ${o.companyId} AND l.id = ANY (${o.listIds}::bigint[]) AND l.deleted_at IS NULL
+             AND c.company_id = ${o.companyId} AND c.is_valid AND c.phone_number IS NOT NULL ${refused}
+           GROUP BY c.id`;
+}
+
+/**
+ * The account's live (not deleted) lists among `listIds` (SQL expressions), as rows `{ id }`;
+ * `lock`: held FOR SHARE until the caller's transaction ends, so a deletion waits for it.
+ */
+export function liveListsSql(companyId: string, listIds: string, lock = false): string {
+  return `SELECT l.id FROM contact_lists l WHERE l.company_id = ${companyId} AND l.id = ANY (${listIds}::bigint[]) AND l.deleted_at IS NULL${lock ? " FOR SHARE" : ""}`;
 }

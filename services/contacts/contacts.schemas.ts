@@ -336,3 +336,24 @@ export const removeMembersOut = {
   properties: { deleted: { type: "integer", minimum: 0 } },
 };
 export const associationIdIn = { $id: "AssociationIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: listId } };
+
+// --- what other services call
+
+export interface MarkContactedIn {
+  contactIds: string[];
+  channel: Channel;
+  /** Also lastCampaignType (a campaign's message), besides lastContactType. */
+  campaign?: boolean;
+}
+
+export const markContactedIn = {
+  $id: "MarkContactedIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["contactIds", "channel"],
+  properties: {
+    contactIds: { type: "array", items: uuid, minItems: 1, maxItems: 1000 },
+    channel: { type: "string", enum: [...CHANNELS] },
+    campaign: { type: "boolean" },
+  },
+};

@@ -62,3 +62,47 @@ export function historyConditions(
   if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
   return where;
 }
+
+/**
+ * RCS and WhatsApp reachability as the receipts tell it: true when the latest message on `channel`
+ * to the number `phone` (an SQL expression) that got a final receipt was UNSUPPORTED (11) or
+ * DISABLED (10). A number never tried is not refused. One index probe per number
+ * (messages_history_destination). `companyId` is an SQL expression too (a parameter).
+ */
+export function channelRefusedSql(channel: "RCS" | "WHATSAPP", companyId: string, phone: string): string {
+  return `EXISTS (SELECT 1 FROM (SELECT m.status_code FROM messages m
+             WHERE m.company_id = ${companyId} AND m.destination = ${phone} AND m.sent_at IS NOT NULL
+               AND m.channel = '${channel === "RCS" ? "RCS" : "WHATSAPP"}' AND m.status_code NOT IN (0, 1)
+             ORDER BY m.sent_at DESC, m.id DESC LIMIT 1) last
+           WHERE last.status_code IN (10, 11))`;
+}
+
+/** Filters of the campaign statistics. */
+export interface CampaignStatsFilters {
+  campaignId?: string;
+  channel?: Channel;
+  from?: string;
+  to?: string;
+}
+
+/**
+ * Campaign statistics from the tracked statuses: one row per status code with the messages, reads,
+ * SMS parts and summed SMS prices. Only messages sent for a campaign and not simulated are counted,
+ * through the partial index messages_history_campaign (company, campaign, sentAt): never a scan of
+ * every message of the account. Parameters $1 (account), then the filters given, in order.
+ */
+export function campaignStatsSql(companyId: string, q: CampaignStatsFilters): { sql: string; params: unknown[] } {
+  const params: unknown[] = [companyId];
+  const p = (v: unknown) => `$${params.push(v)}`;
+  const where = ["m.company_id = $1", "m.campaign_id IS NOT NULL", "m.sent_at IS NOT NULL", "NOT m.simulation"];
+  if (q.campaignId) where.push(`m.campaign_id = ${p(q.campaignId)}`);
+  if (q.channel) where.push(`m.channel = ${p(q.channel)}`);
+  if (q.from) where.push(`m.sent_at >= ${p(new Date(q.from).toISOString())}::timestamptz`);
+  if (q.to) where.push(`m.sent_at < ${p(new Date(q.to).toISOString())}::timestamptz`);
+  return {
+    sql: `SELECT m.status_code AS code, count(*)::bigint AS messages, count(m.read_at)::bigint AS reads,
+                 coalesce(sum(m.total_parts), 0)::bigint AS parts, coalesce(sum(m.price), 0)::float8 AS price
+            FROM messages m WHERE ${where.join(" AND ")} GROUP BY m.status_code`,
+    params,
+  };
+}

@@ -14,7 +14,7 @@ describe("loadConfig", () => {
       databaseUrl: null,
       dataDir: path.resolve("./data"),
       transporter: null,
-      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles"],
+      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles", "campaigns", "simulator"],
       mediaDir: path.resolve("./data/media"),
       secretsKey: null,
       secretsKeyPrevious: null,
@@ -23,6 +23,14 @@ describe("loadConfig", () => {
       notifierRetryDelayRcsWhatsappMs: 600000,
       webhookAllowPrivateTargets: false,
       upstreamMode: "simulator",
+      upstreamSmsUrl: null,
+      upstreamConnectTimeoutMs: 3000,
+      upstreamTimeoutMs: 10000,
+      simulatorProfile: "realistic",
+      simulatorMaxDelayMs: 3000,
+      campaignBatchSize: 500,
+      campaignLeaseMs: 30000,
+      campaignPollMs: 1000,
       logLevel: "info",
       rateLimitRps: 50,
       messageRetentionDays: 400,
@@ -225,5 +233,15 @@ describe("loadConfig", () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "nats-ca-"));
     fs.writeFileSync(path.join(dir, "ca.pem"), "PEM");
     expect(natsOptions({ ...base, natsTlsCa: path.join(dir, "ca.pem") }).tls).toEqual({ ca: "PEM" });
+  });
+});
+
+describe("the upstream adapter's settings", () => {
+  it("refuses UPSTREAM_MODE=http on a campaigns node without every channel's URL, naming the missing", () => {
+    expect(() => loadConfig({ UPSTREAM_MODE: "http", SERVICES: "campaigns", UPSTREAM_SMS_URL: "http://u/sms" })).toThrow(
+      /UPSTREAM_RCS_URL, UPSTREAM_WHATSAPP_URL/,
+    );
+    expect(loadConfig({ UPSTREAM_MODE: "http", SERVICES: "gateway" }).upstreamMode).toBe("http");
+    expect(() => loadConfig({ SIMULATOR_PROFILE: "chaotic" })).toThrow(/SIMULATOR_PROFILE/);
   });
 });

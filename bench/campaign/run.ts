@@ -1,0 +1,167 @@
+/**
+ * bench/campaign: a campaign to N contacts of two overlapping lists, sent on the simulator by the
+ * whole service (`npm start`, every service in one process), against the batched ingest floor
+ * measured in the same run on the same database.
+ *
+ *   time to registered: confirm -> every recipient's message registered at tracking;
+ *   time to receipts:   confirm -> every message's receipt ingested (SIMULATOR_MAX_DELAY_MS 1000);
+ *   floor:              `pg`, the same N registrations then N receipts as 500-row upserts into a copy
+ *                       of the messages table (4 clients, as bench/ingest's batched floor);
+ *   gateway p99:        GET /messages/status with 100 ids, 10 connections, idle vs during the send;
+ *   peak RSS:           of the service process (all services) during the send.
+ *
+ *   npm run bench:campaign [-- --contacts 100000]
+ *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
+ *
+ * Targets (issue 17): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle.
+ */
+import autocannon from "autocannon";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import pg from "pg";
+import { createBenchDatabase } from "../database";
+import { startService } from "../service";
+
+const { values } = parseArgs({ options: { contacts: { type: "string", default: "100000" } } });
+const N = Number(values.contacts);
+const BATCH = 500;
+const COMPANY = "bench-campaign";
+
+/** The service's resident memory (kB) from /proc, 0 when unreadable. */
+const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+
+async function p99(url: string, key: string, seconds: number): Promise<number> {
+  const r = await autocannon({ url, connections: 10, duration: seconds, headers: { "x-api-key": key } });
+  if (r.non2xx > 0) throw new Error(`status poll: ${r.non2xx} non-2xx`);
+  return r.latency.p99;
+}
+
+async function floor(db: pg.Client, dbUrl: string): Promise<number> {
+  await db.query(`CREATE TABLE messages_floor (LIKE messages INCLUDING ALL)`);
+  const clients = Array.from({ length: 4 }, () => new pg.Client({ connectionString: dbUrl }));
+  await Promise.all(clients.map((c) => c.connect()));
+  const t0 = performance.now();
+  for (const kind of ["reg", "rcpt"] as const) {
+    let next = 0;
+    await Promise.all(
+      clients.map(async (c) => {
+        for (;;) {
+          const from = next;
+          if (from >= N) return;
+          next += BATCH;
+          const rows = Array.from({ length: Math.min(BATCH, N - from) }, (_, k) => ({
+            id: `f-${from + k}`,
+            d: `+4930${String(from + k).padStart(8, "0")}`,
+          }));
+          await c.query(
+            kind === "reg"
+              ? `INSERT INTO messages_floor (company_id, channel, customer_message_id, destination, sent_at, text, campaign_id, status_code)
+                 SELECT 'floor', 'SMS', x.id, x.d, now(), 'Hello there, our sale starts today!', 'c', 1 FROM jsonb_to_recordset($1::jsonb) AS x(id text, d text)
+                 ON CONFLICT (company_id, channel, customer_message_id) DO NOTHING`
+              : `INSERT INTO messages_floor AS m (company_id, channel, customer_message_id, destination, status_code, delivery_date, price)
+                 SELECT 'floor', 'SMS', x.id, x.d, 3, now(), 0.0075 FROM jsonb_to_recordset($1::jsonb) AS x(id text, d text)
+                 ON CONFLICT (company_id, channel, customer_message_id) DO UPDATE SET status_code = 3, delivery_date = EXCLUDED.delivery_date, price = EXCLUDED.price`,
+            [JSON.stringify(rows)],
+          );
+        }
+      }),
+    );
+  }
+  const s = (performance.now() - t0) / 1000;
+  await Promise.all(clients.map((c) => c.end()));
+  return s;
+}
+
+async function main() {
+  const bdb = await createBenchDatabase();
+  const port = 3970 + Math.floor(Math.random() * 9);
+  const svc = await startService(bdb.url, port, {
+    INTERNAL_PORT: String(port + 10),
+    SIMULATOR_PROFILE: "all-delivered",
+    SIMULATOR_MAX_DELAY_MS: "1000",
+    CAMPAIGN_POLL_MS: "100",
+  });
+  const db = new pg.Client({ connectionString: bdb.url });
+  await db.connect();
+  try {
+    const key = svc.adminKey(COMPANY, "ALL");
+    const api = `http://127.0.0.1:${port}/api/partner-gateway/v1`;
+    // Two overlapping lists: the first 70 % and the last 70 % of the contacts (40 % in both).
+    const [{ id: l1 }] = (await db.query(`INSERT INTO contact_lists (company_id, name) VALUES ($1, 'A') RETURNING id`, [COMPANY])).rows;
+    const [{ id: l2 }] = (await db.query(`INSERT INTO contact_lists (company_id, name) VALUES ($1, 'B') RETURNING id`, [COMPANY])).rows;
+    await db.query(
+      `INSERT INTO contacts (id, company_id, first_name, phone_number) SELECT gen_random_uuid(), $1, 'P' || i, '+35191' || lpad(i::text, 7, '0') FROM generate_series(1, $2::int) i`,
+      [COMPANY, N],
+    );
+    await db.query(
+      `INSERT INTO contact_list_members (company_id, list_id, contact_id)
+       SELECT $1, l.id, c.id FROM (SELECT id, row_number() OVER (ORDER BY phone_number) AS n FROM contacts WHERE company_id = $1) c
+       JOIN (VALUES ($2::bigint, 1, $4::int), ($3::bigint, $5::int, $6::int)) AS l(id, lo, hi) ON c.n BETWEEN l.lo AND l.hi`,
+      [COMPANY, l1, l2, Math.floor(N * 0.7), Math.floor(N * 0.3) + 1, N],
+    );
+    await db.query("ANALYZE");
+    const statusUrl = `${api}/messages/status?channel=SMS&ids=${Array.from({ length: 100 }, (_, i) => `cmp-x-${i}`).join(",")}`;
+    const idleP99 = await p99(statusUrl, key, 5);
+
+    const headers = { "x-api-key": key, "content-type": "application/json" };
+    const body = {
+      name: "bench",
+      channel: "SMS",
+      contactListIds: [Number(l1), Number(l2)],
+      message: { text: "Hello {{firstName|there}}, our sale starts today!" },
+    };
+    const created = (await (await fetch(`${api}/campaigns`, { method: "POST", headers, body: JSON.stringify(body) })).json()) as { id: string };
+    let peakKb = rssKb(svc.pid);
+    const t0 = performance.now();
+    const confirm = await fetch(`${api}/campaigns/${created.id}/confirm`, { method: "PUT", headers });
+    if (confirm.status !== 202) throw new Error(`confirm: ${confirm.status} ${await confirm.text()}`);
+    const confirmS = (performance.now() - t0) / 1000;
+    const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(svc.pid))), 200);
+    const busyP99 = p99(statusUrl, key, 5);
+    let registeredS = 0;
+    let receiptsS = 0;
+    for (;;) {
+      const { rows } = await db.query(
+        `SELECT count(*)::int AS registered, count(*) FILTER (WHERE status_code <> 1)::int AS answered FROM messages WHERE company_id = $1 AND campaign_id = $2`,
+        [COMPANY, created.id],
+      );
+      const now = (performance.now() - t0) / 1000;
+      if (!registeredS && rows[0].registered >= N) registeredS = now;
+      if (rows[0].answered >= N) {
+        receiptsS = now;
+        break;
+      }
+      if (now > 1800) throw new Error(`not done after 30 min: ${JSON.stringify(rows[0])}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const duringP99 = await busyP99;
+    clearInterval(sampler);
+    const perNumber = (await db.query(`SELECT count(*)::int AS n FROM messages WHERE campaign_id = $1 GROUP BY destination HAVING count(*) > 1`, [created.id]))
+      .rows;
+    const floorS = await floor(db, bdb.url);
+    const rate = N / registeredS;
+    const floorRate = (2 * N) / floorS; // registrations + receipts, as the campaign's full loop
+    console.log(`contacts ${N} (two lists overlapping by 40 %), batch ${BATCH}`);
+    console.log(`confirm (snapshot) ${confirmS.toFixed(2)} s`);
+    console.log(
+      `registered ${registeredS.toFixed(1)} s (${Math.round(rate)} msg/s), receipts in ${receiptsS.toFixed(1)} s (${Math.round((2 * N) / receiptsS)} objects/s)`,
+    );
+    console.log(`floor: ${2 * N} upserts (${N} registrations + ${N} receipts) in ${floorS.toFixed(1)} s (${Math.round(floorRate)} rows/s)`);
+    console.log(
+      `ratio (registrations + receipts of the campaign / floor): ${((2 * N) / receiptsS / floorRate).toFixed(2)}x; registrations alone vs floor: ${(rate / floorRate).toFixed(2)}x (target >= 0.5x)`,
+    );
+    console.log(
+      `gateway GET /messages/status p99: idle ${idleP99} ms, during the send ${duringP99} ms (${(duringP99 / Math.max(idleP99, 1)).toFixed(2)}x; target < 2x)`,
+    );
+    console.log(`peak RSS of the service process: ${(peakKb / 1024).toFixed(0)} MiB; numbers with more than one message: ${perNumber.length}`);
+  } finally {
+    await db.end();
+    await svc.stop();
+    await bdb.drop();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,126 @@
+/**
+ * The upstream adapter (contract section 6): the one way outbound messages (campaign sends, later
+ * inbox replies) leave the product. Two implementations behind one interface, picked by
+ * UPSTREAM_MODE: `simulator` hands batches to the simulator service (a Moleculer call), `http`
+ * posts each message to the channel's UPSTREAM_*_URL with an `Idempotency-Key` (its
+ * customerMessageId), bounded connect and answer time-outs and a bounded number in flight.
+ * Neither retries by itself: a failed message is reported back, and the caller's durable rows
+ * decide when it is tried again (campaigns: backoff, FAILED after 3 attempts).
+ */
+import { Agent, request } from "undici";
+import type { Channel } from "./channels";
+import type { Config } from "./config";
+
+export interface OutboundMessage {
+  companyId: string;
+  channel: Channel;
+  customerMessageId: string;
+  destination: string;
+  text: string;
+  mediaIds?: string[];
+  campaignId?: string;
+  /** Validated, never sent, no callback (spec part 6 rule 6). */
+  simulation?: boolean;
+}
+
+export interface SendOutcome {
+  /** The messages the upstream did not take, with why; every other message of the batch was taken. */
+  failed: Array<{ customerMessageId: string; error: string }>;
+}
+
+export interface Upstream {
+  readonly mode: "simulator" | "http";
+  send(messages: OutboundMessage[]): Promise<SendOutcome>;
+  close(): Promise<void>;
+}
+
+/** A failure of the whole batch: every message failed with the same reason. */
+const allFailed = (messages: OutboundMessage[], error: string): SendOutcome => ({
+  failed: messages.map((m) => ({ customerMessageId: m.customerMessageId, error })),
+});
+
+const reason = (err: unknown) => {
+  const e = err as { code?: unknown; type?: unknown; message?: unknown } | null;
+  return String(e?.type ?? e?.code ?? e?.message ?? "upstream failure").slice(0, 200);
+};
+
+/** UPSTREAM_MODE=simulator: `call` reaches the simulator service's `simulator.send`. */
+export class SimulatorUpstream implements Upstream {
+  readonly mode = "simulator" as const;
+  constructor(private readonly call: (messages: OutboundMessage[]) => Promise<unknown>) {}
+
+  async send(messages: OutboundMessage[]): Promise<SendOutcome> {
+    try {
+      await this.call(messages);
+      return { failed: [] };
+    } catch (err) {
+      return allFailed(messages, `simulator: ${reason(err)}`);
+    }
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** UPSTREAM_MODE=http: one POST per message to its channel's URL. */
+export class HttpUpstream implements Upstream {
+  readonly mode = "http" as const;
+  private readonly agent: Agent;
+  private readonly urls: Record<Channel, string | null>;
+
+  constructor(
+    private readonly config: Pick<
+      Config,
+      "upstreamSmsUrl" | "upstreamRcsUrl" | "upstreamWhatsappUrl" | "upstreamConnectTimeoutMs" | "upstreamTimeoutMs" | "upstreamConcurrency"
+    >,
+  ) {
+    this.agent = new Agent({
+      connect: { timeout: config.upstreamConnectTimeoutMs },
+      headersTimeout: config.upstreamTimeoutMs,
+      bodyTimeout: config.upstreamTimeoutMs,
+      connections: config.upstreamConcurrency,
+    });
+    this.urls = { SMS: config.upstreamSmsUrl, RCS: config.upstreamRcsUrl, WHATSAPP: config.upstreamWhatsappUrl };
+  }
+
+  async send(messages: OutboundMessage[]): Promise<SendOutcome> {
+    const failed: SendOutcome["failed"] = [];
+    let next = 0;
+    const worker = async () => {
+      while (next < messages.length) {
+        const m = messages[next++]!;
+        const error = await this.post(m);
+        if (error) failed.push({ customerMessageId: m.customerMessageId, error });
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.config.upstreamConcurrency, messages.length) }, worker));
+    return { failed };
+  }
+
+  /** Null when the upstream took the message (any 2xx), else why not. */
+  private async post(m: OutboundMessage): Promise<string | null> {
+    const url = this.urls[m.channel];
+    if (!url) return `no upstream URL for ${m.channel}`;
+    try {
+      const res = await request(url, {
+        method: "POST",
+        dispatcher: this.agent,
+        headers: { "content-type": "application/json", "idempotency-key": m.customerMessageId, "user-agent": "partner-gateway-upstream/1.0" },
+        body: JSON.stringify(m),
+        signal: AbortSignal.timeout(this.config.upstreamTimeoutMs + this.config.upstreamConnectTimeoutMs),
+      });
+      await res.body.dump();
+      return res.statusCode >= 200 && res.statusCode < 300 ? null : `HTTP ${res.statusCode}`;
+    } catch (err) {
+      return reason(err);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
+}
+
+/** The adapter UPSTREAM_MODE names. */
+export function createUpstream(config: Config, callSimulator: (messages: OutboundMessage[]) => Promise<unknown>): Upstream {
+  return config.upstreamMode === "http" ? new HttpUpstream(config) : new SimulatorUpstream(callSimulator);
+}

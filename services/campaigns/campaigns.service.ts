@@ -1,0 +1,124 @@
+/**
+ * campaigns: bulk campaigns (spec parts 1, 3 and 4; contract section 4, Campaign): a DRAFT is
+ * created, checked, previewed, confirmed (its audience snapshotted in one statement) and sent by
+ * any campaigns node through the upstream adapter (lib/upstream.ts: the simulator service, or an
+ * HTTP upstream), exactly once per contact even across crashes (campaigns.runner.ts). Statistics
+ * come from the tracked statuses of the campaign's messages.
+ */
+import type { Context, Service, ServiceSchema } from "moleculer";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import type { Deps } from "../../lib/deps";
+import { ApiError } from "../../lib/errors";
+import { addNodeRegistry } from "../../lib/http-metrics";
+import { Loops } from "../../lib/jobs";
+import { rawQuery } from "../../lib/db";
+import { createUpstream, type OutboundMessage } from "../../lib/upstream";
+import { checkHistoryRange } from "../tracking/tracking.contract";
+import { campaignActions, CONFIRM_TIMEOUT_MS, type CampaignsThis } from "./campaigns.actions";
+import { CampaignMetrics } from "./campaigns.metrics";
+import { findCampaign, q } from "./campaigns.queries";
+import { preview, stats } from "./campaigns.preview";
+import { CampaignRunner } from "./campaigns.runner";
+import { campaignIdIn, previewOut, statsIn, statsOut, type PreviewOut, type StatsIn, type StatsOut } from "./campaigns.schemas";
+
+interface CampaignsVars extends CampaignsThis {
+  runner: CampaignRunner;
+  loops: Loops;
+}
+type This = Service<ApiServiceSettings> & CampaignsVars;
+type Ctx<P> = Context<P, AuthMeta>;
+
+/** Final campaigns whose media references are still to be dropped, per round. */
+const RELEASE_BATCH = 100;
+const RELEASE_EVERY_MS = 30_000;
+
+export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, CampaignsVars> {
+  const { config, db } = deps;
+  const sequelize = db.sequelize;
+
+  return {
+    name: "campaigns",
+    settings: { rest: "/" },
+
+    actions: {
+      /** Delivery statistics of the account's campaign messages (by status, reads, in flight, parts, price). */
+      stats: apiAction({
+        rest: "GET /campaigns/stats",
+        operation: "CAMPAIGNS",
+        summary: "Campaign statistics",
+        description:
+          "From the tracked statuses of campaign messages (optionally one campaign, one channel, a period of sentAt): `total`, `byStatus`, `read`, `pending` (in flight), `parts` (SMS parts), `price` (sum of SMS receipt prices). Simulated messages (test lists) are not counted. `responded` is not answered yet (it comes with the inbox).",
+        params: statsIn,
+        responses: { 200: statsOut },
+        errors: [400, 404],
+        async handler(ctx: Ctx<StatsIn>): Promise<StatsOut> {
+          checkHistoryRange(ctx.params);
+          if (ctx.params.campaignId && !(await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.campaignId)))
+            throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.campaignId} in this account.`);
+          return stats(sequelize, ctx.meta.companyId, ctx.params);
+        },
+      }),
+
+      ...campaignActions,
+
+      /** The dry run: audience, messages, SMS parts and encodings, a few rendered texts; nothing sent or stored. */
+      preview: apiAction({
+        rest: "GET /campaigns/:id/preview",
+        operation: "CAMPAIGNS",
+        summary: "Preview a campaign (dry run)",
+        description:
+          "The audience size now (the snapshot once confirmed), one message per recipient, on SMS the parts and encodings of every recipient's rendered text (GSM-7: 160 characters or 153 per part, extension characters counting two; UCS-2: 70 or 67), and the texts of the first few recipients. Nothing is sent or stored.",
+        params: campaignIdIn,
+        responses: { 200: previewOut },
+        errors: [400, 404],
+        timeout: CONFIRM_TIMEOUT_MS,
+        async handler(ctx: Ctx<{ id: string }>): Promise<PreviewOut> {
+          const c = await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.id);
+          if (!c) throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.id} in this account.`);
+          return preview(q(sequelize), c);
+        },
+      }),
+    },
+
+    methods: {
+      kick(this: This) {
+        this.runner.kick();
+      },
+
+      /** Drops the media references of campaigns that became final (retried every RELEASE_EVERY_MS while media is away). */
+      async releaseMedia(this: This) {
+        const due = await rawQuery<{ id: string; company_id: string }>(
+          sequelize,
+          `SELECT id, company_id FROM campaigns WHERE NOT media_released AND status IN ('SENT', 'FAILED', 'CANCELLED') LIMIT ${RELEASE_BATCH}`,
+        );
+        for (const c of due) {
+          await this.broker.call("media.release", { owner: `campaign:${c.id}` }, { meta: { companyId: c.company_id } });
+          await rawQuery(sequelize, `UPDATE campaigns SET media_released = true WHERE id = $1`, [c.id]);
+        }
+      },
+    },
+
+    created(this: This) {
+      this.sequelize = sequelize;
+      const metrics = new CampaignMetrics();
+      addNodeRegistry(this.broker, metrics.registry);
+      const upstream = createUpstream(config, (messages: OutboundMessage[]) => this.broker.call("simulator.send", { messages }));
+      this.runner = new CampaignRunner(config, sequelize, this.broker.nodeID, upstream, this.logger, metrics, {
+        markContacted: (companyId, contactIds, channel) =>
+          this.broker.call("contacts.markContacted", { contactIds, channel, campaign: true }, { meta: { companyId } }),
+        ended: () => void this.releaseMedia().catch((err) => this.logger.warn({ err }, "could not release campaign media")),
+      });
+    },
+
+    started(this: This) {
+      this.runner.start();
+      this.loops = new Loops(this.logger);
+      this.loops.every(RELEASE_EVERY_MS, "campaign media release", () => this.releaseMedia());
+    },
+
+    async stopped(this: This) {
+      this.loops?.stop();
+      await this.runner.stop();
+    },
+  };
+}

@@ -1,0 +1,170 @@
+/**
+ * simulator: a believable upstream for UPSTREAM_MODE=simulator (contract section 6), so that
+ * `npm start` shows the whole loop. `simulator.send` registers each message through the tracking
+ * service's ingest action (the same code path as POST /internal/v1/messages; a repeated
+ * customerMessageId is ignored there), splitting long SMS into parts as carriers do; then, after a
+ * random delay up to SIMULATOR_MAX_DELAY_MS, it reports receipts with the SIMULATOR_PROFILE's mix of
+ * outcomes (prices per SMS part; reads for some RCS/WhatsApp deliveries). Messages with
+ * `simulation: true` are registered as such and get no receipt (spec part 6 rule 6).
+ *
+ * Receipts wait in this process's memory: a simulator that stops loses the ones not yet reported
+ * (those messages stay in flight), as a demo may. It belongs in a demo overlay, not in production.
+ */
+import type { Context, Service, ServiceSchema } from "moleculer";
+import type { ApiServiceSettings } from "../../lib/api";
+import type { Channel } from "../../lib/channels";
+import type { Deps } from "../../lib/deps";
+import { Loops } from "../../lib/jobs";
+import { splitSms } from "../../lib/sms";
+import type { OutboundMessage } from "../../lib/upstream";
+import { simulatorSendIn, type SimulatorSendIn } from "./simulator.contract";
+import { drawCode, PROFILES, SMS_PART_PRICE } from "./simulator.outcomes";
+
+/** Receipts are reported in rounds this far apart, at most INGEST_CHUNK per call. */
+const FLUSH_MS = 100;
+const INGEST_CHUNK = 1000;
+
+interface Due {
+  path: string;
+  body: Record<string, unknown>;
+}
+
+interface SimulatorVars {
+  loops: Loops;
+  /** Receipts by the FLUSH_MS round they are due in. */
+  due: Map<number, Due[]>;
+  flushing: boolean;
+  schedule(m: OutboundMessage, totalParts: number): void;
+  flush(): Promise<void>;
+}
+type SimulatorThis = Service<ApiServiceSettings> & SimulatorVars;
+
+export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, SimulatorVars> {
+  const { config } = deps;
+  const mix = PROFILES[config.simulatorProfile];
+  const lower = (c: Channel) => c.toLowerCase();
+
+  return {
+    name: "simulator",
+
+    actions: {
+      /** Takes a batch as an upstream would: registers every message at tracking (parts counted), then reports receipts after a random delay. */
+      send: {
+        visibility: "public",
+        params: simulatorSendIn,
+        async handler(this: SimulatorThis, ctx: Context<SimulatorSendIn>): Promise<{ accepted: number }> {
+          const sentAt = new Date().toISOString();
+          const parts = ctx.params.messages.map((m) => (m.channel === "SMS" ? splitSms(m.text).length : 1));
+          const registrations = ctx.params.messages.map((m, i) => ({
+            companyId: m.companyId,
+            channel: m.channel,
+            customerMessageId: m.customerMessageId,
+            destination: m.destination,
+            sentAt,
+            totalParts: Math.min(parts[i]!, 255),
+            text: m.text,
+            ...(m.campaignId ? { campaignId: m.campaignId } : {}),
+            ...(m.simulation ? { simulation: true } : {}),
+          }));
+          await ctx.call("tracking.ingest", { path: "messages", body: registrations });
+          ctx.params.messages.forEach((m, i) => {
+            if (!m.simulation) this.schedule(m, Math.min(parts[i]!, 255));
+          });
+          return { accepted: registrations.length };
+        },
+      },
+    },
+
+    methods: {
+      /** The receipts (and maybe a read) of one message, each due after its own random delay. */
+      schedule(this: SimulatorThis, m: OutboundMessage, totalParts: number) {
+        if (Math.random() < mix.silent) return;
+        const at = (extra = 0) => Math.floor((Date.now() + Math.random() * config.simulatorMaxDelayMs + extra) / FLUSH_MS);
+        const put = (round: number, d: Due) => {
+          const list = this.due.get(round);
+          if (list) list.push(d);
+          else this.due.set(round, [d]);
+        };
+        const code = drawCode(mix, m.channel, Math.random());
+        const round = at();
+        if (m.channel === "SMS") {
+          for (let n = 1; n <= totalParts; n++) {
+            const body = {
+              companyId: m.companyId,
+              MESSAGE_ID: m.customerMessageId,
+              DESTINATION: m.destination,
+              DELIVERY_STATUS: code,
+              DELIVERY_DATE: "",
+              PRICE: code === 2 ? 0 : SMS_PART_PRICE,
+              TOTAL_PARTS: totalParts,
+              NUM_PART: n,
+            };
+            put(round, { path: "receipts/sms", body });
+          }
+          return;
+        }
+        const channel = lower(m.channel);
+        put(round, {
+          path: `receipts/${channel}`,
+          body: { companyId: m.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: code, eventDate: "" },
+        });
+        if (code === 3 && Math.random() < mix.read) {
+          // Read a little after delivery: the next round at the earliest.
+          put(Math.max(at(config.simulatorMaxDelayMs / 2), round + 1), {
+            path: `reads/${channel}`,
+            body: { companyId: m.companyId, messageId: m.customerMessageId, destination: m.destination, eventDate: "" },
+          });
+        }
+      },
+
+      /** Reports every receipt now due, grouped by path, in calls of at most INGEST_CHUNK. */
+      async flush(this: SimulatorThis) {
+        if (this.flushing) return;
+        this.flushing = true;
+        try {
+          const now = Math.floor(Date.now() / FLUSH_MS);
+          const byPath = new Map<string, Record<string, unknown>[]>();
+          for (const [round, list] of this.due) {
+            if (round > now) continue;
+            this.due.delete(round);
+            const stamp = new Date().toISOString();
+            for (const d of list) {
+              // Dated when reported, so a read is never dated before its delivery.
+              if ("DELIVERY_DATE" in d.body) d.body.DELIVERY_DATE = stamp;
+              else d.body.eventDate = stamp;
+              const bucket = byPath.get(d.path);
+              if (bucket) bucket.push(d.body);
+              else byPath.set(d.path, [d.body]);
+            }
+          }
+          // Deliveries before reads: a read must find its message delivered.
+          const paths = [...byPath.keys()].sort((a, b) => Number(a.startsWith("reads/")) - Number(b.startsWith("reads/")));
+          for (const path of paths) {
+            const bodies = byPath.get(path)!;
+            for (let i = 0; i < bodies.length; i += INGEST_CHUNK) {
+              await this.broker
+                .call("tracking.ingest", { path, body: bodies.slice(i, i + INGEST_CHUNK) })
+                .catch((err: unknown) => this.logger.warn({ err, path }, "simulator could not report receipts"));
+            }
+          }
+        } finally {
+          this.flushing = false;
+        }
+      },
+    },
+
+    created(this: SimulatorThis) {
+      this.due = new Map();
+      this.flushing = false;
+    },
+
+    started(this: SimulatorThis) {
+      this.loops = new Loops(this.logger);
+      this.loops.every(FLUSH_MS, "simulator receipts", () => this.flush());
+    },
+
+    stopped(this: SimulatorThis) {
+      this.loops?.stop();
+    },
+  };
+}
