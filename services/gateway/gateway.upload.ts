@@ -25,6 +25,8 @@ const MAX_FIELDS = 20;
 const MAX_FIELD_BYTES = 64 * 1024;
 /** Multipart framing and text fields around the file. */
 const ENVELOPE_BYTES = MAX_FIELDS * MAX_FIELD_BYTES + 64 * 1024;
+/** Bytes the spool file buffers while a write is under way: written together (writev) rather than one socket chunk at a time. */
+const SPOOL_WRITE_BYTES = 1024 * 1024;
 
 export interface ReceivedUpload {
   fields: Record<string, string>;
@@ -172,7 +174,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         current = stream;
         const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
-        sink = createWriteStream(spoolPath);
+        sink = createWriteStream(spoolPath, { highWaterMark: SPOOL_WRITE_BYTES });
         const judge = judgedByHead(spec.accept)
           ? (headJudge = new HeadJudge(spec, Number.isFinite(declared) ? declared : null))
           : new Transform({ transform: (c, _e, done) => done(null, c) });
