@@ -8,6 +8,7 @@ import type { Config } from "./lib/config";
 import { loggerOptions, withRequestId } from "./lib/logger";
 import { natsTransporter } from "./lib/nats-transporter";
 import { RequestMetrics } from "./lib/request-metrics";
+import { BinaryAnswerSerializer } from "./lib/serializer";
 import { SchemaValidator } from "./lib/validator";
 
 type Handler = (ctx: { requestID?: string | null }) => unknown;
@@ -31,6 +32,8 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     // Credentials and TLS from NATS_* (or the URL); a publish that fails fails its call, not the process.
     transporter: config.transporter ? natsTransporter(config) : null,
     logger: loggerOptions(config),
+    // JSON, with byte ranges answered as raw bytes (lib/serializer.ts).
+    serializer: new BinaryAnswerSerializer() as unknown as BrokerOptions["serializer"],
     validator: new SchemaValidator({}),
     requestTimeout: 30_000,
     retryPolicy: { enabled: false },

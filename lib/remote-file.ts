@@ -12,7 +12,7 @@ export const RANGE_BYTES = 512 * 1024;
 
 export interface RemoteFile {
   $remoteFile: {
-    /** The action answering `{ ...params, offset, length }` with those bytes, base64-encoded. */
+    /** The action answering `{ ...params, offset, length }` with those bytes: a Buffer, or base64 text. */
     action: string;
     nodeID: string;
     params: Record<string, unknown>;
@@ -25,6 +25,9 @@ export interface RemoteFile {
 }
 
 export const isRemoteFile = (x: unknown): x is RemoteFile => typeof x === "object" && x !== null && "$remoteFile" in x;
+
+/** A range's answer: raw bytes (lib/serializer.ts carries a Buffer as it is), or base64 text. */
+const rangeBytes = (data: unknown): Buffer => (Buffer.isBuffer(data) ? data : Buffer.from(String(data), "base64"));
 
 type Caller = { call(action: string, params: unknown, opts: { nodeID: string }): Promise<unknown> };
 
@@ -48,7 +51,7 @@ export function remoteFileStream(ctx: Caller, file: RemoteFile["$remoteFile"], o
       const offset = next;
       const length = Math.min(RANGE_BYTES, end - offset);
       next += length;
-      const bytes = ctx.call(file.action, { ...file.params, offset, length }, { nodeID: file.nodeID }).then((data) => Buffer.from(String(data), "base64"));
+      const bytes = ctx.call(file.action, { ...file.params, offset, length }, { nodeID: file.nodeID }).then(rangeBytes);
       bytes.catch(() => {}); // reported when its turn comes (or never, once the stream is destroyed)
       inFlight.push({ offset, length, bytes });
     }
@@ -81,7 +84,7 @@ export function remoteFileStream(ctx: Caller, file: RemoteFile["$remoteFile"], o
  * sender reads, and the receiver buffers them all.
  */
 export interface UploadRef {
-  /** The action answering `{ ...params, offset, length }` with those bytes, base64-encoded (`gateway.uploadRange`). */
+  /** The action answering `{ ...params, offset, length }` with those bytes, raw (`gateway.uploadRange`). */
   action: string;
   /** The gateway node holding the spool file. */
   nodeID: string;

@@ -142,12 +142,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       removeRoute: false,
 
       /** The OpenAPI 3.1 document of every operation the cluster exposes right now. */
-      /** A range of an upload's spool file, base64, while its action runs: what the action pulls (uploadedBytes of lib/remote-file.ts). */
+      /** A range of an upload's spool file, raw bytes (lib/serializer.ts), while its action runs: what the action pulls (uploadedBytes of lib/remote-file.ts). */
       uploadRange: {
         visibility: "public",
         params: uploadRangeIn,
-        async handler(this: GatewayThis, ctx: Context<UploadRangeIn>): Promise<string> {
-          return (await this.spoolTokens.read(ctx.params)).toString("base64");
+        async handler(this: GatewayThis, ctx: Context<UploadRangeIn>): Promise<Buffer> {
+          return await this.spoolTokens.read(ctx.params);
         },
       },
 

@@ -9,7 +9,7 @@
 import busboy from "busboy";
 import { randomBytes, randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
-import { mkdir, open, rm, stat } from "node:fs/promises";
+import { mkdir, open, rm, stat, type FileHandle } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
 import path from "node:path";
 import { Transform } from "node:stream";
@@ -25,6 +25,8 @@ const MAX_FIELDS = 20;
 const MAX_FIELD_BYTES = 64 * 1024;
 /** Multipart framing and text fields around the file. */
 const ENVELOPE_BYTES = MAX_FIELDS * MAX_FIELD_BYTES + 64 * 1024;
+/** Bytes the spool file buffers while a write is under way: written together (writev) rather than one socket chunk at a time. */
+const SPOOL_WRITE_BYTES = 1024 * 1024;
 
 export interface ReceivedUpload {
   fields: Record<string, string>;
@@ -172,7 +174,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         current = stream;
         const meter = new Meter();
         stream.on("limit", () => fail(tooLarge(spec)));
-        sink = createWriteStream(spoolPath);
+        sink = createWriteStream(spoolPath, { highWaterMark: SPOOL_WRITE_BYTES });
         const judge = judgedByHead(spec.accept)
           ? (headJudge = new HeadJudge(spec, Number.isFinite(declared) ? declared : null))
           : new Transform({ transform: (c, _e, done) => done(null, c) });
@@ -255,17 +257,22 @@ export const uploadRangeIn = {
  * only files `gateway.uploadRange` reads. A token lives from the call to its answer (or failure).
  */
 export class SpoolTokens {
-  private readonly files = new Map<string, { path: string; size: number }>();
+  /** Each file is opened once, at its first range, and closed when its token is dropped and no read is left. */
+  private readonly files = new Map<string, SpoolFile>();
 
   /** Registers `path` and answers its token. */
   add(path: string, size: number): string {
     const token = randomBytes(16).toString("hex");
-    this.files.set(token, { path, size });
+    this.files.set(token, { path, size, fh: null, reads: 0, dropped: false });
     return token;
   }
 
   drop(token: string): void {
+    const file = this.files.get(token);
+    if (!file) return;
     this.files.delete(token);
+    file.dropped = true;
+    if (file.reads === 0) SpoolTokens.close(file);
   }
 
   get size(): number {
@@ -276,13 +283,30 @@ export class SpoolTokens {
   async read({ token, offset, length }: UploadRangeIn): Promise<Buffer> {
     const file = this.files.get(token);
     if (!file) throw new ApiError("NOT_FOUND", "No upload under this token: its call has ended.");
-    const fh = await open(file.path, "r");
+    file.reads++;
     try {
+      file.fh ??= open(file.path, "r");
+      const fh = await file.fh;
       const buf = Buffer.allocUnsafe(Math.max(0, Math.min(length, file.size - offset)));
       const { bytesRead } = await fh.read(buf, 0, buf.length, offset);
       return buf.subarray(0, bytesRead);
     } finally {
-      await fh.close();
+      if (--file.reads === 0 && file.dropped) SpoolTokens.close(file);
     }
   }
+
+  private static close(file: SpoolFile): void {
+    const fh = file.fh;
+    file.fh = null;
+    fh?.then((h) => h.close()).catch(() => undefined);
+  }
+}
+
+interface SpoolFile {
+  path: string;
+  size: number;
+  fh: Promise<FileHandle> | null;
+  /** Reads under way: the handle is closed after the last of them once the token is dropped. */
+  reads: number;
+  dropped: boolean;
 }
