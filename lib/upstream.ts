@@ -10,6 +10,7 @@
 import { Agent, request } from "undici";
 import type { Channel } from "./channels";
 import type { Config } from "./config";
+import { splitSms } from "./sms";
 
 export interface OutboundMessage {
   companyId: string;
@@ -32,6 +33,25 @@ export interface Upstream {
   readonly mode: "simulator" | "http";
   send(messages: OutboundMessage[]): Promise<SendOutcome>;
   close(): Promise<void>;
+}
+
+/**
+ * How a message is registered at tracking (`POST /internal/v1/messages`, `tracking.ingest`): its
+ * parts counted (SMS), and `simulation: true` for a test-list message.
+ */
+export function registrationOf(m: OutboundMessage, sentAt: string) {
+  const parts = m.channel === "SMS" ? splitSms(m.text).length : 1;
+  return {
+    companyId: m.companyId,
+    channel: m.channel,
+    customerMessageId: m.customerMessageId,
+    destination: m.destination,
+    sentAt,
+    totalParts: Math.min(parts, 255),
+    text: m.text,
+    ...(m.campaignId ? { campaignId: m.campaignId } : {}),
+    ...(m.simulation ? { simulation: true } : {}),
+  };
 }
 
 /** A failure of the whole batch: every message failed with the same reason. */
@@ -61,7 +81,12 @@ export class SimulatorUpstream implements Upstream {
   async close(): Promise<void> {}
 }
 
-/** UPSTREAM_MODE=http: one POST per message to its channel's URL. */
+/**
+ * UPSTREAM_MODE=http: one POST per message to its channel's URL. A test-list message
+ * (`simulation: true`, spec part 6 rule 6: validated, never sent, no callback) never reaches the
+ * HTTP upstream: `registerSimulated` registers it at tracking with `simulation: true` (as the
+ * simulator does), and it counts as taken.
+ */
 export class HttpUpstream implements Upstream {
   readonly mode = "http" as const;
   private readonly agent: Agent;
@@ -72,6 +97,7 @@ export class HttpUpstream implements Upstream {
       Config,
       "upstreamSmsUrl" | "upstreamRcsUrl" | "upstreamWhatsappUrl" | "upstreamConnectTimeoutMs" | "upstreamTimeoutMs" | "upstreamConcurrency"
     >,
+    private readonly registerSimulated: (registrations: Array<ReturnType<typeof registrationOf>>) => Promise<unknown>,
   ) {
     this.agent = new Agent({
       connect: { timeout: config.upstreamConnectTimeoutMs },
@@ -82,8 +108,18 @@ export class HttpUpstream implements Upstream {
     this.urls = { SMS: config.upstreamSmsUrl, RCS: config.upstreamRcsUrl, WHATSAPP: config.upstreamWhatsappUrl };
   }
 
-  async send(messages: OutboundMessage[]): Promise<SendOutcome> {
+  async send(all: OutboundMessage[]): Promise<SendOutcome> {
     const failed: SendOutcome["failed"] = [];
+    const simulated = all.filter((m) => m.simulation);
+    const messages = all.filter((m) => !m.simulation);
+    if (simulated.length) {
+      const sentAt = new Date().toISOString();
+      try {
+        await this.registerSimulated(simulated.map((m) => registrationOf(m, sentAt)));
+      } catch (err) {
+        failed.push(...allFailed(simulated, `tracking: ${reason(err)}`).failed);
+      }
+    }
     let next = 0;
     const worker = async () => {
       while (next < messages.length) {
@@ -121,6 +157,10 @@ export class HttpUpstream implements Upstream {
 }
 
 /** The adapter UPSTREAM_MODE names. */
-export function createUpstream(config: Config, callSimulator: (messages: OutboundMessage[]) => Promise<unknown>): Upstream {
-  return config.upstreamMode === "http" ? new HttpUpstream(config) : new SimulatorUpstream(callSimulator);
+export function createUpstream(
+  config: Config,
+  callSimulator: (messages: OutboundMessage[]) => Promise<unknown>,
+  registerSimulated: (registrations: Array<ReturnType<typeof registrationOf>>) => Promise<unknown>,
+): Upstream {
+  return config.upstreamMode === "http" ? new HttpUpstream(config, registerSimulated) : new SimulatorUpstream(callSimulator);
 }

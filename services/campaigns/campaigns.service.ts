@@ -102,7 +102,11 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
       this.sequelize = sequelize;
       const metrics = new CampaignMetrics();
       addNodeRegistry(this.broker, metrics.registry);
-      const upstream = createUpstream(config, (messages: OutboundMessage[]) => this.broker.call("simulator.send", { messages }));
+      const upstream = createUpstream(
+        config,
+        (messages: OutboundMessage[]) => this.broker.call("simulator.send", { messages }),
+        (registrations) => this.broker.call("tracking.ingest", { path: "messages", body: registrations }),
+      );
       this.runner = new CampaignRunner(config, sequelize, this.broker.nodeID, upstream, this.logger, metrics, {
         markContacted: (companyId, contactIds, channel) =>
           this.broker.call("contacts.markContacted", { contactIds, channel, campaign: true }, { meta: { companyId } }),

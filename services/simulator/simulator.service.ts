@@ -15,8 +15,7 @@ import type { ApiServiceSettings } from "../../lib/api";
 import type { Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { Loops } from "../../lib/jobs";
-import { splitSms } from "../../lib/sms";
-import type { OutboundMessage } from "../../lib/upstream";
+import { registrationOf, type OutboundMessage } from "../../lib/upstream";
 import { simulatorSendIn, type SimulatorSendIn } from "./simulator.contract";
 import { drawCode, PROFILES, SMS_PART_PRICE } from "./simulator.outcomes";
 
@@ -54,21 +53,10 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
         params: simulatorSendIn,
         async handler(this: SimulatorThis, ctx: Context<SimulatorSendIn>): Promise<{ accepted: number }> {
           const sentAt = new Date().toISOString();
-          const parts = ctx.params.messages.map((m) => (m.channel === "SMS" ? splitSms(m.text).length : 1));
-          const registrations = ctx.params.messages.map((m, i) => ({
-            companyId: m.companyId,
-            channel: m.channel,
-            customerMessageId: m.customerMessageId,
-            destination: m.destination,
-            sentAt,
-            totalParts: Math.min(parts[i]!, 255),
-            text: m.text,
-            ...(m.campaignId ? { campaignId: m.campaignId } : {}),
-            ...(m.simulation ? { simulation: true } : {}),
-          }));
+          const registrations = ctx.params.messages.map((m) => registrationOf(m, sentAt));
           await ctx.call("tracking.ingest", { path: "messages", body: registrations });
           ctx.params.messages.forEach((m, i) => {
-            if (!m.simulation) this.schedule(m, Math.min(parts[i]!, 255));
+            if (!m.simulation) this.schedule(m, registrations[i]!.totalParts);
           });
           return { accepted: registrations.length };
         },

@@ -42,7 +42,7 @@ beforeAll(async () => {
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   t = await startTestApp({
-    services: ["gateway", "auth", "contacts", "campaigns"],
+    services: ["gateway", "auth", "contacts", "campaigns", "tracking"],
     config: {
       upstreamMode: "http",
       upstreamSmsUrl: `${base}/sms`,
@@ -118,4 +118,20 @@ it("pauses a campaign by itself when most of a batch window fails, and sends the
   const done = await untilStatus(a, c.id, "SENT", 20_000);
   expect(done.progress).toEqual({ audience: 6, sent: 6, failed: 0 });
   await eventually(async () => expect((await recipients(c.id)).every((r) => r.status === "SENT" && r.attempts === 2)).toBe(true));
+}, 60_000);
+
+it("never hands test-list messages to the HTTP upstream: registers them with simulation: true and records them sent", async () => {
+  behave = () => "ok";
+  const { listId } = await seedList(a.api, 3, { list: { isTest: true } });
+  const c = (await a.api.post("/campaigns", campaignIn([listId]))).body;
+  await a.api.put(`/campaigns/${c.id}/confirm`);
+  const done = await untilStatus(a, c.id, "SENT", 20_000);
+  expect(done.progress).toEqual({ audience: 3, sent: 3, failed: 0 });
+  expect(requests.filter((r) => r.key.startsWith(`cmp-${c.id}-`))).toEqual([]);
+  const rows = await t.db.sequelize.query<{ simulation: boolean }>(`SELECT simulation FROM messages WHERE campaign_id = $1`, {
+    bind: [c.id],
+    type: QueryTypes.SELECT,
+  });
+  expect(rows).toEqual([{ simulation: true }, { simulation: true }, { simulation: true }]);
+  expect((await recipients(c.id)).every((r) => r.status === "SENT" && r.attempts === 1)).toBe(true);
 }, 60_000);
