@@ -26,7 +26,7 @@ export interface OutboundMessage {
 
 export interface SendOutcome {
   /** The messages the upstream did not take, with why; every other message of the batch was taken. */
-  failed: Array<{ customerMessageId: string; error: string }>;
+  failed: Array<{ customerMessageId: string; error: string; /** Permanent: not tried again. */ final?: boolean }>;
 }
 
 export interface Upstream {

@@ -10,7 +10,7 @@ import type { Channel } from "../../lib/channels";
 import { ApiError, badRequest, type FieldError } from "../../lib/errors";
 import type { CampaignValues, Q } from "./campaigns.queries";
 import { missingLists } from "./campaigns.queries";
-import { MAX_TEXT, parseText, TextError, type Parsed } from "./campaigns.text";
+import { characters, MAX_TEXT, parseText, TextError, type Parsed } from "./campaigns.text";
 
 type Ctx = Context<unknown, AuthMeta>;
 
@@ -41,7 +41,7 @@ export async function callMedia<T>(ctx: Ctx, action: "resolve" | "reference" | "
 
 /** The text: its length on the channel, its placeholders (custom fields the account declares). */
 export async function checkText(ctx: Ctx, channel: Channel, text: string): Promise<Parsed> {
-  const length = [...text].length;
+  const length = characters(text);
   if (length > MAX_TEXT[channel])
     throw badRequest(`The text has ${length} characters; ${channel} allows at most ${MAX_TEXT[channel]}.`, [
       { path: "message.text", message: `must have at most ${MAX_TEXT[channel]} characters on ${channel}` },

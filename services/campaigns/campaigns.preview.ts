@@ -10,7 +10,7 @@ import { campaignStatsSql, type CampaignStatsFilters } from "../tracking/trackin
 import type { CampaignRow } from "./campaigns.models";
 import { audienceCount, audiencePage, recipientsPage, type Q } from "./campaigns.queries";
 import type { PreviewOut, StatsOut } from "./campaigns.schemas";
-import { MAX_TEXT, parseText, render, type Vars } from "./campaigns.text";
+import { fits, MAX_TEXT, parseText, render, type Vars } from "./campaigns.text";
 
 const PAGE = 5000;
 const SAMPLES = 5;
@@ -18,7 +18,9 @@ const SAMPLES = 5;
 /**
  * The audience now (a DRAFT: as confirming would snapshot it; later: the snapshot), one message per
  * recipient, and on SMS each recipient's rendered text counted in parts and encodings. A text with
- * no placeholder is the same for everyone: counted once. Read in pages by contact id.
+ * no placeholder is the same for everyone: counted once. Read in pages by contact id. A recipient
+ * whose placeholder values push the text past the channel's maximum is counted in `tooLong` (not in
+ * messages, parts or samples): the sender records it FAILED, never cut.
  */
 export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
   const parsed = parseText(c.text);
@@ -27,9 +29,13 @@ export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
   const same = parsed.pieces.every((p) => typeof p === "string");
   const page = (after: string | null, limit: number) =>
     c.status === "DRAFT" ? audiencePage(exec, c, parsed.customKeys, after, limit) : recipientsPage(exec, c.id, after, limit);
-  const out: PreviewOut = { audience: 0, messages: 0, parts: sms ? 0 : null, encodings: sms ? { GSM7: 0, UCS2: 0 } : null, samples: [] };
+  const out: PreviewOut = { audience: 0, messages: 0, tooLong: 0, parts: sms ? 0 : null, encodings: sms ? { GSM7: 0, UCS2: 0 } : null, samples: [] };
   const take = (r: { contact_id: string; destination: string; vars: Record<string, unknown> }) => {
     const text = render(parsed, r.vars as Vars, max);
+    if (!fits(text, max)) {
+      out.tooLong++;
+      return null;
+    }
     const info = sms ? smsInfo(text) : null;
     if (out.samples.length < SAMPLES)
       out.samples.push({ contactId: r.contact_id, destination: r.destination, text, encoding: info?.encoding ?? null, parts: info?.parts ?? null });
@@ -49,6 +55,7 @@ export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
       const rows = await page(after, PAGE);
       for (const r of rows) {
         const info = take(r);
+
         out.audience++;
         if (info) {
           out.parts! += info.parts;
@@ -59,7 +66,7 @@ export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
       after = rows[rows.length - 1]!.contact_id;
     }
   }
-  out.messages = out.audience;
+  out.messages = out.audience - out.tooLong;
   return out;
 }
 

@@ -17,7 +17,7 @@ import { Jobs, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
 import type { OutboundMessage, Upstream } from "../../lib/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
 import { CAMPAIGN_COLUMNS, customerMessageIdOf, type CampaignRow, type RecipientRow } from "./campaigns.models";
-import { MAX_TEXT, parseText, render } from "./campaigns.text";
+import { fits, MAX_TEXT, parseText, render } from "./campaigns.text";
 
 export const MAX_ATTEMPTS = 3;
 /** A failed message waits RETRY_BASE_MS, then 4x that, before its next attempt. */
@@ -164,7 +164,7 @@ export class CampaignRunner {
         continue;
       }
       const started = Date.now();
-      const messages: OutboundMessage[] = rows.map((r) => ({
+      const all: OutboundMessage[] = rows.map((r) => ({
         companyId: c.company_id,
         channel: c.channel,
         customerMessageId: customerMessageIdOf(c.id, r.contact_id),
@@ -174,13 +174,24 @@ export class CampaignRunner {
         campaignId: c.id,
         ...(r.simulation ? { simulation: true } : {}),
       }));
-      const outcome = await this.upstream.send(messages);
-      const failedIds = new Map(outcome.failed.map((f) => [f.customerMessageId, f.error]));
-      const results = rows.map((r, i) => ({
-        id: r.contact_id,
-        ok: !failedIds.has(messages[i]!.customerMessageId),
-        error: failedIds.get(messages[i]!.customerMessageId) ?? null,
-      }));
+      // A text its placeholder values push past the channel's maximum is never cut nor sent: FAILED at once.
+      const tooLong = new Map(
+        all
+          .filter((m) => !fits(m.text, max))
+          .map((m) => [
+            m.customerMessageId,
+            `The rendered text has more than ${max} characters, the maximum on ${c.channel} (placeholder values too long); not sent, never cut.`,
+          ]),
+      );
+      const messages = tooLong.size ? all.filter((m) => !tooLong.has(m.customerMessageId)) : all;
+      const outcome = messages.length ? await this.upstream.send(messages) : { failed: [] };
+      const failedIds = new Map(outcome.failed.map((f) => [f.customerMessageId, f]));
+      const results = rows.map((r, i) => {
+        const key = all[i]!.customerMessageId;
+        const f = failedIds.get(key);
+        if (tooLong.has(key)) return { id: r.contact_id, ok: false, final: true, upstream: false, error: tooLong.get(key)! };
+        return { id: r.contact_id, ok: !f, final: f?.final ?? false, upstream: true, error: f?.error ?? null };
+      });
       const counts = await this.record(c.id, results);
       this.metrics.counted(c.channel, "sent", counts.sent);
       this.metrics.counted(c.channel, "failed", counts.failed);
@@ -196,7 +207,7 @@ export class CampaignRunner {
           .markContacted(c.company_id, reached, c.channel)
           .catch((err) => this.log.warn({ err, campaignId: c.id }, "could not mark contacts contacted"));
       }
-      window.push(...results.map((r) => r.ok));
+      window.push(...results.filter((r) => r.upstream).map((r) => r.ok));
       window.splice(0, Math.max(0, window.length - windowSize));
       const failures = window.filter((ok) => !ok).length;
       if (window.length >= windowSize && failures * 2 > window.length) {
@@ -215,13 +226,13 @@ export class CampaignRunner {
   }
 
   /** Outcomes of one batch and the progress counters, one statement; a recipient already recorded (a repeat) is left alone. */
-  private async record(campaignId: string, results: Array<{ id: string; ok: boolean; error: string | null }>) {
+  private async record(campaignId: string, results: Array<{ id: string; ok: boolean; final: boolean; error: string | null }>) {
     const [row] = await rawQuery<{ sent: number; failed: number; retried: number }>(
       this.sequelize,
-      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, error text)),
+      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, final boolean, error text)),
        upd AS (
          UPDATE campaign_recipients r
-            SET status = CASE WHEN x.ok THEN 'SENT' WHEN r.attempts + 1 >= ${MAX_ATTEMPTS} THEN 'FAILED' ELSE 'PENDING' END,
+            SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.final OR r.attempts + 1 >= ${MAX_ATTEMPTS} THEN 'FAILED' ELSE 'PENDING' END,
                 attempts = r.attempts + 1,
                 sent_at = CASE WHEN x.ok THEN now() END,
                 error = CASE WHEN x.ok THEN NULL ELSE x.error END,
@@ -232,7 +243,7 @@ export class CampaignRunner {
                     count(*) FILTER (WHERE status = 'PENDING')::int AS retried FROM upd),
        bump AS (UPDATE campaigns k SET sent = k.sent + n.sent, failed = k.failed + n.failed, updated_at = now() FROM n WHERE k.id = $1 AND (n.sent > 0 OR n.failed > 0))
        SELECT sent, failed, retried FROM n`,
-      [campaignId, JSON.stringify(results), RETRY_BASE_MS],
+      [campaignId, JSON.stringify(results.map(({ id, ok, final, error }) => ({ id, ok, final, error }))), RETRY_BASE_MS],
     );
     return row!;
   }

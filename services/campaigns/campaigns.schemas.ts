@@ -185,6 +185,7 @@ export const listCampaignsIn = {
 export interface PreviewOut {
   audience: number;
   messages: number;
+  tooLong: number;
   parts: number | null;
   encodings: { GSM7: number; UCS2: number } | null;
   samples: Array<{ contactId: string; destination: string; text: string; encoding: "GSM7" | "UCS2" | null; parts: number | null }>;
@@ -194,10 +195,15 @@ export const previewOut = {
   $id: "CampaignPreview",
   type: "object",
   additionalProperties: false,
-  required: ["audience", "messages", "parts", "encodings", "samples"],
+  required: ["audience", "messages", "tooLong", "parts", "encodings", "samples"],
   properties: {
     audience: { ...count, description: "Recipients if the campaign were confirmed now (the snapshot once confirmed)." },
-    messages: { ...count, description: "Messages to send: one per recipient." },
+    messages: { ...count, description: "Messages to send: one per recipient whose text fits the channel." },
+    tooLong: {
+      ...count,
+      description:
+        "Recipients whose placeholder values push their text past the channel's maximum (in characters: Unicode code points): never cut, the sender records them FAILED.",
+    },
     parts: { ...count, nullable: true, description: "SMS: parts in all (GSM-7: 160, or 153 per part; UCS-2: 70, or 67 per part). Null on RCS and WhatsApp." },
     encodings: {
       type: "object",

@@ -7,7 +7,21 @@
 import type { Channel } from "../../lib/channels";
 import type { FieldError } from "../../lib/errors";
 
+/** The per-channel maximum, in characters: Unicode code points (an emoji is one), everywhere (checks, render, preview, sender). */
 export const MAX_TEXT: Record<Channel, number> = { SMS: 1600, RCS: 3072, WHATSAPP: 4096 };
+
+/** The length of a text in characters (code points), the unit of MAX_TEXT. */
+export function characters(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++, n++) {
+    const code = s.charCodeAt(i);
+    if (code >= 0xd800 && code <= 0xdbff && i + 1 < s.length) {
+      const low = s.charCodeAt(i + 1);
+      if (low >= 0xdc00 && low <= 0xdfff) i++;
+    }
+  }
+  return n;
+}
 /** The longest placeholder, braces included, and the longest fallback. */
 export const MAX_PLACEHOLDER = 200;
 export const MAX_FALLBACK = 100;
@@ -80,7 +94,12 @@ export interface Vars {
   customFields?: Record<string, unknown>;
 }
 
-/** The text for one recipient, cut at `max` characters (a long custom field value cannot push it past the channel's limit). */
+/**
+ * The text for one recipient. Never cut to fit: when placeholder values push it past `max`
+ * characters it comes back longer than `max` (bounded: at most `max + 1` characters, so a hostile
+ * value costs no more), and the caller refuses it (the sender records the recipient FAILED; the
+ * preview counts it in `tooLong`).
+ */
 export function render(parsed: Parsed, vars: Vars, max: number): string {
   let out = "";
   for (const p of parsed.pieces) {
@@ -90,14 +109,21 @@ export function render(parsed: Parsed, vars: Vars, max: number): string {
       const value = raw === null || raw === undefined || raw === "" ? p.fallback : String(raw);
       out += value;
     }
-    if (out.length > max) break;
+    if (out.length > 2 * (max + 1)) break;
   }
-  return cut(out, max);
+  return bound(out, max + 1);
 }
 
-/** At most `max` UTF-16 units, never half a surrogate pair. */
-function cut(s: string, max: number): string {
+/** Whether a rendered text fits `max` characters. */
+export const fits = (text: string, max: number) => text.length <= max || characters(text) <= max;
+
+/** At most `max` characters (code points), never half a surrogate pair. */
+function bound(s: string, max: number): string {
   if (s.length <= max) return s;
-  const code = s.charCodeAt(max - 1);
-  return s.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
+  let i = 0;
+  for (let n = 0; n < max && i < s.length; n++) {
+    const code = s.charCodeAt(i);
+    i += code >= 0xd800 && code <= 0xdbff && i + 1 < s.length ? 2 : 1;
+  }
+  return s.slice(0, i);
 }

@@ -83,6 +83,27 @@ describe("a campaign sent end to end on the simulator", () => {
     expectProblem(await a.api.put(`/campaigns/${c.id}/pause`), 409);
   });
 
+  it("never cuts a text placeholder values push past the maximum: preview counts it tooLong, the sender records it FAILED with why", async () => {
+    await a.api.post("/contacts/custom-fields", { key: "note", type: "TEXT" });
+    const { listId, contactIds } = await seedList(a.api, 3, { contact: (i) => ({ customFields: { note: i === 0 ? "🎉".repeat(40) : "ok" } }) });
+    const text = `${"🎉".repeat(1570)}{{customFields.note}}`; // the template (1591) and 1570 + 2 fit SMS's 1600 characters; 1570 + 40 do not
+    const c = (await a.api.post("/campaigns", campaignIn([listId], { message: { text } }))).body;
+    expect(c.id).toBeDefined();
+    const pre = await a.api.get(`/campaigns/${c.id}/preview`);
+    expect(pre.body).toMatchObject({ audience: 3, messages: 2, tooLong: 1 });
+    expect(pre.body.samples.map((x: any) => x.text)).toEqual([`${"🎉".repeat(1570)}ok`, `${"🎉".repeat(1570)}ok`]);
+    await a.api.put(`/campaigns/${c.id}/confirm`);
+    const done = await untilStatus(a, c.id, "SENT");
+    expect(done.progress).toEqual({ audience: 3, sent: 2, failed: 1 });
+    const rows = await sql<{ contact_id: string; status: string; error: string }>(
+      `SELECT contact_id, status, error FROM campaign_recipients WHERE campaign_id = $1 AND status = 'FAILED'`,
+      [c.id],
+    );
+    expect(rows).toEqual([{ contact_id: contactIds[0], status: "FAILED", error: expect.stringMatching(/more than 1600 characters.*never cut/) }]);
+    const sent = await sql<{ text: string }>(`SELECT text FROM messages WHERE campaign_id = $1`, [c.id]);
+    expect(sent.map((m) => m.text)).toEqual([`${"🎉".repeat(1570)}ok`, `${"🎉".repeat(1570)}ok`]);
+  });
+
   it("refuses an empty audience with a 400 and leaves the campaign DRAFT with no recipients", async () => {
     const { listId } = await seedList(a.api, 0);
     const c = (await a.api.post("/campaigns", campaignIn([listId]))).body;

@@ -1,5 +1,5 @@
 /** Campaign placeholders (services/campaigns/campaigns.text.ts): parsing, fallbacks, rendering, and hostile inputs bounded. */
-import { MAX_FALLBACK, MAX_PLACEHOLDERS, parseText, render, TextError } from "../../services/campaigns/campaigns.text";
+import { characters, fits, MAX_FALLBACK, MAX_PLACEHOLDERS, parseText, render, TextError } from "../../services/campaigns/campaigns.text";
 
 const refusal = (text: string) => {
   try {
@@ -45,17 +45,30 @@ describe("placeholders", () => {
     const started = Date.now();
     refusal("{{".repeat(500_000));
     refusal("{".repeat(1_000_000) + "{{");
-    expect(render(parseText("}".repeat(1_000_000)), {}, 10)).toBe("}".repeat(10));
+    expect(render(parseText("}".repeat(1_000_000)), {}, 10)).toBe("}".repeat(11));
     refusal(`{{${"|".repeat(150)}`);
     refusal(`{{firstName|${"a|".repeat(100_000)}}}`);
     expect(parseText("{{firstName}} ".repeat(50)).pieces.length).toBe(100);
     expect(Date.now() - started).toBeLessThan(3000);
   });
 
-  it("cuts a rendered text at the channel's maximum, never inside a surrogate pair", () => {
+  it("counts characters as code points everywhere: 1000 emoji fit SMS's 1600 and are rendered whole", () => {
+    const emoji = "🎉".repeat(1000);
+    expect(characters(emoji)).toBe(1000);
+    expect(characters("a\ud800b")).toBe(3); // a lone surrogate is one character
+    const out = render(parseText(emoji), {}, 1600);
+    expect(out).toBe(emoji);
+    expect(fits(out, 1600)).toBe(true);
+  });
+
+  it("never cuts a text placeholder values push past the maximum: it comes back longer (bounded) and does not fit", () => {
     const p = parseText("{{customFields.note}}");
-    expect(render(p, { customFields: { note: "x".repeat(5000) } }, 1600)).toHaveLength(1600);
+    const long = render(p, { customFields: { note: "x".repeat(5000) } }, 1600);
+    expect(long).toHaveLength(1601);
+    expect(fits(long, 1600)).toBe(false);
     const out = render(p, { customFields: { note: "a" + "🎉".repeat(10) } }, 4);
-    expect(out).toBe("a🎉");
+    expect(out).toBe("a🎉🎉🎉🎉");
+    expect(fits(out, 4)).toBe(false);
+    expect(fits(render(p, { customFields: { note: "a🎉🎉🎉" } }, 4), 4)).toBe(true);
   });
 });
