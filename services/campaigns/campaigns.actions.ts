@@ -53,13 +53,19 @@ async function mustFind(sequelize: Sequelize, companyId: string, id: string): Pr
   return row;
 }
 
+/** An instant as ISO text; text Date.parse cannot read (a leap second "…23:59:60Z" passes the date-time format) is kept as given for checkSchedule's 400. */
+const instant = (s: string) => {
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? s : new Date(t).toISOString();
+};
+
 const valuesOf = (p: CampaignIn): CampaignValues => ({
   name: p.name,
   channel: p.channel,
   contactListIds: [...new Set(p.contactListIds)],
   text: p.message.text,
   mediaIds: [...new Set(p.message.mediaIds ?? [])],
-  scheduledAt: p.scheduledAt ? new Date(p.scheduledAt).toISOString() : null,
+  scheduledAt: p.scheduledAt ? instant(p.scheduledAt) : null,
   sendRatePerSecond: p.sendRatePerSecond ?? null,
 });
 

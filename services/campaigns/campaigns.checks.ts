@@ -84,7 +84,8 @@ export function checkSchedule(scheduledAt: string | null): void {
   if (scheduledAt === null) return;
   const t = Date.parse(scheduledAt);
   const errors: FieldError[] = [];
-  if (Number.isNaN(t) || t > Date.UTC(9999, 0, 1)) errors.push({ path: "scheduledAt", message: "must be a date-time before 9999" });
+  if (Number.isNaN(t)) errors.push({ path: "scheduledAt", message: "must be a date-time this service can read (no leap second)" });
+  else if (t > Date.UTC(9999, 0, 1)) errors.push({ path: "scheduledAt", message: "must be a date-time before 9999" });
   else if (t <= Date.now()) errors.push({ path: "scheduledAt", message: "must be in the future" });
   if (errors.length) throw badRequest("`scheduledAt` must be a future date-time.", errors);
 }

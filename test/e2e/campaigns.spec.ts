@@ -95,6 +95,7 @@ describe("bad input: a 4xx problem and nothing stored", () => {
     ["an unknown list", (l) => campaignIn([l, 987654321]), /987654321/],
     ["scheduledAt in the past", (l) => campaignIn([l], { scheduledAt: "2001-01-01T00:00:00Z" }), /future/],
     ["scheduledAt unparsable", (l) => campaignIn([l], { scheduledAt: "tomorrow" })],
+    ["scheduledAt a leap second", (l) => campaignIn([l], { scheduledAt: "2030-12-31T23:59:60Z" }), /scheduledAt/],
     ["a null name", (l) => campaignIn([l], { name: null })],
     ["a huge name", (l) => campaignIn([l], { name: "n".repeat(100_000) })],
     ["contactListIds as a string", () => campaignIn([], { contactListIds: "1,2" })],
