@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import type { Context } from "moleculer";
 import type { Sequelize } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
-import { rawTransaction } from "../../lib/db";
+import { rawTransaction, type Exec } from "../../lib/db";
 import { ApiError, badRequest } from "../../lib/errors";
 import { toPage, type Page } from "../../lib/paging";
 import { callMedia, checkCampaign, checkLists, requireChannel } from "./campaigns.checks";
@@ -32,6 +32,7 @@ import { parseText } from "./campaigns.text";
 
 export interface CampaignsThis {
   sequelize: Sequelize;
+  logger: { warn(...args: unknown[]): void };
   /** A campaign was confirmed or resumed here: look for work now. */
   kick(): void;
   /** Campaigns became final: drop their media references now. */
@@ -71,6 +72,26 @@ const valuesOf = (p: CampaignIn): CampaignValues => ({
 
 const owner = (id: string) => `campaign:${id}`;
 
+/**
+ * Runs `fn` in a transaction that may call media.reference/release (so a refusal of media leaves
+ * nothing stored); `touched` marks that it did. If the transaction then fails (its commit
+ * included), `undo` puts the media references back as they were: no orphan reference blocks
+ * deleting a media. An undo that fails is logged.
+ */
+async function withMedia<T>(self: CampaignsThis, fn: (exec: Exec, touched: () => void) => Promise<T>, undo: () => Promise<unknown>): Promise<T> {
+  let touched = false;
+  try {
+    return await rawTransaction(self.sequelize, (exec) =>
+      fn(exec, () => {
+        touched = true;
+      }),
+    );
+  } catch (err) {
+    if (touched) await undo().catch((e) => self.logger.warn("could not put media references back after a failed campaign write", e));
+    throw err;
+  }
+}
+
 /** A guarded status change: the row, or the 404/409 that explains why not. */
 async function change(self: CampaignsThis, ctx: Ctx<{ id: string }>, from: readonly CampaignStatus[], set: string, what: string): Promise<CampaignRow> {
   const row = await transition(q(self.sequelize), ctx.meta.companyId, ctx.params.id, from, set);
@@ -102,12 +123,19 @@ export const campaignActions = {
       const v = valuesOf(ctx.params);
       await checkCampaign(ctx, q(this.sequelize), v);
       const id = randomUUID();
-      const row = await rawTransaction(this.sequelize, async (exec) => {
-        const r = await insertCampaign(exec, id, ctx.meta.companyId, v);
-        // Inside the transaction: a refusal of media leaves nothing stored.
-        if (v.mediaIds.length) await callMedia(ctx, "reference", { owner: owner(id), mediaIds: v.mediaIds });
-        return r;
-      });
+      const row = await withMedia(
+        this,
+        async (exec, touched) => {
+          const r = await insertCampaign(exec, id, ctx.meta.companyId, v);
+          // Inside the transaction: a refusal of media leaves nothing stored; a failed commit releases them.
+          if (v.mediaIds.length) {
+            touched();
+            await callMedia(ctx, "reference", { owner: owner(id), mediaIds: v.mediaIds });
+          }
+          return r;
+        },
+        () => callMedia(ctx, "release", { owner: owner(id) }),
+      );
       ctx.meta.$statusCode = 201;
       ctx.meta.$location = `${API_PREFIX}/campaigns/${id}`;
       return toCampaignOut(row);
@@ -166,14 +194,23 @@ export const campaignActions = {
         sendRatePerSecond: p.sendRatePerSecond === undefined ? old.send_rate_per_second : p.sendRatePerSecond,
       });
       await checkCampaign(ctx, q(this.sequelize), v);
-      const row = await rawTransaction(this.sequelize, async (exec) => {
-        const r = await updateDraft(exec, companyId, old.id, v);
-        if (!r) throw conflict((await findCampaign(exec, companyId, old.id))?.status ?? "CANCELLED", "only a DRAFT can be updated");
-        const before = [...old.media_ids].sort().join(",");
-        if (v.mediaIds.length) await callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: v.mediaIds });
-        else if (before) await callMedia(ctx, "release", { owner: owner(old.id) });
-        return r;
-      });
+      const row = await withMedia(
+        this,
+        async (exec, touched) => {
+          const r = await updateDraft(exec, companyId, old.id, v);
+          if (!r) throw conflict((await findCampaign(exec, companyId, old.id))?.status ?? "CANCELLED", "only a DRAFT can be updated");
+          const before = [...old.media_ids].sort().join(",");
+          if (v.mediaIds.length || before) touched();
+          if (v.mediaIds.length) await callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: v.mediaIds });
+          else if (before) await callMedia(ctx, "release", { owner: owner(old.id) });
+          return r;
+        },
+        // A failed commit: the references the draft had.
+        () =>
+          old.media_ids.length
+            ? callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: old.media_ids })
+            : callMedia(ctx, "release", { owner: owner(old.id) }),
+      );
       return toCampaignOut(row);
     },
   }),

@@ -192,4 +192,24 @@ describe("media references", () => {
     expect((await a.api.delete(`/campaigns/${c.id}`)).status).toBe(204);
     expect(media.refs(a.companyId, `campaign:${c.id}`)).toEqual([]);
   });
+
+  it("puts media references back when the campaign's transaction fails at commit (no orphan reference)", async () => {
+    // A deferred trigger fails the commit of campaigns named "fail-at-commit", after media.reference ran.
+    await t.db.sequelize.query(`CREATE OR REPLACE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.name = 'fail-at-commit' THEN RAISE EXCEPTION 'commit refused by the test'; END IF; RETURN NEW; END $$`);
+    await t.db.sequelize.query(`CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT OR UPDATE ON campaigns DEFERRABLE INITIALLY DEFERRED
+      FOR EACH ROW EXECUTE FUNCTION fail_at_commit()`);
+    try {
+      const [m1, m2] = [media.add(a.companyId), media.add(a.companyId)];
+      const before = media.owners(a.companyId);
+      const res = await a.api.post("/campaigns", campaignIn([listA], { name: "fail-at-commit", channel: "RCS", message: { text: "x", mediaIds: [m1] } }));
+      expect(res.status).toBe(500);
+      expect(media.owners(a.companyId)).toEqual(before);
+      const c = (await a.api.post("/campaigns", campaignIn([listA], { channel: "RCS", message: { text: "x", mediaIds: [m1] } }))).body;
+      expect((await a.api.put(`/campaigns/${c.id}`, { name: "fail-at-commit", message: { text: "x", mediaIds: [m2] } })).status).toBe(500);
+      expect(media.refs(a.companyId, `campaign:${c.id}`)).toEqual([m1]);
+    } finally {
+      await t.db.sequelize.query(`DROP TRIGGER fail_at_commit ON campaigns`);
+    }
+  });
 });

@@ -18,6 +18,8 @@ export interface MediaDouble {
   add(companyId: string, kind?: "image" | "video"): string;
   /** The media ids `owner` references now (empty when none). */
   refs(companyId: string, owner: string): string[];
+  /** The owners that reference any media of `companyId` now. */
+  owners(companyId: string): string[];
   calls: string[];
 }
 
@@ -36,6 +38,7 @@ export function mediaDouble(): MediaDouble {
       return id;
     },
     refs: (companyId, owner) => refs.get(`${companyId}|${owner}`) ?? [],
+    owners: (companyId) => [...refs.keys()].filter((k) => k.startsWith(`${companyId}|`)).map((k) => k.slice(companyId.length + 1)),
     schema: {
       name: "media",
       actions: {
