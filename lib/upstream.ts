@@ -26,7 +26,14 @@ export interface OutboundMessage {
 
 export interface SendOutcome {
   /** The messages the upstream did not take, with why; every other message of the batch was taken. */
-  failed: Array<{ customerMessageId: string; error: string; /** Permanent: not tried again. */ final?: boolean }>;
+  failed: Array<{
+    customerMessageId: string;
+    error: string;
+    /** Permanent (a 4xx other than 408 and 429): not tried again. */
+    final?: boolean;
+    /** The upstream asked to wait this long before trying again (429 Retry-After, at most RETRY_AFTER_MAX_MS). */
+    retryAfterMs?: number;
+  }>;
 }
 
 export interface Upstream {
@@ -52,6 +59,17 @@ export function registrationOf(m: OutboundMessage, sentAt: string) {
     ...(m.campaignId ? { campaignId: m.campaignId } : {}),
     ...(m.simulation ? { simulation: true } : {}),
   };
+}
+
+/** The longest 429 Retry-After honoured; a longer one waits this long. */
+export const RETRY_AFTER_MAX_MS = 300_000;
+
+/** A Retry-After header (delay-seconds or an HTTP date) in milliseconds, bounded; undefined when absent or unreadable. */
+export function retryAfterMs(header: string | string[] | undefined, now = Date.now()): number | undefined {
+  const v = (Array.isArray(header) ? header[0] : header)?.trim();
+  if (!v) return undefined;
+  const ms = /^\d+$/.test(v) ? Number(v) * 1000 : Date.parse(v) - now;
+  return Number.isNaN(ms) ? undefined : Math.min(Math.max(ms, 0), RETRY_AFTER_MAX_MS);
 }
 
 /** A failure of the whole batch: every message failed with the same reason. */
@@ -124,18 +142,21 @@ export class HttpUpstream implements Upstream {
     const worker = async () => {
       while (next < messages.length) {
         const m = messages[next++]!;
-        const error = await this.post(m);
-        if (error) failed.push({ customerMessageId: m.customerMessageId, error });
+        const f = await this.post(m);
+        if (f) failed.push({ customerMessageId: m.customerMessageId, ...f });
       }
     };
     await Promise.all(Array.from({ length: Math.min(this.config.upstreamConcurrency, messages.length) }, worker));
     return { failed };
   }
 
-  /** Null when the upstream took the message (any 2xx), else why not. */
-  private async post(m: OutboundMessage): Promise<string | null> {
+  /**
+   * Null when the upstream took the message (any 2xx), else why not: a 4xx other than 408 and 429
+   * is permanent (the message is wrong, trying again changes nothing); a 429 says how long to wait.
+   */
+  private async post(m: OutboundMessage): Promise<Omit<SendOutcome["failed"][number], "customerMessageId"> | null> {
     const url = this.urls[m.channel];
-    if (!url) return `no upstream URL for ${m.channel}`;
+    if (!url) return { error: `no upstream URL for ${m.channel}` };
     try {
       const res = await request(url, {
         method: "POST",
@@ -145,9 +166,16 @@ export class HttpUpstream implements Upstream {
         signal: AbortSignal.timeout(this.config.upstreamTimeoutMs + this.config.upstreamConnectTimeoutMs),
       });
       await res.body.dump();
-      return res.statusCode >= 200 && res.statusCode < 300 ? null : `HTTP ${res.statusCode}`;
+      const code = res.statusCode;
+      if (code >= 200 && code < 300) return null;
+      const error = `HTTP ${code}`;
+      if (code === 429) {
+        const wait = retryAfterMs(res.headers["retry-after"]);
+        return wait === undefined ? { error } : { error, retryAfterMs: wait };
+      }
+      return code >= 400 && code < 500 && code !== 408 ? { error, final: true } : { error };
     } catch (err) {
-      return reason(err);
+      return { error: reason(err) };
     }
   }
 

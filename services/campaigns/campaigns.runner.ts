@@ -20,7 +20,10 @@ import { CAMPAIGN_COLUMNS, customerMessageIdOf, type CampaignRow, type Recipient
 import { fits, MAX_TEXT, parseText, render } from "./campaigns.text";
 
 export const MAX_ATTEMPTS = 3;
-/** A failed message waits RETRY_BASE_MS, then 4x that, before its next attempt. */
+/**
+ * A failed message waits RETRY_BASE_MS, then 4x that, before its next attempt (longer when a 429's
+ * Retry-After asks; a permanent failure, a 4xx other than 408 and 429, is not tried again).
+ */
 export const RETRY_BASE_MS = 2000;
 /** The batch window of the auto-pause: the last attempts judged together (at most this many). */
 export const PAUSE_WINDOW = 100;
@@ -189,8 +192,8 @@ export class CampaignRunner {
       const results = rows.map((r, i) => {
         const key = all[i]!.customerMessageId;
         const f = failedIds.get(key);
-        if (tooLong.has(key)) return { id: r.contact_id, ok: false, final: true, upstream: false, error: tooLong.get(key)! };
-        return { id: r.contact_id, ok: !f, final: f?.final ?? false, upstream: true, error: f?.error ?? null };
+        if (tooLong.has(key)) return { id: r.contact_id, ok: false, final: true, wait: 0, upstream: false, error: tooLong.get(key)! };
+        return { id: r.contact_id, ok: !f, final: f?.final ?? false, wait: f?.retryAfterMs ?? 0, upstream: true, error: f?.error ?? null };
       });
       const counts = await this.record(c.id, results);
       this.metrics.counted(c.channel, "sent", counts.sent);
@@ -226,24 +229,24 @@ export class CampaignRunner {
   }
 
   /** Outcomes of one batch and the progress counters, one statement; a recipient already recorded (a repeat) is left alone. */
-  private async record(campaignId: string, results: Array<{ id: string; ok: boolean; final: boolean; error: string | null }>) {
+  private async record(campaignId: string, results: Array<{ id: string; ok: boolean; final: boolean; wait: number; error: string | null }>) {
     const [row] = await rawQuery<{ sent: number; failed: number; retried: number }>(
       this.sequelize,
-      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, final boolean, error text)),
+      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, final boolean, wait float8, error text)),
        upd AS (
          UPDATE campaign_recipients r
             SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.final OR r.attempts + 1 >= ${MAX_ATTEMPTS} THEN 'FAILED' ELSE 'PENDING' END,
                 attempts = r.attempts + 1,
                 sent_at = CASE WHEN x.ok THEN now() END,
                 error = CASE WHEN x.ok THEN NULL ELSE x.error END,
-                due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => $3::float8 * power(4, r.attempts) / 1000) END
+                due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => GREATEST($3::float8 * power(4, r.attempts), x.wait) / 1000) END
            FROM x WHERE r.campaign_id = $1 AND r.contact_id = x.id AND r.status = 'PENDING'
          RETURNING r.status),
        n AS (SELECT count(*) FILTER (WHERE status = 'SENT')::int AS sent, count(*) FILTER (WHERE status = 'FAILED')::int AS failed,
                     count(*) FILTER (WHERE status = 'PENDING')::int AS retried FROM upd),
        bump AS (UPDATE campaigns k SET sent = k.sent + n.sent, failed = k.failed + n.failed, updated_at = now() FROM n WHERE k.id = $1 AND (n.sent > 0 OR n.failed > 0))
        SELECT sent, failed, retried FROM n`,
-      [campaignId, JSON.stringify(results.map(({ id, ok, final, error }) => ({ id, ok, final, error }))), RETRY_BASE_MS],
+      [campaignId, JSON.stringify(results.map(({ id, ok, final, wait, error }) => ({ id, ok, final, wait, error }))), RETRY_BASE_MS],
     );
     return row!;
   }

@@ -12,13 +12,14 @@ import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { campaignIn, seedList, untilStatus } from "../helpers/campaigns";
 import { eventually } from "../helpers/eventually";
 
-type Behaviour = (key: string, nth: number, seenKeys: number) => "ok" | "fail" | "hang";
+type Answer = "ok" | "fail" | "hang" | "400" | "429";
+type Behaviour = (key: string, nth: number, seenKeys: number) => Answer;
 
 let t: TestApp;
 let a: Account;
 let server: Server;
 let behave: Behaviour = () => "ok";
-const requests: Array<{ key: string; path: string; body: any; answered: "ok" | "fail" | "hang" }> = [];
+const requests: Array<{ key: string; path: string; body: any; answered: Answer; at: number }> = [];
 const attempts = new Map<string, number>();
 
 const read = (req: IncomingMessage) =>
@@ -35,9 +36,10 @@ beforeAll(async () => {
     const nth = (attempts.get(key) ?? 0) + 1;
     attempts.set(key, nth);
     const answered = behave(key, nth, attempts.size);
-    requests.push({ key, path: req.url ?? "", body, answered });
+    requests.push({ key, path: req.url ?? "", body, answered, at: Date.now() });
     if (answered === "hang") return; // never answers: the client's answer time-out ends it
-    res.writeHead(answered === "ok" ? 202 : 503).end();
+    if (answered === "429") return res.writeHead(429, { "retry-after": "4" }).end();
+    res.writeHead(answered === "ok" ? 202 : answered === "400" ? 400 : 503).end();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -134,4 +136,27 @@ it("never hands test-list messages to the HTTP upstream: registers them with sim
   });
   expect(rows).toEqual([{ simulation: true }, { simulation: true }, { simulation: true }]);
   expect((await recipients(c.id)).every((r) => r.status === "SENT" && r.attempts === 1)).toBe(true);
+}, 60_000);
+
+it("fails a message at once on a 4xx other than 408/429, and waits a 429's Retry-After before trying again", async () => {
+  const { listId } = await seedList(a.api, 6);
+  const order: string[] = [];
+  behave = (key, nth) => {
+    if (!order.includes(key)) order.push(key);
+    const i = order.indexOf(key);
+    if (i === 0) return "400";
+    if (i === 1 && nth === 1) return "429";
+    return "ok";
+  };
+  const c = (await a.api.post("/campaigns", campaignIn([listId]))).body;
+  await a.api.put(`/campaigns/${c.id}/confirm`);
+  const done = await untilStatus(a, c.id, "SENT", 30_000);
+  expect(done.progress).toEqual({ audience: 6, sent: 5, failed: 1 });
+  const mine = requests.filter((r) => r.key.startsWith(`cmp-${c.id}-`));
+  expect(mine.filter((r) => r.key === order[0]).map((r) => r.answered)).toEqual(["400"]);
+  const limited = mine.filter((r) => r.key === order[1]);
+  expect(limited.map((r) => r.answered)).toEqual(["429", "ok"]);
+  expect(limited[1]!.at - limited[0]!.at).toBeGreaterThanOrEqual(3900); // Retry-After: 4, past the 2 s backoff
+  const failed = (await recipients(c.id)).filter((r) => r.status === "FAILED");
+  expect(failed).toEqual([{ contact_id: order[0]!.slice(`cmp-${c.id}-`.length), status: "FAILED", attempts: 1, error: "HTTP 400" }]);
 }, 60_000);
