@@ -70,26 +70,40 @@ const valuesOf = (p: CampaignIn): CampaignValues => ({
   sendRatePerSecond: p.sendRatePerSecond ?? null,
 });
 
+/** A stored campaign's values, as valuesOf gives them (to put a draft back). */
+const oldValues = (old: CampaignRow): CampaignValues => ({
+  name: old.name,
+  channel: old.channel,
+  contactListIds: old.contact_list_ids.map(Number),
+  text: old.text,
+  mediaIds: old.media_ids,
+  scheduledAt: old.scheduled_at ? new Date(old.scheduled_at).toISOString() : null,
+  sendRatePerSecond: old.send_rate_per_second,
+});
+
 const owner = (id: string) => `campaign:${id}`;
 
 /**
- * Runs `fn` in a transaction that may call media.reference/release (so a refusal of media leaves
- * nothing stored); `touched` marks that it did. If the transaction then fails (its commit
- * included), `undo` puts the media references back as they were: no orphan reference blocks
- * deleting a media. An undo that fails is logged.
+ * Runs `write` (a transaction of campaign rows only) and, once it has committed, `media` (the calls to
+ * media.reference/release). Media is never called inside the transaction: on embedded PGlite one
+ * session serves every connection, so the media service's own query would wait for a transaction that
+ * waits for it. If the media call fails, `undo` puts the campaign rows back (the draft removed, or its
+ * old values), so a refusal of media leaves nothing changed; an undo that fails is logged.
  */
-async function withMedia<T>(self: CampaignsThis, fn: (exec: Exec, touched: () => void) => Promise<T>, undo: () => Promise<unknown>): Promise<T> {
-  let touched = false;
+async function withMedia<T>(
+  self: CampaignsThis,
+  write: (exec: Exec) => Promise<T>,
+  media: (row: T) => Promise<unknown>,
+  undo: () => Promise<unknown>,
+): Promise<T> {
+  const row = await rawTransaction(self.sequelize, write);
   try {
-    return await rawTransaction(self.sequelize, (exec) =>
-      fn(exec, () => {
-        touched = true;
-      }),
-    );
+    await media(row);
   } catch (err) {
-    if (touched) await undo().catch((e) => self.logger.warn("could not put media references back after a failed campaign write", e));
+    await undo().catch((e) => self.logger.warn("could not undo a campaign write after its media call failed", e));
     throw err;
   }
+  return row;
 }
 
 /** A guarded status change: the row, or the 404/409 that explains why not. */
@@ -125,16 +139,13 @@ export const campaignActions = {
       const id = randomUUID();
       const row = await withMedia(
         this,
-        async (exec, touched) => {
-          const r = await insertCampaign(exec, id, ctx.meta.companyId, v);
-          // Inside the transaction: a refusal of media leaves nothing stored; a failed commit releases them.
-          if (v.mediaIds.length) {
-            touched();
-            await callMedia(ctx, "reference", { owner: owner(id), mediaIds: v.mediaIds });
-          }
-          return r;
+        (exec) => insertCampaign(exec, id, ctx.meta.companyId, v),
+        () => (v.mediaIds.length ? callMedia(ctx, "reference", { owner: owner(id), mediaIds: v.mediaIds }) : Promise.resolve()),
+        // Media refused (or unreachable): the draft goes again, and any reference with it.
+        async () => {
+          await q(this.sequelize)(`DELETE FROM campaigns WHERE id = $1 AND company_id = $2 AND status = 'DRAFT'`, [id, ctx.meta.companyId]);
+          await callMedia(ctx, "release", { owner: owner(id) }).catch(() => undefined);
         },
-        () => callMedia(ctx, "release", { owner: owner(id) }),
       );
       ctx.meta.$statusCode = 201;
       ctx.meta.$location = `${API_PREFIX}/campaigns/${id}`;
@@ -196,20 +207,23 @@ export const campaignActions = {
       await checkCampaign(ctx, q(this.sequelize), v);
       const row = await withMedia(
         this,
-        async (exec, touched) => {
+        async (exec) => {
           const r = await updateDraft(exec, companyId, old.id, v);
           if (!r) throw conflict((await findCampaign(exec, companyId, old.id))?.status ?? "CANCELLED", "only a DRAFT can be updated");
-          const before = [...old.media_ids].sort().join(",");
-          if (v.mediaIds.length || before) touched();
-          if (v.mediaIds.length) await callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: v.mediaIds });
-          else if (before) await callMedia(ctx, "release", { owner: owner(old.id) });
           return r;
         },
-        // A failed commit: the references the draft had.
         () =>
-          old.media_ids.length
-            ? callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: old.media_ids })
-            : callMedia(ctx, "release", { owner: owner(old.id) }),
+          v.mediaIds.length
+            ? callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: v.mediaIds })
+            : old.media_ids.length
+              ? callMedia(ctx, "release", { owner: owner(old.id) })
+              : Promise.resolve(),
+        // Media refused (or unreachable): the draft's old values and references again.
+        async () => {
+          await rawTransaction(this.sequelize, (exec) => updateDraft(exec, companyId, old.id, oldValues(old)));
+          if (old.media_ids.length) await callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: old.media_ids });
+          else await callMedia(ctx, "release", { owner: owner(old.id) });
+        },
       );
       return toCampaignOut(row);
     },
@@ -230,8 +244,9 @@ export const campaignActions = {
       await rawTransaction(this.sequelize, async (exec) => {
         const gone = await exec(`DELETE FROM campaigns WHERE id = $1 AND company_id = $2 AND status = 'DRAFT' RETURNING id`, [old.id, ctx.meta.companyId]);
         if (gone.length === 0) throw conflict((await findCampaign(exec, ctx.meta.companyId, old.id))?.status ?? "CANCELLED", "only a DRAFT can be deleted");
-        if (old.media_ids.length) await callMedia(ctx, "release", { owner: owner(old.id) });
       });
+      // After the commit (never inside it, see withMedia); release is idempotent.
+      if (old.media_ids.length) await callMedia(ctx, "release", { owner: owner(old.id) });
       ctx.meta.$statusCode = 204;
       return null;
     },
