@@ -5,8 +5,8 @@ import type { Sequelize } from "sequelize";
  *
  * `media`: one row per uploaded image or video of an account, what GET /media lists (newest first).
  * The file lives under MEDIA_DIR of the node named by `node_id` (the one that stored it), as
- * `<id>`; a gateway pulls it from there range by range. `kind` is `image` or `video`, judged by the
- * file's content like `content_type`; `width`/`height` (images) and `duration_ms` (MP4 `mvhd`) come
+ * `<id>`; a gateway pulls it from there range by range. `content_type` is judged by the
+ * file's content (the answers' `kind`, image or video, follows from it); `width`/`height` (images) and `duration_ms` (MP4 `mvhd`) come
  * from the file's header where it gives them.
  *
  * `media_references`: who refers to a media (`owner`, e.g. `campaign:<uuid>` or `reply:<uuid>`),
@@ -21,7 +21,6 @@ export async function up(sequelize: Sequelize): Promise<void> {
       company_id    text NOT NULL,
       file_name     text NOT NULL,
       content_type  text NOT NULL CHECK (content_type IN ('image/jpeg', 'image/png', 'image/gif', 'image/webp', 'video/mp4')),
-      kind          text NOT NULL CHECK (kind IN ('image', 'video')),
       size          bigint NOT NULL CHECK (size > 0),
       sha256        text NOT NULL,
       width         integer,

@@ -8,7 +8,6 @@ export interface MediaRow {
   company_id: string;
   file_name: string;
   content_type: string;
-  kind: MediaKind;
   size: string | number;
   sha256: string;
   width: number | null;
@@ -18,14 +17,17 @@ export interface MediaRow {
   created_at: Date | string;
 }
 
-export const MEDIA_COLUMNS = "id, company_id, file_name, content_type, kind, size, sha256, width, height, duration_ms, node_id, created_at";
+export const MEDIA_COLUMNS = "id, company_id, file_name, content_type, size, sha256, width, height, duration_ms, node_id, created_at";
+
+/** A media's kind follows from its content type (video/mp4 is the one video type): stored once, as the type. */
+export const mediaKindOf = (contentType: string): MediaKind => (contentType.startsWith("video/") ? "video" : "image");
 
 export const toMediaOut = (r: MediaRow): MediaOut => ({
   id: r.id,
   mediaKey: mediaKeyOf(r.id),
   fileName: r.file_name,
   contentType: r.content_type,
-  kind: r.kind,
+  kind: mediaKindOf(r.content_type),
   size: Number(r.size),
   sha256: r.sha256,
   width: r.width,

@@ -1,7 +1,6 @@
 /** The media service's SQL on media and media_references; every statement a partner's call makes names the account. */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
-import type { MediaKind } from "./media.contract";
 import { MEDIA_COLUMNS, toMediaOut, type MediaRow } from "./media.models";
 import type { MediaOut } from "./media.schemas";
 
@@ -66,7 +65,6 @@ export interface NewMedia {
   companyId: string;
   fileName: string;
   contentType: string;
-  kind: "image" | "video";
   size: number;
   sha256: string;
   width: number | null;
@@ -77,10 +75,10 @@ export interface NewMedia {
 
 export async function insertMedia(sequelize: Sequelize, m: NewMedia, transaction: Transaction): Promise<MediaRow> {
   const [row] = await sequelize.query<MediaRow>(
-    `INSERT INTO media (id, company_id, file_name, content_type, kind, size, sha256, width, height, duration_ms, node_id)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ${MEDIA_COLUMNS}`,
+    `INSERT INTO media (id, company_id, file_name, content_type, size, sha256, width, height, duration_ms, node_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ${MEDIA_COLUMNS}`,
     {
-      bind: [m.id, m.companyId, m.fileName, m.contentType, m.kind, m.size, m.sha256, m.width, m.height, m.durationMs, m.nodeId],
+      bind: [m.id, m.companyId, m.fileName, m.contentType, m.size, m.sha256, m.width, m.height, m.durationMs, m.nodeId],
       type: QueryTypes.SELECT,
       transaction,
     },
@@ -95,12 +93,12 @@ export async function idsWithRows(sequelize: Sequelize, ids: string[]): Promise<
   return new Set(rows.map((r) => r.id));
 }
 
-export type ResolvedRow = { id: string; content_type: string; kind: MediaKind; size: string };
+export type ResolvedRow = { id: string; content_type: string; size: string };
 
 /** The media of the account among `ids` (well-formed, lower-case). */
 export function resolvedRows(sequelize: Sequelize, companyId: string, ids: string[]): Promise<ResolvedRow[]> {
   if (!ids.length) return Promise.resolve([]);
-  return sequelize.query<ResolvedRow>(`SELECT id, content_type, kind, size FROM media WHERE company_id = $1 AND id = ANY($2::uuid[])`, {
+  return sequelize.query<ResolvedRow>(`SELECT id, content_type, size FROM media WHERE company_id = $1 AND id = ANY($2::uuid[])`, {
     bind: [companyId, ids],
     type: QueryTypes.SELECT,
   });

@@ -25,6 +25,7 @@ import {
   type ResolveMediaIn,
   type ResolveMediaOut,
 } from "./media.contract";
+import { mediaKindOf } from "./media.models";
 import { releaseReferences, replaceReferences, resolvedRows, shareLockMedia } from "./media.queries";
 
 export interface RefsThis {
@@ -50,7 +51,14 @@ export const refActions = {
       const out: ResolveMediaOut = { found: [], missing: [] };
       for (const id of ids) {
         const row = MEDIA_ID_RE.test(id) ? byId.get(id.toLowerCase()) : undefined;
-        if (row) out.found.push({ id: row.id, mediaKey: mediaKeyOf(row.id), contentType: row.content_type, kind: row.kind, size: Number(row.size) });
+        if (row)
+          out.found.push({
+            id: row.id,
+            mediaKey: mediaKeyOf(row.id),
+            contentType: row.content_type,
+            kind: mediaKindOf(row.content_type),
+            size: Number(row.size),
+          });
         else out.missing.push(id);
       }
       return out;

@@ -66,7 +66,7 @@ async function storeUpload(this: UploadThis, config: Config, companyId: string, 
       const now = await usedBytes(sequelize, companyId, transaction);
       if (now + file.size > config.mediaAccountMaxBytes) throw quota(config, now);
       const media = { id, companyId, fileName: file.name, contentType: MAGIC_CONTENT_TYPES[kind], size: file.size, sha256: file.sha256 };
-      return insertMedia(sequelize, { ...media, kind: kind === "mp4" ? "video" : "image", ...probe, nodeId: this.broker.nodeID }, transaction);
+      return insertMedia(sequelize, { ...media, ...probe, nodeId: this.broker.nodeID }, transaction);
     });
   } catch (err) {
     await this.files.remove(id); // no row, no file
