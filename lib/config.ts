@@ -7,7 +7,7 @@ import ipaddr from "ipaddr.js";
 import os from "node:os";
 import path from "node:path";
 
-export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles", "campaigns", "simulator"] as const;
+export const ALL_SERVICES = ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles", "campaigns", "simulator", "inbox"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
 export interface Config {

@@ -7,6 +7,7 @@ import { createCampaignsService } from "./campaigns/campaigns.service";
 import { createContactsService } from "./contacts/contacts.service";
 import { createExportsService } from "./exports/exports.service";
 import { createGatewayService } from "./gateway/gateway.service";
+import { createInboxService } from "./inbox/inbox.service";
 import { createMediaService } from "./media/media.service";
 import { createNotifierService } from "./notifier/notifier.service";
 import { createProfilesService } from "./profiles/profiles.service";
@@ -25,4 +26,5 @@ export const SERVICE_FACTORIES: Record<ServiceName, (deps: Deps) => ServiceSchem
   profiles: createProfilesService,
   campaigns: createCampaignsService,
   simulator: createSimulatorService,
+  inbox: createInboxService,
 };
