@@ -12,8 +12,10 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 # `npm install` rather than `npm ci` (README: this lock file records only one platform's optional
 # packages). No install scripts: no production package needs one, and the devDependency node@22's
-# would fetch a second Node (this image's is already 22).
-RUN npm install --no-audit --no-fund --ignore-scripts
+# would fetch a second Node (this image's is already 22): its unfilled bin link goes too, so npm
+# scripts run this image's node.
+RUN npm install --no-audit --no-fund --ignore-scripts \
+  && rm -rf node_modules/node node_modules/.bin/node
 COPY tsconfig.json tsconfig.build.json moleculer.config.ts ./
 COPY lib ./lib
 COPY migrations ./migrations

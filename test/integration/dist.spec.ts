@@ -8,6 +8,7 @@
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
+import { builtinModules } from "node:module";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -76,6 +77,28 @@ it("emits every runtime file as JavaScript: entry points, migrations, services a
   // Nothing of the tests or benches is shipped.
   expect(fs.existsSync(path.join(dist, "test"))).toBe(false);
   expect(fs.existsSync(path.join(dist, "bench"))).toBe(false);
+});
+
+it("needs no development package at run time (the image keeps only the production ones)", () => {
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8"));
+  const production = new Set(Object.keys(pkg.dependencies));
+  const builtins = new Set<string>(builtinModules);
+  const needed = new Map<string, string>();
+  const walk = (dir: string): void => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".js"))
+        for (const m of fs.readFileSync(p, "utf8").matchAll(/require\("([^".][^"]*)"\)|import\("([^".][^"]*)"\)/g)) {
+          const spec = (m[1] ?? m[2])!;
+          const name = spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : spec.split("/")[0]!;
+          if (!spec.startsWith("node:") && !builtins.has(name)) needed.set(name, path.relative(dist, p));
+        }
+    }
+  };
+  walk(dist);
+  expect(needed.size).toBeGreaterThan(5);
+  for (const [name, file] of needed) expect({ name, file, production: production.has(name) }).toEqual({ name, file, production: true });
 });
 
 it("applies every migration with the migrate-only entry point, and none the second time", async () => {
