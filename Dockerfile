@@ -16,11 +16,9 @@ COPY package.json package-lock.json ./
 # scripts run this image's node.
 RUN npm install --no-audit --no-fund --ignore-scripts \
   && rm -rf node_modules/node node_modules/.bin/node
-COPY tsconfig.json tsconfig.build.json moleculer.config.ts ./
-COPY lib ./lib
-COPY migrations ./migrations
-COPY services ./services
-COPY scripts ./scripts
+# The sources (.dockerignore keeps out tests, benches, docs, manifests and local data), whatever
+# folders tsconfig.build.json compiles.
+COPY . .
 RUN npm run build \
   && test -f dist/scripts/start.js \
   && test -f dist/scripts/migrate.js \
