@@ -14,6 +14,7 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { migrations } from "../../migrations";
+import { createPgDatabase, itWithPostgres } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { Http } from "../helpers/http";
 
@@ -107,6 +108,23 @@ it("applies every migration with the migrate-only entry point, and none the seco
   const second = await run(NODE, [path.join(dist, "scripts/migrate.js")], { cwd: ROOT, env: cleanEnv({ DATA_DIR: dataDir }) });
   expect(JSON.parse(second.stdout)).toEqual({ applied: [] });
 }, 120_000);
+
+itWithPostgres(
+  "applies each migration once when the Job and starting nodes migrate the same PostgreSQL at once",
+  async () => {
+    const pg = await createPgDatabase();
+    try {
+      const runs = await Promise.all(
+        [1, 2, 3].map(() => run(NODE, [path.join(dist, "scripts/migrate.js")], { cwd: ROOT, env: cleanEnv({ DATABASE_URL: pg.url }) })),
+      );
+      const applied = runs.flatMap((r) => JSON.parse(r.stdout).applied as string[]);
+      expect(applied).toEqual(migrations.map((m) => m.name));
+    } finally {
+      await pg.drop();
+    }
+  },
+  120_000,
+);
 
 it("refuses a bad variable in one line, exit 2", async () => {
   const err = await run(NODE, [path.join(dist, "scripts/migrate.js")], { cwd: ROOT, env: cleanEnv({ DATABASE_URL: "mysql://x" }) }).catch((e) => e);
