@@ -13,7 +13,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseAllDocuments } from "yaml";
-import { ALL_SERVICES, VARIABLES } from "../../lib/config";
+import { ALL_SERVICES, loadConfig, VARIABLES } from "../../lib/config";
 
 const ROOT = path.join(__dirname, "../..");
 const K8S = path.join(ROOT, "k8s");
@@ -209,6 +209,41 @@ describe.each(["production", "demo"] as const)("the %s overlay", (overlay) => {
     expect(envOf(c("tracking"), "INTERNAL_TOKEN").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-internal", key: "token" });
     expect(envOf(c("exports"), "EXPORT_SIGNING_KEY").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-exports", key: "signing-key" });
     expect(envOf(c("auth-profiles"), "SECRETS_KEY").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-secrets", key: "secrets-key" });
+  });
+
+  it("starts every node: lib/config.ts accepts each container's environment (ConfigMap, its own values, its Secrets)", () => {
+    // Values of the right shape for each Secret key the manifests name (operators create the real ones).
+    const secrets: Record<string, string> = {
+      "partner-gateway-db/url": "postgres://pgw:pw@postgres:5432/pgw",
+      "partner-gateway-nats/user": "pgw",
+      "partner-gateway-nats/password": "p".repeat(24),
+      "partner-gateway-internal/token": "t".repeat(24),
+      "partner-gateway-exports/signing-key": "k".repeat(32),
+      "partner-gateway-secrets/secrets-key": Buffer.alloc(32, 1).toString("base64"),
+    };
+    for (const w of workloadsOf(objs()))
+      for (const c of podSpec(w).containers.filter(isProduct)) {
+        const env: Record<string, string> = { ...configMap(objs()).data };
+        for (const e of c.env ?? []) {
+          const ref = e.valueFrom?.secretKeyRef;
+          if ("value" in e) env[e.name] = String(e.value);
+          else if (ref && `${ref.name}/${ref.key}` in secrets) env[e.name] = secrets[`${ref.name}/${ref.key}`]!;
+          else if (ref && !ref.optional) throw new Error(`${w.metadata.name}: ${e.name} from an unknown Secret key ${ref.name}/${ref.key}`);
+          else if (e.valueFrom?.fieldRef?.fieldPath === "metadata.name") env[e.name] = `${w.metadata.name}-7d9f8b6c5-x2x4q`;
+        }
+        const runsServices = w.kind !== "Job";
+        expect({
+          w: w.metadata.name,
+          config: (() => {
+            try {
+              loadConfig(env, {}, { runsServices });
+              return "ok";
+            } catch (e) {
+              return (e as Error).message;
+            }
+          })(),
+        }).toEqual({ w: w.metadata.name, config: "ok" });
+      }
   });
 
   it("probes every node: startup, readiness on /healthz/ready, liveness on /healthz/live, on a port the container declares and the node serves", () => {
