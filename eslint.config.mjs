@@ -23,7 +23,7 @@ const seams = SERVICES.map((own) => ({
 }));
 
 export default tseslint.config(
-  { ignores: ["node_modules/**", "data/**", "coverage/**", "clients/**", "**/*.js", "**/*.mjs", "**/*.cjs"] },
+  { ignores: ["node_modules/**", "data/**", "coverage/**", "dist/**", ".dist-test-*/**", "clients/**", "**/*.js", "**/*.mjs", "**/*.cjs"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -1,6 +1,6 @@
 /**
- * Social profiles split over real NATS, as operators run them (k8s/base/profiles.yaml): the gateway
- * and auth on one node, profiles on two others sharing SECRETS_KEY. Answers, problems (409 with
+ * Social profiles split over real NATS, on nodes apart from the gateway as operators run them
+ * (k8s/base/auth-profiles.yaml): the gateway and auth on one node, profiles on two others sharing SECRETS_KEY. Answers, problems (409 with
  * existingId, 400 with field errors, 404) and the Location header cross the wire; a token sealed by
  * one profiles node is read by the other; the internal actions answer from any node.
  */
