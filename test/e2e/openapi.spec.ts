@@ -4,6 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { ALL_SERVICES } from "../../lib/config";
+import { OPENAPI_TAGS } from "../../lib/openapi";
 import { startTestApp, type TestApp } from "../helpers/app";
 
 let t: TestApp;
@@ -59,6 +60,17 @@ it("gives every operation its required key operation, its errors and an example"
     expect.arrayContaining(["201", "400", "401", "403", "409", "413", "415", "422", "429", "500"]),
   );
   expect(Object.keys(doc.paths["/authentication/{id}"].delete.responses)).toEqual(expect.arrayContaining(["204", "404"]));
+});
+
+it("groups every operation under one of its listed tags, in the reference's fixed order", () => {
+  const listed = (doc.tags as Array<{ name: string; description: string }>).map((t) => t.name);
+  expect(listed).toEqual(OPENAPI_TAGS.map((t) => t.name));
+  for (const [p, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>))
+    for (const [method, op] of Object.entries(ops))
+      expect({ where: `${method} ${p}`, tags: op.tags.filter((t: string) => !listed.includes(t)) }).toEqual({ where: `${method} ${p}`, tags: [] });
+  expect(doc.paths["/contacts/list"].post.tags).toEqual(["lists"]);
+  expect(doc.paths["/contacts/list"].post.operationId).toBe("contacts_createList");
+  expect(doc.info.description).toContain("## Problem types");
 });
 
 it("is the same document as the committed openapi.json (run `npm run openapi` after changing an action)", () => {
