@@ -120,16 +120,18 @@ export const PROBLEM_MEANINGS: Partial<Record<ErrorType, string>> = {
 
 /** The document's "Problem types" section: every type of lib/errors.ts with its status and meaning. */
 export function problemTypesMarkdown(): string {
-  const rows = (Object.entries(ERROR_TYPES) as Array<[ErrorType, { status: number; title: string }]>).map(
-    ([type, { status, title }]) => `| \`${problemTypeUri(type)}\` | ${status} | ${title} | ${(PROBLEM_MEANINGS[type] ?? title).replace(/\|/g, "\\|")} |`,
-  );
+  const rows = (Object.entries(ERROR_TYPES) as Array<[ErrorType, { status: number; title: string }]>).map(([type, { status, title }]) => {
+    const meaning = PROBLEM_MEANINGS[type];
+    return `| \`${problemTypeUri(type).replace(/^\/docs#/, "")}\` | ${status} | **${title}**${meaning ? `. ${meaning.replace(/\|/g, "\\|")}` : ""} |`;
+  });
   return [
     "## Problem types",
     "",
-    "Every error is an RFC 9457 problem (`application/problem+json`): `type` (one of the URIs below, or `about:blank` for a 500), `title`, `status`, `detail` (what happened this time), `requestId` (equal to the `X-Request-Id` header: quote it to support) and, for validation errors, `errors: [{ path, message }]`. Match on `type`, never on `title` or `detail`.",
+    "Every error is an RFC 9457 problem (`application/problem+json`): `type`, `title`, `status`, `detail` (what happened this time), `requestId` (equal to the `X-Request-Id` header: quote it to support) and, for validation errors, `errors: [{ path, message }]`. " +
+      "`type` is `/docs#` followed by one of the names below (`/docs#problem-key-scope-exceeded`), or `about:blank` for a 500. Match on `type`, never on `title` or `detail`.",
     "",
-    "| type | status | title | meaning |",
-    "|---|---|---|---|",
+    "| type | status | meaning |",
+    "|---|---|---|",
     ...rows,
   ].join("\n");
 }

@@ -72,7 +72,8 @@ it("gives every exposed action a distinct operationId", () => {
 it("explains every problem type with its status", () => {
   const md = problemTypesMarkdown();
   for (const [type, { status }] of Object.entries(ERROR_TYPES)) {
-    expect(md).toContain(`| \`${problemTypeUri(type as keyof typeof ERROR_TYPES)}\` | ${status} |`);
+    const name = problemTypeUri(type as keyof typeof ERROR_TYPES).replace("/docs#", "");
+    expect(md).toContain(`| \`${name}\` | ${status} | **${ERROR_TYPES[type as keyof typeof ERROR_TYPES].title}**`);
   }
 });
 
