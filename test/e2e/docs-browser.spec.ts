@@ -90,6 +90,13 @@ describeInChromium("the reference in a browser", () => {
     expect(text).toContain("problem-key-scope-exceeded");
   }, 90_000);
 
+  it("opens the Problem types section for a problem's type URI", async () => {
+    await page.goto("about:blank"); // a fresh load, as when a link is followed (a hash change alone is the page's own)
+    await page.goto(`${t.root.baseUrl}/docs#problem-rate-limited`);
+    await page.waitForURL(/#description\/problem-types$/, { timeout: 60_000 });
+    await page.getByText("problem-rate-limited", { exact: true }).first().waitFor();
+  }, 90_000);
+
   it("sends a request from the page with the key typed into it, and shows the API's answer", async () => {
     const account = await t.newAccount(["AUTHENTICATION"]);
     await page.goto(`${t.root.baseUrl}/docs#tag/keys/GET/authentication/me`);
