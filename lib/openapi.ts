@@ -315,6 +315,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
   const components: Components = { Problem: PROBLEM_SCHEMA };
   const paths: Record<string, Record<string, unknown>> = {};
   const tags = new Set<string>();
+  const problemResponses: Record<string, unknown> = {};
   const sorted = [...actions].sort((a, b) => a.rest.localeCompare(b.rest) || a.name.localeCompare(b.name));
 
   for (const action of sorted) {
@@ -436,7 +437,13 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     if (inBody) [413, 415].forEach((s) => errors.add(s));
     if (idempotent) [409, 422].forEach((s) => errors.add(s));
     errors.add(500);
-    for (const status of [...errors].sort()) responses[String(status)] = problemResponse(status, keyed);
+    // Shared answers under components.responses (one per status, with or without the rate-limit
+    // headers), so that the document and the client generated from it say each problem once.
+    for (const status of [...errors].sort()) {
+      const name = `${keyed ? "" : "Public"}Problem${status}`;
+      problemResponses[name] ??= problemResponse(status, keyed);
+      responses[String(status)] = { $ref: `#/components/responses/${name}` };
+    }
 
     paths[path] ??= {};
     paths[path]![method] = op;
@@ -470,6 +477,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     paths,
     components: {
       schemas: components,
+      responses: Object.fromEntries(Object.entries(problemResponses).sort(([a], [b]) => a.localeCompare(b))),
       securitySchemes: { ApiKey: { type: "apiKey", in: "header", name: "X-API-Key", description: "An API key (`pgw_...`)." } },
       parameters: {
         "X-Request-Id": {
