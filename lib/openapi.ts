@@ -484,16 +484,20 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
           name: "X-Request-Id",
           in: "header",
           required: false,
-          description: "Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer.",
-          schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$", examples: ["order-4711"] },
+          // No example value: the reference's Test Request would send it with every request.
+          description:
+            "Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer.",
+          schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
         },
+        // No example value either: one fixed key sent by every Test Request would replay (or refuse, 422) the first answer.
+        // No example value either: one fixed key sent by every Test Request would replay (or refuse, 422) its first answer.
         "Idempotency-Key": {
           name: "Idempotency-Key",
           in: "header",
           required: false,
           description:
-            "1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409.",
-          schema: { type: "string", minLength: 1, maxLength: 255, examples: ["a4d1c2e0-create-key"] },
+            "1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409.",
+          schema: { type: "string", minLength: 1, maxLength: 255 },
         },
       },
       headers: {

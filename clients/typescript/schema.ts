@@ -2165,9 +2165,9 @@ export interface components {
         };
     };
     parameters: {
-        /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+        /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
         "X-Request-Id": string;
-        /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+        /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
         "Idempotency-Key": string;
     };
     requestBodies: never;
@@ -2191,7 +2191,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2240,7 +2240,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2272,7 +2272,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2335,7 +2335,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2423,7 +2423,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2457,7 +2457,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2513,7 +2513,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2589,7 +2589,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2621,7 +2621,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2669,7 +2669,7 @@ export interface operations {
                 sortOrder?: "asc" | "desc";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -2721,9 +2721,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -2785,7 +2785,7 @@ export interface operations {
                 ids: number[];
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -2826,9 +2826,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -2899,7 +2899,7 @@ export interface operations {
                 excludeIdsAllContacts?: string[];
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -2935,7 +2935,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -2974,7 +2974,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -3023,7 +3023,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -3056,7 +3056,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -3102,7 +3102,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -3134,7 +3134,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3173,7 +3173,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3224,9 +3224,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3278,7 +3278,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3316,7 +3316,7 @@ export interface operations {
                 sortOrder?: "asc" | "desc";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3370,9 +3370,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3436,7 +3436,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3492,7 +3492,7 @@ export interface operations {
                 search?: string;
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3560,9 +3560,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3648,7 +3648,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -3710,7 +3710,7 @@ export interface operations {
                 to?: string;
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3786,7 +3786,7 @@ export interface operations {
                 sortOrder?: "asc" | "desc";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3847,9 +3847,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3923,7 +3923,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -3965,9 +3965,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -4019,7 +4019,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4075,7 +4075,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4122,7 +4122,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4202,7 +4202,7 @@ export interface operations {
                 sortOrder?: "asc" | "desc";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4271,7 +4271,7 @@ export interface operations {
                 limit?: number;
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -4323,7 +4323,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4365,9 +4365,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path: {
@@ -4423,7 +4423,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4465,7 +4465,7 @@ export interface operations {
                 limit?: number;
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -4519,9 +4519,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -4581,7 +4581,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
                 /** @description One byte range: `bytes=0-1023`, `bytes=1024-` or `bytes=-500` (the last 500 bytes). */
                 Range?: string;
@@ -4679,7 +4679,7 @@ export interface operations {
                 limit?: number;
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -4739,7 +4739,7 @@ export interface operations {
                 ids: string;
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -4791,7 +4791,7 @@ export interface operations {
                 channel: "SMS" | "RCS" | "WHATSAPP";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -4838,7 +4838,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -4879,7 +4879,7 @@ export interface operations {
                 sortOrder?: "asc" | "desc";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -4930,9 +4930,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5000,7 +5000,7 @@ export interface operations {
                 outcome?: "DELIVERED" | "RETRYING" | "FAILED" | "EXPIRED";
             };
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path?: never;
@@ -5054,9 +5054,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5117,9 +5117,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5175,9 +5175,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5248,9 +5248,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5312,9 +5312,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5376,7 +5376,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -5447,7 +5447,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -5518,7 +5518,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -5589,7 +5589,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
@@ -5660,7 +5660,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
             };
             path: {
