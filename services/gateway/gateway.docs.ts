@@ -7,7 +7,7 @@
  * start-up script (`GET /docs/docs.js`). Scripts load only from this origin, and requests go only
  * to it. Styles may be inline: the bundle's components (Vue, Tailwind, the code editor) write
  * `<style>` elements and style attributes of their own that no nonce reaches (measured with
- * Chromium: a nonce-only style-src leaves the page unstyled), and styles cannot run code.
+ * Chromium: under a nonce-only style-src it logs refused inline styles), and styles cannot run code.
  */
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -76,7 +76,11 @@ function securityHeaders(res: ServerResponse) {
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
-/** The page: an empty mount point, the bundle and docs.js. URLs are relative, so a path prefix added by a proxy still works. */
+/**
+ * The page: an empty mount point, the bundle and docs.js. URLs are relative, so a path prefix added
+ * by a proxy still works. The mount point's id is not `api-reference`: the bundle mounts a second,
+ * unconfigured reference on an element of that id by itself.
+ */
 export function docsPage(title: string): string {
   const api = API_PREFIX.slice(1);
   return `<!doctype html>
