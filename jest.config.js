@@ -15,7 +15,8 @@ if (process.env.TEST_DATABASE_URL) {
     testMatch: ["<rootDir>/test/e2e/**/*.spec.ts"],
     // 100,000 rows inserted and exported: minutes on single-session PGlite, and what it proves
     // (cell-for-cell CSV from PostgreSQL's COPY) does not depend on the database's kind.
-    testPathIgnorePatterns: ["/node_modules/", "/test/e2e/exports-large\\.spec\\.ts$"],
+    // The reference in a browser (docs-browser) does not depend on the database's kind either.
+    testPathIgnorePatterns: ["/node_modules/", "/test/e2e/exports-large\\.spec\\.ts$", "/test/e2e/docs-browser\\.spec\\.ts$"],
     // Clears TEST_DATABASE_URL (and REQUIRE_REAL_SERVICES) for these files before test/helpers/db.ts reads them.
     setupFiles: ["<rootDir>/test/helpers/embedded-project.ts"],
   });

@@ -3,6 +3,7 @@
  * operation it requires, its documented answers. The gateway, the OpenAPI document and the tests
  * all read these same declarations.
  */
+import type { ApiTag } from "./openapi";
 import type { UploadRef } from "./remote-file";
 import type { UploadSpec } from "./upload";
 
@@ -41,8 +42,8 @@ export interface ApiActionSpec {
   /** One line for the OpenAPI operation summary. */
   summary?: string;
   description?: string;
-  /** OpenAPI tag; defaults to the service name. */
-  tag?: string;
+  /** OpenAPI tag, one of OPENAPI_TAGS (lib/openapi.ts); defaults to the service name. */
+  tag?: ApiTag;
   /** Success responses by status; `null` means no body. */
   responses?: Record<number, JsonSchema | null>;
   /** Documented error statuses besides the ones every keyed operation has (401, 429, 500). */

@@ -6,8 +6,135 @@
 import { STATUS_CODES } from "node:http";
 import { KIND_NAMES } from "./upload";
 import { API_PREFIX, type ApiActionSpec, type JsonSchema } from "./api";
-import { ERROR_TYPES } from "./errors";
+import { ERROR_TYPES, type ErrorType } from "./errors";
 import { problemTypeUri } from "./problem";
+
+/**
+ * The document's tags, in the order the reference shows them: one per group of operations a partner
+ * looks for. An action names its tag with `apiAction({ tag })`; without one it takes its service's
+ * name, which must then be in this list too (a unit test checks every action). A tag may have no
+ * operation yet on a branch (the document still lists it, described).
+ */
+export const OPENAPI_TAGS = [
+  {
+    name: "keys",
+    displayName: "API keys",
+    description:
+      "Create, find and delete the API keys of your account. A key carries operations (`SMS`, `CONTACTS`, ...) and can create keys only within its own.",
+  },
+  {
+    name: "contacts",
+    displayName: "Contacts",
+    description: "Contacts (phone numbers in E.164, emails unique per account) and the custom fields they may carry.",
+  },
+  { name: "lists", displayName: "Contact lists", description: "Contact lists and their members: create, update, delete, add and remove contacts." },
+  { name: "imports", displayName: "Contact imports", description: "Import contacts from CSV, XLSX or vCard files: upload answers 202 with an import to poll." },
+  { name: "tracking", displayName: "Delivery status", description: "Poll the delivery status of the messages you sent, one at a time or up to 1000 at once." },
+  { name: "history", displayName: "Message history", description: "Browse the messages you sent, newest first, with their status and text (cursor paging)." },
+  {
+    name: "webhooks",
+    displayName: "Webhooks",
+    description: "The callback URL that receives `DELIVERY`, `READ` and `INBOUND` events, and the log of delivery attempts.",
+  },
+  {
+    name: "exports",
+    displayName: "Exports",
+    description: "Export contacts, delivery reports or message history to gzipped CSV files, downloaded through signed URLs.",
+  },
+  {
+    name: "campaigns",
+    displayName: "Campaigns",
+    description: "Send a message to contact lists on SMS, RCS or WhatsApp: draft, preview, confirm, pause, resume, cancel, follow.",
+  },
+  {
+    name: "inbox",
+    displayName: "Inbox",
+    description: "Conversations with the people who write to you on RCS and WhatsApp: read them, reply, archive, follow live events.",
+  },
+  { name: "media", displayName: "Media", description: "Images and videos uploaded once and named in campaign messages and inbox replies." },
+  {
+    name: "profiles",
+    displayName: "Social profiles",
+    description: "The social network accounts you connected, each with its access token (kept encrypted, never answered).",
+  },
+  { name: "meta", displayName: "About the API", description: "This document itself." },
+] as const;
+
+export type ApiTag = (typeof OPENAPI_TAGS)[number]["name"];
+
+/** An exposed action's tag: its own, else its service's name (`contacts.create` -> `contacts`). */
+export const tagOf = (action: { name: string; tag?: string }): string => action.tag ?? action.name.split(".")[0]!;
+
+/**
+ * An operation's `operationId`: its Moleculer action name with the dot as an underscore
+ * (`contacts.createList` -> `contacts_createList`). Action names are unique in the cluster and do
+ * not change when a path or a tag does, so neither do the ids clients are generated with.
+ */
+export const operationIdOf = (actionName: string): string => actionName.replace(/\./g, "_");
+
+/** What each problem type means for the caller, beyond its title (a type missing here shows its title). */
+export const PROBLEM_MEANINGS: Partial<Record<ErrorType, string>> = {
+  BAD_REQUEST: "The request cannot be served as sent (a stray multipart field, a name given both in the query and the body, ...); `detail` says what.",
+  VALIDATION_ERROR: "A parameter or body field breaks the operation's schema; `errors` lists each one by `path` with the rule it breaks.",
+  MALFORMED_JSON: "The body is not valid JSON.",
+  INVALID_HEADER: "A header such as `Idempotency-Key` or `Range` has a value outside its syntax.",
+  UNAUTHORIZED: "The `X-API-Key` header is missing, unknown, malformed or deleted, or the key lacks the operation the endpoint requires.",
+  KEY_SCOPE_EXCEEDED: "A key may create keys only with operations it holds itself.",
+  DOWNLOAD_REFUSED: "The signed download URL has expired or its signature does not match: ask for the export again.",
+  NOT_FOUND: "Nothing is there for your account (another account's ids are not found either).",
+  ROUTE_NOT_FOUND: "No operation has this path.",
+  KEY_NOT_FOUND: "No API key of your account has this id.",
+  CONTACT_NOT_FOUND: "No contact of your account has this id.",
+  CUSTOM_FIELD_NOT_FOUND: "No custom field of your account has this key.",
+  LIST_NOT_FOUND: "No contact list of your account has this id, or the list is deleted.",
+  ASSOCIATION_NOT_FOUND: "No list membership of your account has this id.",
+  IMPORT_NOT_FOUND: "No import of your account has this id (finished imports are kept 30 days).",
+  WEBHOOK_NOT_FOUND: "Your account has no webhook configured.",
+  EXPORT_NOT_FOUND: "No export of your account has this id.",
+  EXPORT_FILE_GONE: "The export's file is no longer kept; run the export again with `POST /exports/{exportId}`.",
+  MEDIA_NOT_FOUND: "No media of your account has this id.",
+  MEDIA_FILE_GONE: "The media's file cannot be found on the node that holds it.",
+  PROFILE_NOT_FOUND: "No social profile of your account has this id.",
+  CAMPAIGN_NOT_FOUND: "No campaign of your account has this id.",
+  METHOD_NOT_ALLOWED: "The path exists but not with this method; the `Allow` header lists the ones it has.",
+  IDEMPOTENCY_IN_PROGRESS: "A request with the same `Idempotency-Key` is still running: retry once it has answered.",
+  CONTACT_EXISTS: "Another contact of your account has this phone number or email; `existingId` names it.",
+  CUSTOM_FIELD_EXISTS: "Your account already declares a custom field with this key.",
+  WEBHOOK_EXISTS: "Your account already has a webhook: change it with `PUT` instead.",
+  EXPORT_NOT_READY: "The export has not finished (or has failed): poll it until `COMPLETED`.",
+  CONCURRENT_CHANGE: "Another request changed the same data meanwhile: read it again and retry.",
+  KEY_LIMIT_REACHED: "Your account holds as many live keys as it may: delete one first.",
+  MEDIA_IN_USE: "A campaign or reply that is not final refers to the media; `referencedBy` names them.",
+  PROFILE_EXISTS: "Your account already has a profile with this network and `externalId`; `existingId` names it.",
+  CAMPAIGN_STATE_CONFLICT: "The campaign's current status does not allow this change (a sent campaign cannot be edited, say).",
+  PAYLOAD_TOO_LARGE: "The body or file is larger than the operation accepts (JSON 1 MiB; files per operation).",
+  UNSUPPORTED_MEDIA_TYPE: "The `Content-Type`, or the file's kind judged by its content, is not one the operation takes.",
+  RANGE_NOT_SATISFIABLE: "The `Range` starts past the end of the file; `Content-Range` gives its size.",
+  IDEMPOTENCY_KEY_REUSED: "The `Idempotency-Key` was used within 24 h with another body: use a new key for a new request.",
+  RATE_LIMITED: "The key (or your address) sent more than its rate: wait the `Retry-After` seconds.",
+  INTERNAL_ERROR: "Something failed on our side; the `requestId` lets support find it. Its `type` is `about:blank`.",
+  PROFILE_TOKEN_UNREADABLE: "A stored access token cannot be decrypted with the configured keys; set a new one with `PUT /social-profiles/{id}/token`.",
+  UPSTREAM_ERROR: "The messaging network behind us refused or failed the request; retry later.",
+  SERVICE_UNAVAILABLE: "A part of the service is starting or away; retry after a moment (`Retry-After` when given).",
+};
+
+/** The document's "Problem types" section: every type of lib/errors.ts with its status and meaning. */
+export function problemTypesMarkdown(): string {
+  const rows = (Object.entries(ERROR_TYPES) as Array<[ErrorType, { status: number; title: string }]>).map(([type, { status, title }]) => {
+    const meaning = PROBLEM_MEANINGS[type];
+    return `| \`${problemTypeUri(type).replace(/^\/docs#/, "")}\` | ${status} | **${title}**${meaning ? `. ${meaning.replace(/\|/g, "\\|")}` : ""} |`;
+  });
+  return [
+    "## Problem types",
+    "",
+    "Every error is an RFC 9457 problem (`application/problem+json`): `type`, `title`, `status`, `detail` (what happened this time), `requestId` (equal to the `X-Request-Id` header: quote it to support) and, for validation errors, `errors: [{ path, message }]`. " +
+      "`type` is `/docs#` followed by one of the names below (`/docs#problem-key-scope-exceeded`), or `about:blank` for a 500. Match on `type`, never on `title` or `detail`.",
+    "",
+    "| type | status | meaning |",
+    "|---|---|---|",
+    ...rows,
+  ].join("\n");
+}
 
 export interface ExposedAction extends ApiActionSpec {
   /** Full action name, e.g. `auth.create`. */
@@ -143,6 +270,26 @@ const RATE_HEADERS = {
   "RateLimit-Reset": { $ref: "#/components/headers/RateLimit-Reset" },
 };
 
+/** A problem body as the gateway answers it for `status`: the first type of lib/errors.ts with that status. */
+export function problemExample(status: number): Record<string, unknown> {
+  const requestId = "6f1c2a9e-2b1d-4a53-9d1f-2f8e4c7a9b10";
+  const preferred: Partial<Record<number, ErrorType>> = { 400: "VALIDATION_ERROR", 404: "NOT_FOUND" };
+  const type = preferred[status] ?? (Object.keys(ERROR_TYPES) as ErrorType[]).find((t) => ERROR_TYPES[t].status === status);
+  if (status === 500 || !type) {
+    const title = STATUS_CODES[status] ?? "Error";
+    return { type: "about:blank", title, status, detail: title, requestId };
+  }
+  const example: Record<string, unknown> = {
+    type: problemTypeUri(type),
+    title: ERROR_TYPES[type].title,
+    status,
+    detail: type === "VALIDATION_ERROR" ? "The request has invalid or missing fields." : ERROR_TYPES[type].title,
+    requestId,
+  };
+  if (type === "VALIDATION_ERROR") example.errors = [{ path: "name", message: "must NOT have fewer than 1 characters" }];
+  return example;
+}
+
 function problemResponse(status: number, keyed: boolean) {
   const headers: Record<string, unknown> = { ...COMMON_HEADERS, ...(keyed ? RATE_HEADERS : {}) };
   if (status === 429) headers["Retry-After"] = { $ref: "#/components/headers/Retry-After" };
@@ -152,13 +299,7 @@ function problemResponse(status: number, keyed: boolean) {
     content: {
       "application/problem+json": {
         schema: { $ref: "#/components/schemas/Problem" },
-        example: {
-          type: status >= 500 ? "about:blank" : problemTypeUri(status === 400 ? "VALIDATION_ERROR" : status === 401 ? "UNAUTHORIZED" : "NOT_FOUND"),
-          title: STATUS_CODES[status],
-          status,
-          detail: STATUS_CODES[status],
-          requestId: "6f1c2a9e-2b1d-4a53-9d1f-2f8e4c7a9b10",
-        },
+        example: problemExample(status),
       },
     },
   };
@@ -174,12 +315,13 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
   const components: Components = { Problem: PROBLEM_SCHEMA };
   const paths: Record<string, Record<string, unknown>> = {};
   const tags = new Set<string>();
+  const problemResponses: Record<string, unknown> = {};
   const sorted = [...actions].sort((a, b) => a.rest.localeCompare(b.rest) || a.name.localeCompare(b.name));
 
   for (const action of sorted) {
     const { method, path, pathParams } = parseRest(action.rest);
     const keyed = action.operation != null;
-    const tag = action.tag ?? action.name.split(".")[0]!;
+    const tag = tagOf(action);
     tags.add(tag);
     const params = action.params;
     const props = (params?.properties ?? {}) as Record<string, JsonSchema>;
@@ -207,7 +349,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     }
 
     const op: Record<string, unknown> = {
-      operationId: action.name.replace(/\./g, "_"),
+      operationId: operationIdOf(action.name),
       tags: [tag],
       summary: action.summary ?? action.name,
       description:
@@ -295,7 +437,13 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     if (inBody) [413, 415].forEach((s) => errors.add(s));
     if (idempotent) [409, 422].forEach((s) => errors.add(s));
     errors.add(500);
-    for (const status of [...errors].sort()) responses[String(status)] = problemResponse(status, keyed);
+    // Shared answers under components.responses (one per status, with or without the rate-limit
+    // headers), so that the document and the client generated from it say each problem once.
+    for (const status of [...errors].sort()) {
+      const name = `${keyed ? "" : "Public"}Problem${status}`;
+      problemResponses[name] ??= problemResponse(status, keyed);
+      responses[String(status)] = { $ref: `#/components/responses/${name}` };
+    }
 
     paths[path] ??= {};
     paths[path]![method] = op;
@@ -309,32 +457,47 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
       description:
         "Track SMS, RCS and WhatsApp delivery, manage contacts and lists, run campaigns, browse and export history, answer the inbox, upload media, connect social profiles and manage API keys.\n\n" +
         "Every error is an RFC 9457 problem (`application/problem+json`) whose `requestId` equals the `X-Request-Id` header. " +
-        "Creating POSTs accept `Idempotency-Key`. Rate limits are per key (token bucket) and announced in `RateLimit-*` headers.",
+        "Creating POSTs accept `Idempotency-Key`. Rate limits are per key (token bucket) and announced in `RateLimit-*` headers.\n\n" +
+        "Authenticate with your key in the `X-API-Key` header (the first key of an account comes from the operator's `npm run admin -- keys:create`). " +
+        "Each operation's `operationId` is its service action's name with `_` for the dot (`contacts_createList`): stable, so clients generated from this document keep their method names.\n\n" +
+        problemTypesMarkdown(),
       contact: { name: "Partner support", url: "https://example.com/support" },
       license: { name: "Proprietary", identifier: "LicenseRef-Proprietary" },
     },
     servers: [{ url: `${(opts.serverUrl ?? "").replace(/\/$/, "")}${API_PREFIX}` }],
     security: [{ ApiKey: [] }],
-    tags: [...tags].sort().map((name) => ({ name, description: `${name} operations` })),
+    // The fixed list, in its order; a tag outside it (a unit test forbids that) is still listed, last.
+    tags: [
+      ...OPENAPI_TAGS.map(({ name, displayName, description }) => ({ name, description, "x-displayName": displayName })),
+      ...[...tags]
+        .filter((t) => !OPENAPI_TAGS.some((k) => k.name === t))
+        .sort()
+        .map((name) => ({ name, description: `${name} operations` })),
+    ],
     paths,
     components: {
       schemas: components,
+      responses: Object.fromEntries(Object.entries(problemResponses).sort(([a], [b]) => a.localeCompare(b))),
       securitySchemes: { ApiKey: { type: "apiKey", in: "header", name: "X-API-Key", description: "An API key (`pgw_...`)." } },
       parameters: {
         "X-Request-Id": {
           name: "X-Request-Id",
           in: "header",
           required: false,
-          description: "Your own request id (1-128 of `[A-Za-z0-9._:-]`); kept when well-formed, otherwise replaced. Echoed on every answer.",
-          schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$", examples: ["order-4711"] },
+          // No example value: the reference's Test Request would send it with every request.
+          description:
+            "Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer.",
+          schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
         },
+        // No example value either: one fixed key sent by every Test Request would replay (or refuse, 422) the first answer.
+        // No example value either: one fixed key sent by every Test Request would replay (or refuse, 422) its first answer.
         "Idempotency-Key": {
           name: "Idempotency-Key",
           in: "header",
           required: false,
           description:
-            "1-255 printable characters. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409.",
-          schema: { type: "string", minLength: 1, maxLength: 255, examples: ["a4d1c2e0-create-key"] },
+            "1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409.",
+          schema: { type: "string", minLength: 1, maxLength: 255 },
         },
       },
       headers: {

@@ -44,6 +44,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
       /** Creates a key whose operations are a subset of the caller's; answers its value once. */
       create: apiAction({
         rest: "POST /authentication",
+        tag: "keys",
         operation: "AUTHENTICATION",
         summary: "Create an API key",
         description:
@@ -82,6 +83,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
       /** Lists the account's keys, optionally those of one user; never the key values. */
       list: apiAction({
         rest: "GET /authentication",
+        tag: "keys",
         operation: "AUTHENTICATION",
         summary: "Find API keys",
         params: listKeysIn,
@@ -96,6 +98,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
       /** Describes the calling key. */
       me: apiAction({
         rest: "GET /authentication/me",
+        tag: "keys",
         operation: "AUTHENTICATION",
         summary: "Describe the calling key",
         responses: { 200: apiKeyOut },
@@ -111,6 +114,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
       /** Describes one key of the account. */
       get: apiAction({
         rest: "GET /authentication/:id",
+        tag: "keys",
         operation: "AUTHENTICATION",
         summary: "Describe an API key",
         params: keyIdIn,
@@ -124,6 +128,7 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
       /** Deletes a key of the account for good; emits auth.keyDeleted (broadcast). */
       remove: apiAction({
         rest: "DELETE /authentication/:id",
+        tag: "keys",
         operation: "AUTHENTICATION",
         summary: "Delete an API key",
         description: "Takes effect at once on every gateway replica: the next request with the key is a 401. Cannot be undone.",

@@ -183,6 +183,7 @@ export const importActions = {
   /** CSV or XLSX: 202 with the import's id; the rows are imported in the background. */
   upload: apiAction({
     rest: "POST /contacts/upload",
+    tag: "imports",
     operation: "CONTACTS",
     summary: "Import contacts from a CSV or XLSX file",
     description:
@@ -200,6 +201,7 @@ export const importActions = {
   /** vCard 3.0/4.0: one contact per card. */
   uploadVcard: apiAction({
     rest: "POST /contacts/upload/vcard",
+    tag: "imports",
     operation: "CONTACTS",
     summary: "Import contacts from a vCard file",
     description:
@@ -216,6 +218,7 @@ export const importActions = {
   /** An import's state and counters. */
   getImport: apiAction({
     rest: "GET /contacts/imports/:importId",
+    tag: "imports",
     operation: "CONTACTS",
     summary: "Get a contact import",
     params: importIdIn,

@@ -110,6 +110,7 @@ export const listActions = {
   /** Finds the account's lists (deleted ones only with includeDeleted). */
   findLists: apiAction({
     rest: "GET /contacts/list",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Find contact lists",
     params: findListsIn,
@@ -122,6 +123,7 @@ export const listActions = {
   /** Creates a list. */
   createList: apiAction({
     rest: "POST /contacts/list",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Create a contact list",
     params: createListIn,
@@ -137,6 +139,7 @@ export const listActions = {
   /** Replaces a list's name, description and isTest; membership is untouched. */
   updateList: apiAction({
     rest: "PUT /contacts/list/:id",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Update a contact list",
     params: updateListIn,
@@ -152,6 +155,7 @@ export const listActions = {
   /** A list with its contact count; a deleted list still answers, with deleted: true. */
   getList: apiAction({
     rest: "GET /contacts/list/:id",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Get a contact list",
     params: listIdIn,
@@ -166,6 +170,7 @@ export const listActions = {
   deleteLists: apiAction({
     timeout: BULK_TIMEOUT_MS,
     rest: "DELETE /contacts/list",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Delete contact lists",
     description: "Soft and irreversible: memberships are removed, contacts are kept. Unknown, foreign or already deleted ids are reported in `notFound`.",
@@ -181,6 +186,7 @@ export const listActions = {
   /** The contacts of a list, with every filter of GET /contacts (default sort fullName). */
   listMembers: apiAction({
     rest: "GET /contacts/list/:listId/contacts",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Contacts of a list",
     params: listMembersIn,
@@ -197,6 +203,7 @@ export const listActions = {
   addMembers: apiAction({
     timeout: BULK_TIMEOUT_MS,
     rest: "POST /contacts/list/contacts",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Add contacts to lists",
     description:
@@ -234,6 +241,7 @@ export const listActions = {
   removeMembers: apiAction({
     timeout: BULK_TIMEOUT_MS,
     rest: "DELETE /contacts/list/contacts",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Remove contacts from lists",
     description: "contactIds is required unless allContacts is true. Removing deletes neither contacts nor lists.",
@@ -252,6 +260,7 @@ export const listActions = {
   /** Removes one association by its id. */
   removeMember: apiAction({
     rest: "DELETE /contacts/list/contacts/:id",
+    tag: "lists",
     operation: "CONTACTS",
     summary: "Delete an association",
     params: associationIdIn,

@@ -17,7 +17,7 @@ import type { ExposedAction } from "../../lib/openapi";
 import { toProblem } from "../../lib/problem";
 import { isRemoteFile, remoteFileStream } from "../../lib/remote-file";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
-import { renderDocs } from "./gateway.docs";
+import { answerDocsPage, answerDocsScript, answerScalarBundle } from "./gateway.docs";
 import { decodeForClient } from "./gateway.encoding";
 import type { Alias, GwRequest } from "./gateway.request";
 
@@ -204,7 +204,12 @@ export const opsAliases = {
     res.end(text);
   },
   "GET /docs"(this: OpsHost, _req: GwRequest, res: ServerResponse) {
-    res.setHeader("Content-Type", "text/html; charset=utf-8");
-    res.end(renderDocs(this.openApiDocument()));
+    answerDocsPage(res, String((this.openApiDocument().info as { title?: unknown } | undefined)?.title ?? "API reference"));
+  },
+  "GET /docs/docs.js"(this: OpsHost, _req: GwRequest, res: ServerResponse) {
+    answerDocsScript(res);
+  },
+  async "GET /docs/scalar.js"(this: OpsHost, req: GwRequest, res: ServerResponse) {
+    await answerScalarBundle(req, res);
   },
 };

@@ -1,77 +1,166 @@
 /**
- * /docs: the OpenAPI document rendered as one self-contained HTML page (no scripts, no CDN, works
- * offline), with an anchor per problem type so that a problem's `type` URI lands on its entry.
+ * /docs: the API reference, rendered in the browser by Scalar's standalone bundle served from the
+ * installed `@scalar/api-reference` package (no CDN, no request leaves this origin): operations
+ * grouped by tag, examples, the problem types, and "Test Request" with the `X-API-Key` header.
+ *
+ * Three answers: the page (`GET /docs`), the bundle (`GET /docs/scalar.js`) and the page's own
+ * start-up script (`GET /docs/docs.js`). Scripts load only from this origin, and requests go only
+ * to it. Styles may be inline: the bundle's components (Vue, Tailwind, the code editor) write
+ * `<style>` elements and style attributes of their own that no nonce reaches (measured with
+ * Chromium: under a nonce-only style-src it logs refused inline styles), and styles cannot run code.
  */
-import { ERROR_TYPES } from "../../lib/errors";
-import { problemTypeUri } from "../../lib/problem";
+import { readFile } from "node:fs/promises";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import path from "node:path";
+import { promisify } from "node:util";
+import zlib from "node:zlib";
+import { API_PREFIX } from "../../lib/api";
 
-const esc = (s: unknown) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+const gzip = promisify(zlib.gzip);
 
-type Doc = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-
-function schemaText(schema: unknown, doc: Doc): string {
-  return esc(JSON.stringify(resolveRef(schema, doc), null, 2));
+/** The package's directory (its `exports` hide package.json and dist/browser, so found through its main entry). */
+function scalarDir(): string {
+  const main = require.resolve("@scalar/api-reference");
+  return main.slice(0, main.lastIndexOf(`${path.sep}dist${path.sep}`));
 }
 
-function resolveRef(schema: unknown, doc: Doc, depth = 0): unknown {
-  if (!schema || typeof schema !== "object" || depth > 6) return schema;
-  if (Array.isArray(schema)) return schema.map((s) => resolveRef(s, doc, depth + 1));
-  const s = schema as Record<string, unknown>;
-  if (typeof s.$ref === "string" && s.$ref.startsWith("#/components/schemas/")) {
-    return resolveRef(doc.components.schemas[s.$ref.split("/").pop()!], doc, depth + 1);
-  }
-  return Object.fromEntries(Object.entries(s).map(([k, v]) => [k, resolveRef(v, doc, depth + 1)]));
+interface Bundle {
+  version: string;
+  raw: Buffer;
+  gzipped: Buffer;
+  etag: string;
+}
+let bundle: Promise<Bundle> | null = null;
+
+/** The standalone bundle, read and compressed once per process, on first use. */
+export function scalarBundle(): Promise<Bundle> {
+  bundle ??= (async () => {
+    const dir = scalarDir();
+    const version = (JSON.parse(await readFile(path.join(dir, "package.json"), "utf8")) as { version: string }).version;
+    // The source map is not served: drop its reference so that browsers do not ask for it.
+    const text = (await readFile(path.join(dir, "dist", "browser", "standalone.js"), "utf8")).replace(/\n\/\/# sourceMappingURL=\S+\s*$/, "\n");
+    const raw = Buffer.from(text);
+    return { version, raw, gzipped: await gzip(raw, { level: 9 }), etag: `"scalar-${version}"` };
+  })();
+  bundle.catch(() => (bundle = null));
+  return bundle;
 }
 
-export function renderDocs(doc: Doc): string {
-  const ops: string[] = [];
-  for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, Doc>>)) {
-    for (const [method, op] of Object.entries(methods)) {
-      const params = (op.parameters as Doc[]).filter((p) => !p.$ref);
-      const body = op.requestBody?.content?.["application/json"];
-      const form = op.requestBody?.content?.["multipart/form-data"];
-      const fileField = form ? Object.entries(form.schema.properties as Record<string, Doc>).find(([, p]) => p.format === "binary")?.[0] : undefined;
-      const responses = Object.entries(op.responses as Record<string, Doc>);
-      ops.push(`<section class="op" id="${esc(op.operationId)}">
-<h3><span class="m ${esc(method)}">${esc(method.toUpperCase())}</span> <code>${esc(doc.servers[0].url)}${esc(path)}</code></h3>
-<p><b>${esc(op.summary)}</b></p><p>${esc(op.description)
-        .replace(/`([^`]+)`/g, "<code>$1</code>")
-        .replace(/\n\n/g, "</p><p>")}</p>
-${params.length ? `<h4>Parameters</h4><table><tr><th>name</th><th>in</th><th>required</th><th>schema</th></tr>${params.map((p) => `<tr><td><code>${esc(p.name)}</code></td><td>${esc(p.in)}</td><td>${p.required ? "yes" : "no"}</td><td><pre>${schemaText(p.schema, doc)}</pre></td></tr>`).join("")}</table>` : ""}
-${body ? `<h4>Request body</h4><pre>${schemaText(body.schema, doc)}</pre><h4>Example</h4><pre>${esc(JSON.stringify(body.example, null, 2))}</pre>` : ""}
-${form ? `<h4>Request body (multipart/form-data)</h4><pre>${schemaText(form.schema, doc)}</pre><h4>Example</h4><pre>${esc(`curl -H 'X-API-Key: pgw_...' -F ${fileField}=@file ${doc.servers[0].url}${path}`)}</pre>` : ""}
-<h4>Responses</h4><table><tr><th>status</th><th>meaning</th><th>example</th></tr>${responses
-        .map(([status, r]) => {
-          const c = r.content ? (Object.values(r.content)[0] as Doc) : null;
-          return `<tr><td>${esc(status)}</td><td>${esc(r.description)}</td><td>${c ? `<pre>${esc(JSON.stringify(c.example, null, 2))}</pre>` : ""}</td></tr>`;
-        })
-        .join("")}</table></section>`);
-    }
-  }
-  const problems = Object.entries(ERROR_TYPES)
-    .map(
-      ([type, { status, title }]) =>
-        `<tr id="${esc(problemTypeUri(type as keyof typeof ERROR_TYPES).split("#")[1])}"><td><code>${esc(problemTypeUri(type as keyof typeof ERROR_TYPES))}</code></td><td>${status}</td><td>${esc(title)}</td></tr>`,
-    )
-    .join("");
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${esc(doc.info.title)}</title>
+/**
+ * The page's Content-Security-Policy: scripts from this origin only (the bundle and docs.js, no inline
+ * script, no eval), requests ("Test Request", the document) to this origin only, no frames, no
+ * forms, no plugins; inline styles allowed (see above).
+ */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data: blob:",
+  "font-src 'self' data:",
+  "connect-src 'self'",
+  "worker-src 'self' blob:",
+  "manifest-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join("; ");
+
+/** Headers every /docs answer carries. */
+function securityHeaders(res: ServerResponse) {
+  res.setHeader("X-Content-Type-Options", "nosniff");
+  res.setHeader("Referrer-Policy", "no-referrer");
+  res.setHeader("X-Frame-Options", "DENY");
+  res.setHeader("Cross-Origin-Opener-Policy", "same-origin");
+  res.setHeader("Cross-Origin-Resource-Policy", "same-origin");
+}
+
+const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+
+/**
+ * The page: an empty mount point, the bundle and docs.js. URLs are relative, so a path prefix added
+ * by a proxy still works. The mount point's id is not `api-reference`: the bundle mounts a second,
+ * unconfigured reference on an element of that id by itself.
+ */
+export function docsPage(title: string): string {
+  const api = API_PREFIX.slice(1);
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{font:15px/1.5 system-ui,sans-serif;max-width:70rem;margin:2rem auto;padding:0 1rem;color:#1d2330}
-code,pre{font:13px ui-monospace,monospace;background:#f4f5f7;border-radius:4px}pre{padding:.5rem;overflow:auto;max-height:24rem}
-table{border-collapse:collapse;width:100%}td,th{border:1px solid #dde;padding:.3rem .5rem;text-align:left;vertical-align:top}
-.op{border-top:2px solid #e4e6eb;margin-top:2rem}.m{display:inline-block;min-width:4.5rem;color:#fff;border-radius:4px;padding:0 .4rem;text-align:center}
-.get{background:#2f7d32}.post{background:#1f5fbf}.put{background:#a66a00}.patch{background:#6a3fbf}.delete{background:#b3261e}</style></head>
-<body><h1>${esc(doc.info.title)} <small>${esc(doc.info.version)}</small></h1>
-<p>${esc(doc.info.description)
-    .replace(/`([^`]+)`/g, "<code>$1</code>")
-    .replace(/\n\n/g, "</p><p>")}</p>
-<p>Machine-readable: <a href="${esc(doc.servers[0].url)}/openapi.json"><code>openapi.json</code></a> (OpenAPI ${esc(doc.openapi)}). Authenticate with the <code>X-API-Key</code> header.</p>
-<h2>Operations</h2><ul>${Object.entries(doc.paths as Record<string, Record<string, Doc>>)
-    .flatMap(([path, m]) =>
-      Object.entries(m).map(([method, op]) => `<li><a href="#${esc(op.operationId)}">${esc(method.toUpperCase())} ${esc(path)}</a> — ${esc(op.summary)}</li>`),
-    )
-    .join("")}</ul>
-${ops.join("\n")}
-<h2 id="problems">Problem types</h2><p>Every error is <code>application/problem+json</code> (RFC 9457) with <code>type</code>, <code>title</code>, <code>status</code>, <code>detail</code>, <code>requestId</code> and, for validation errors, <code>errors: [{ path, message }]</code>.</p>
-<table><tr><th>type</th><th>status</th><th>title</th></tr>${problems}</table></body></html>`;
+<title>${esc(title)}</title>
+</head>
+<body>
+<noscript>The API reference needs JavaScript. The OpenAPI document itself: <a href="${api}/openapi.json">${api}/openapi.json</a>.</noscript>
+<div id="docs" data-openapi="${api}/openapi.json" data-api="${api}"></div>
+<script src="docs/scalar.js"></script>
+<script src="docs/docs.js"></script>
+</body>
+</html>
+`;
+}
+
+/**
+ * Starts Scalar on the mount point. "Test Request" goes straight to this gateway (the page's own
+ * origin, whatever PUBLIC_BASE_URL says), never through Scalar's proxy; no fonts, telemetry or
+ * assistant calls leave the page. A problem's `type` (`/docs#problem-...`) lands on the Problem
+ * types section.
+ */
+export const DOCS_SCRIPT = `"use strict";
+(function () {
+  var el = document.getElementById("docs");
+  var api = new URL(el.dataset.api, document.baseURI).href.replace(/\\/$/, "");
+  Scalar.createApiReference(el, {
+    url: new URL(el.dataset.openapi, document.baseURI).href,
+    servers: [{ url: api, description: "This gateway" }],
+    authentication: { preferredSecurityScheme: "ApiKey" },
+    persistAuth: false,
+    withDefaultFonts: false,
+    telemetry: false,
+    showDeveloperTools: "never",
+    agent: { disabled: true },
+    mcp: { disabled: true },
+    documentDownloadType: "json",
+    redirect: function (hash) {
+      return /^#problem-/.test(hash) ? "#description/problem-types" : null;
+    },
+  });
+})();
+`;
+
+/** GET /docs */
+export function answerDocsPage(res: ServerResponse, title: string) {
+  securityHeaders(res);
+  res.setHeader("Content-Security-Policy", DOCS_CSP);
+  res.setHeader("Cache-Control", "no-store");
+  res.setHeader("Content-Type", "text/html; charset=utf-8");
+  res.end(docsPage(title));
+}
+
+/** GET /docs/docs.js */
+export function answerDocsScript(res: ServerResponse) {
+  securityHeaders(res);
+  res.setHeader("Cache-Control", "no-cache");
+  res.setHeader("Content-Type", "text/javascript; charset=utf-8");
+  res.end(DOCS_SCRIPT);
+}
+
+/** GET /docs/scalar.js: gzipped when the client takes it; revalidated by ETag (the package's version). */
+export async function answerScalarBundle(req: IncomingMessage, res: ServerResponse) {
+  const b = await scalarBundle();
+  securityHeaders(res);
+  res.setHeader("Content-Type", "text/javascript; charset=utf-8");
+  res.setHeader("Cache-Control", "public, max-age=3600");
+  res.setHeader("ETag", b.etag);
+  res.setHeader("Vary", "Accept-Encoding");
+  if (req.headers["if-none-match"] === b.etag) {
+    res.statusCode = 304;
+    res.end();
+    return;
+  }
+  const gz = /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? ""));
+  if (gz) res.setHeader("Content-Encoding", "gzip");
+  const body = gz ? b.gzipped : b.raw;
+  res.setHeader("Content-Length", body.length);
+  res.end(body);
 }
