@@ -7,7 +7,7 @@
  *   SCHEDULED campaign whose time has come becomes SENDING (one guarded UPDATE; whichever node
  *   runs it, they all then work on it), and every SENDING campaign it does not yet work on (up to
  *   MAX_ACTIVE) gets a CampaignSend;
- * - renews the leases of its batches in flight (every third of CAMPAIGN_LEASE_MS);
+ * - renews the leases of its batches in flight for a third of CAMPAIGN_LEASE_MS or more;
  * - at stop (SIGTERM) claims no more, waits (at most STOP_WAIT_MS) for the batches in flight to be
  *   handed over and recorded, then gives back whatever it still holds.
  * A node killed with SIGKILL gives nothing back: its batches' leases run out and any node claims
@@ -18,7 +18,7 @@ import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { Coalesced } from "../../lib/coalesce";
 import { rawQuery } from "../../lib/db";
-import { Jobs, Loops } from "../../lib/jobs";
+import { Jobs, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
 import type { Upstream } from "../../lib/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
 import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
@@ -33,17 +33,38 @@ export const STOP_WAIT_MS = 10_000;
 
 type Log = SenderDeps["log"] & { error(o: object, m: string): void };
 
-export type RunnerHooks = Pick<SenderDeps, "markContacted" | "ended">;
+export interface RunnerHooks extends Pick<SenderDeps, "ended"> {
+  /** contacts.markContacted for the account's contacts just sent a campaign message. */
+  markContacted(companyId: string, contactIds: string[], channel: CampaignRow["channel"]): Promise<unknown>;
+}
+
+/** Rows of contacts to mark contacted (campaign_contact_marks), taken by one node at a time. */
+const MARK_JOBS: JobTable = { table: "campaign_contact_marks", alias: "m", key: "id", keyType: "bigint", owner: "owner", lease: { until: "leased_until" } };
+/** $1: this node, $2: the lease (ms). */
+const MARK_CLAIM: ClaimSpec = {
+  candidates: { where: "m.due_at <= now() AND (m.owner IS NULL OR m.leased_until < now())", orderBy: "m.due_at, m.id", limit: 20 },
+  owner: "$1",
+  leaseMs: "$2",
+  returning: "m.id, m.company_id, m.channel, m.contact_ids, m.attempts",
+};
+/** A mark contacts refused waits 2^attempts seconds (at most this long) before the next try. */
+const MARK_RETRY_MAX_S = 300;
 
 export class CampaignRunner {
   private readonly recipients: Jobs;
+  private readonly marks: Jobs;
   private readonly loops: Loops;
+  private readonly marking = new Coalesced(
+    () => this.mark(),
+    (err) => this.log.warn({ err }, "marking contacts contacted failed"),
+  );
   private readonly sends = new Map<string, CampaignSend>();
   private readonly polls = new Coalesced(
     () => this.poll(),
     (err) => this.log.warn({ err }, "campaign poll failed"),
   );
   private stopping = false;
+  private beating = false;
 
   constructor(
     private readonly config: Config,
@@ -55,12 +76,40 @@ export class CampaignRunner {
     private readonly hooks: RunnerHooks,
   ) {
     this.recipients = new Jobs(sequelize, RECIPIENT_JOBS);
+    this.marks = new Jobs(sequelize, MARK_JOBS, MARK_CLAIM);
     this.loops = new Loops(log);
   }
 
   start(): void {
     this.loops.every(this.config.campaignPollMs, "campaign poll", () => this.kick(), { runNow: true });
-    this.loops.every(Math.floor(this.config.campaignLeaseMs / 3), "campaign heartbeat", () => this.heartbeat());
+    this.loops.every(Math.floor(this.config.campaignLeaseMs / 6), "campaign heartbeat", () => this.heartbeat());
+    this.loops.every(this.config.campaignPollMs, "campaign contact marks", () => this.marking.request(), { runNow: true });
+  }
+
+  /**
+   * Hands the recorded contact marks that are due to contacts.markContacted, a few rows a round: a
+   * row answered is deleted, a refused one is put off (2^attempts s, at most MARK_RETRY_MAX_S).
+   */
+  private async mark(): Promise<void> {
+    for (;;) {
+      const rows = await this.marks.claim<{ id: string; company_id: string; channel: CampaignRow["channel"]; contact_ids: string[]; attempts: number }>([
+        this.nodeId,
+        this.config.campaignLeaseMs,
+      ]);
+      for (const m of rows) {
+        try {
+          await this.hooks.markContacted(m.company_id, m.contact_ids, m.channel);
+          await rawQuery(this.sequelize, `DELETE FROM campaign_contact_marks WHERE id = $1 AND owner = $2`, [m.id, this.nodeId]);
+        } catch (err) {
+          this.log.warn({ err, contacts: m.contact_ids.length, attempts: m.attempts + 1 }, "could not mark contacts contacted; trying again later");
+          await this.marks.giveBack(
+            { ids: [m.id], owner: this.nodeId },
+            { set: `attempts = m.attempts + 1, due_at = now() + make_interval(secs => least(power(2, m.attempts + 1), ${MARK_RETRY_MAX_S}))` },
+          );
+        }
+      }
+      if (rows.length < 20 || this.stopping) return;
+    }
   }
 
   /** Looks for campaigns to send now (one was just confirmed or resumed here). */
@@ -88,7 +137,8 @@ export class CampaignRunner {
         upstream: this.upstream,
         metrics: this.metrics,
         log: this.log,
-        ...this.hooks,
+        ended: this.hooks.ended,
+        marked: () => this.marking.request(),
       });
       this.sends.set(c.id, send);
       this.log.info({ campaignId: c.id, audience: c.audience, sent: c.sent }, "campaign sending here");
@@ -99,17 +149,28 @@ export class CampaignRunner {
     }
   }
 
-  /** Renews the leases of this node's batches in flight; a batch that lost some (it outlived its lease) writes no outcome for them. */
+  /**
+   * Renews the leases of this node's batches in flight for a third of the lease or more (most are
+   * recorded well before and never renewed), by primary key, one round at a time; a batch that lost
+   * some (it outlived its lease) writes no outcome for them.
+   */
   private async heartbeat(): Promise<void> {
-    for (const send of this.sends.values()) {
-      for (const [token, ids] of send.batches) {
-        const held = await this.recipients.renew(
-          { group: send.c.id, ids, owner: token },
-          { leaseMs: this.config.campaignLeaseMs, where: "r.status = 'PENDING'" },
-        );
-        if (held.length < ids.length && send.batches.has(token))
-          this.log.warn({ campaignId: send.c.id, lost: ids.length - held.length }, "campaign batch lost recipients it held (lease ran out)");
+    if (this.beating) return;
+    this.beating = true;
+    try {
+      const due = Date.now() - this.config.campaignLeaseMs / 3;
+      for (const send of this.sends.values()) {
+        for (const [token, b] of send.batches) {
+          if (b.leasedAt > due) continue;
+          const at = Date.now();
+          const held = await this.recipients.renew({ group: send.c.id, ids: b.ids, owner: token }, { leaseMs: this.config.campaignLeaseMs });
+          b.leasedAt = at;
+          if (held.length < b.ids.length && send.batches.has(token))
+            this.log.warn({ campaignId: send.c.id, lost: b.ids.length - held.length }, "campaign batch lost recipients it held (lease ran out)");
+        }
       }
+    } finally {
+      this.beating = false;
     }
   }
 
@@ -123,10 +184,11 @@ export class CampaignRunner {
     await Promise.race([Promise.all(sends.map((s) => s.done)), new Promise((r) => (timer = setTimeout(r, STOP_WAIT_MS)))]);
     clearTimeout(timer);
     this.loops.stop();
+    await this.marking.close();
     for (const s of sends) {
-      for (const [token, ids] of s.batches) {
+      for (const [token, b] of s.batches) {
         await this.recipients
-          .giveBack({ group: s.c.id, ids, owner: token }, { where: "r.status = 'PENDING'" })
+          .giveBack({ group: s.c.id, ids: b.ids, owner: token })
           .catch((err) => this.log.warn({ err, campaignId: s.c.id }, "could not give recipients back"));
       }
     }
