@@ -13,7 +13,7 @@
  *   gateway p99:        GET /messages/status with 100 ids, 10 connections, idle vs during the send;
  *   peak RSS:           of the campaigns process (VmHWM at the end, and VmRSS sampled during the send).
  *
- *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500]
+ *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--max-old-space-mb 96]
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  *
  * Targets (issue 17): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle.
@@ -31,6 +31,7 @@ const { values } = parseArgs({
     "one-process": { type: "boolean", default: false },
     concurrency: { type: "string" },
     batch: { type: "string" },
+    "max-old-space-mb": { type: "string" },
   },
 });
 const N = Number(values.contacts);
@@ -104,7 +105,10 @@ async function main() {
   } else {
     const cluster = { TRANSPORTER: NATS, BENCH_NAMESPACE: `bench-campaign-${process.pid}`, INTERNAL_TOKEN_DISABLED: "true" };
     svc = await startService(bdb.url, port, { ...env, ...cluster, SERVICES: "gateway,auth,contacts,tracking,simulator" }, { node: true });
-    campaigns = await startService(bdb.url, port + 20, { ...env, ...cluster, SERVICES: "campaigns" }, { node: true });
+    // --max-old-space-mb: a heap limit for the campaigns process alone (memory that grows with the
+    // audience would end it; memory V8 merely has not collected yet is collected sooner).
+    const heap: Record<string, string> = values["max-old-space-mb"] ? { NODE_OPTIONS: `--max-old-space-size=${values["max-old-space-mb"]}` } : {};
+    campaigns = await startService(bdb.url, port + 20, { ...env, ...cluster, ...heap, SERVICES: "campaigns" }, { node: true });
   }
   const db = new pg.Client({ connectionString: bdb.url });
   await db.connect();
