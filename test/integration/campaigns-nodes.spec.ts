@@ -4,7 +4,8 @@
  * every request it receives per Idempotency-Key (before any deduplication). Each recipient is
  * handed over exactly once although both nodes claim batches of the same campaign at once, both
  * nodes take part (each node's own campaign_recipients_total), and sendRatePerSecond caps the pace
- * of the two together (the send slot is a row both claims move).
+ * of the two together (the send slot is a row both claims move). A pause and an immediate resume
+ * while batches are in flight hand none of their recipients to the other node.
  */
 import type { Counter } from "prom-client";
 import { QueryTypes } from "sequelize";
@@ -104,5 +105,48 @@ describeOverNats("two campaigns nodes sending one campaign over NATS", () => {
     expect(mine.every((n) => n > 0)).toBe(true);
     // 400 at 200/s: the first batch at once, the last no sooner than 380 / 200 s later, whichever node claims it.
     expect(took).toBeGreaterThanOrEqual(((AUDIENCE - 20) / RATE) * 1000 - 100);
+  }, 60_000);
+
+  it("pauses with batches in flight and resumes at once: no node takes those recipients, each is handed over once", async () => {
+    const a = await core.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const [{ id: listId }] = (await tdb.db.sequelize.query(`INSERT INTO contact_lists (company_id, name) VALUES ($1, 'pause') RETURNING id`, {
+      bind: [a.companyId],
+      type: QueryTypes.SELECT,
+    })) as Array<{ id: string }>;
+    await tdb.db.sequelize.query(
+      `WITH c AS (INSERT INTO contacts (id, company_id, first_name, phone_number)
+                  SELECT gen_random_uuid(), $1, 'P' || i, '+35199' || lpad(i::text, 7, '0') FROM generate_series(1, 200) i RETURNING id)
+       INSERT INTO contact_list_members (company_id, list_id, contact_id) SELECT $1, $2, id FROM c`,
+      { bind: [a.companyId, listId] },
+    );
+    const c = (await a.api.post("/campaigns", campaignIn([Number(listId)]))).body;
+    const prefix = `cmp-${c.id}-`;
+    upstream.hold(); // batches handed over, never answered: in flight
+    try {
+      expect((await a.api.put(`/campaigns/${c.id}/confirm`)).status).toBe(202);
+      await eventually(async () => expect(upstream.perKey(prefix).size).toBeGreaterThanOrEqual(40), { timeoutMs: 20_000, intervalMs: 20 });
+      expect((await a.api.put(`/campaigns/${c.id}/pause`)).status).toBe(200);
+      const held = async () =>
+        (
+          await tdb.db.sequelize.query<{ contact_id: string }>(
+            `SELECT contact_id FROM campaign_recipients WHERE campaign_id = $1 AND owner IS NOT NULL ORDER BY contact_id`,
+            { bind: [c.id], type: QueryTypes.SELECT },
+          )
+        ).map((r) => `${prefix}${r.contact_id}`);
+      const atPause = await held();
+      await new Promise((r) => setTimeout(r, 500)); // no batch is claimed once the pause has answered
+      expect(await held()).toEqual(atPause);
+      expect([...upstream.perKey(prefix).keys()].filter((k) => !atPause.includes(k))).toEqual([]);
+      expect((await a.api.put(`/campaigns/${c.id}/resume`)).status).toBe(200);
+      await new Promise((r) => setTimeout(r, 500)); // both nodes poll meanwhile: the recipients in flight are still held
+      expect([...upstream.perKey(prefix).entries()].filter(([, n]) => n !== 1)).toEqual([]);
+    } finally {
+      upstream.release();
+    }
+    const done = await untilStatus(a, c.id, "SENT", 30_000);
+    expect(done.progress).toEqual({ audience: 200, sent: 200, failed: 0 });
+    const perKey = upstream.perKey(prefix);
+    expect(perKey.size).toBe(200);
+    expect([...perKey.entries()].filter(([, n]) => n !== 1)).toEqual([]);
   }, 60_000);
 });
