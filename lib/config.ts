@@ -61,7 +61,9 @@ export interface Config {
   readonly simulatorMaxDelayMs: number;
   /** Recipients a campaigns node hands the upstream at once. */
   readonly campaignBatchSize: number;
-  /** How long a sending campaign stays with its node without a heartbeat before another node takes it over. */
+  /** Batches of one campaign a campaigns node has in flight at once (each claimed, sent and recorded on its own). */
+  readonly campaignConcurrency: number;
+  /** How long a claimed batch of recipients stays with its claim without a heartbeat before any node may claim them again. */
   readonly campaignLeaseMs: number;
   /** How often an idle campaigns node looks for campaigns due. */
   readonly campaignPollMs: number;
@@ -153,6 +155,7 @@ export const VARIABLES = {
   SIMULATOR_PROFILE: { field: "simulatorProfile", schema: { enum: ["realistic", "all-delivered", "flaky"] }, default: "realistic" },
   SIMULATOR_MAX_DELAY_MS: { field: "simulatorMaxDelayMs", schema: { type: "integer", minimum: 0, maximum: 600000 }, default: 3000 },
   CAMPAIGN_BATCH_SIZE: { field: "campaignBatchSize", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 500 },
+  CAMPAIGN_CONCURRENCY: { field: "campaignConcurrency", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 4 },
   CAMPAIGN_LEASE_MS: { field: "campaignLeaseMs", schema: { type: "integer", minimum: 1000, maximum: 3600000 }, default: 30000 },
   CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },

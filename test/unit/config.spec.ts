@@ -29,6 +29,7 @@ describe("loadConfig", () => {
       simulatorProfile: "realistic",
       simulatorMaxDelayMs: 3000,
       campaignBatchSize: 500,
+      campaignConcurrency: 4,
       campaignLeaseMs: 30000,
       campaignPollMs: 1000,
       logLevel: "info",
