@@ -9,12 +9,7 @@ import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 
 /** What a live-view event tells. `data` is the message (contract "Conversation" messages) or the conversation. */
 export type InboxEventType =
-  | "message.created"
-  | "message.status"
-  | "conversation.read"
-  | "conversation.archived"
-  | "conversation.unarchived"
-  | "conversation.windowClosed";
+  "message.created" | "message.status" | "conversation.read" | "conversation.archived" | "conversation.unarchived" | "conversation.windowClosed";
 
 export interface InboxEvent {
   companyId: string;
