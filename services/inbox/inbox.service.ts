@@ -11,8 +11,10 @@ import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/upstream";
+import { conversationActions } from "./inbox.conversations";
 import { ingestActions } from "./inbox.ingest";
 import { InboxMetrics } from "./inbox.metrics";
+import { replyActions } from "./inbox.replies";
 
 interface InboxVars {
   sequelize: Sequelize;
@@ -28,6 +30,8 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
     settings: { rest: "/" },
     actions: {
       ...ingestActions,
+      ...conversationActions,
+      ...replyActions,
     },
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
