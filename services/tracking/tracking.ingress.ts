@@ -19,6 +19,7 @@ import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, wr
 import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
 import { toProblem } from "../../lib/problem";
+import { isE164, PHONE_ERROR } from "../../lib/phone";
 import { checkText } from "../../lib/text";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
 import {
@@ -145,7 +146,8 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
     [`inbound/${lower}`]: {
       schema: inboundIn,
       toItem: (v) => ({ kind: "inbound", channel, inbound: v as InboundIn }),
-      check: (v) => dateError((v as InboundIn).receivedDate, "receivedDate"),
+      // The end user's number must be one (libphonenumber), not only look like E.164.
+      check: (v) => (isE164((v as InboundIn).source) ? dateError((v as InboundIn).receivedDate, "receivedDate") : { path: "source", message: PHONE_ERROR }),
     },
   };
 }

@@ -150,6 +150,7 @@ describe("inbound", () => {
     ["an unknown channel", "/inbound/sms", {}],
     ["a missing companyId", "/inbound/rcs", { companyId: undefined }],
     ["a malformed number", "/inbound/rcs", { source: "+12" }],
+    ["a number shaped like E.164 that is no number", "/inbound/rcs", { source: "+35100000000" }],
     ["a malformed date", "/inbound/rcs", { receivedDate: "yesterday" }],
     ["a date PostgreSQL cannot store", "/inbound/rcs", { receivedDate: "0000-01-01T00:00:00Z" }],
     ["a null text", "/inbound/rcs", { text: null }],
@@ -159,6 +160,19 @@ describe("inbound", () => {
     const res = await t.ingress.post(path, body);
     expectProblem(res, path === "/inbound/sms" ? 404 : 400);
     expect(await rows(`SELECT 1 FROM conversations WHERE company_id = $1 AND contact_number = $2`, [a.companyId, body.source])).toEqual([]);
+  });
+
+  it("refuses through inbox.ingest itself (the simulator's way in) a number that is no number or an impossible date, storing nothing", async () => {
+    const good = inboundIn(a.companyId);
+    for (const bad of [{ source: "+35100000000" }, { receivedDate: "0000-01-01T00:00:00Z" }, { text: null }]) {
+      // A validation error (ajv's 422 or our 400; the ingress answers both as a 400 problem).
+      const err = (await t.app.broker.call("inbox.ingest", { channel: "RCS", items: [good, inboundIn(a.companyId, bad)] }).catch((e: unknown) => e)) as {
+        code?: number;
+      };
+      expect([400, 422]).toContain(err.code);
+    }
+    expect(await rows(`SELECT 1 FROM conversation_messages WHERE message_id = $1`, [good.messageId])).toEqual([]);
+    await expect(t.app.broker.call("inbox.ingest", { channel: "SMS", items: [good] })).rejects.toMatchObject({ code: expect.any(Number) });
   });
 
   it("reopens an archived conversation when the end user writes again", async () => {
