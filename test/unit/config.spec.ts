@@ -14,7 +14,7 @@ describe("loadConfig", () => {
       databaseUrl: null,
       dataDir: path.resolve("./data"),
       transporter: null,
-      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles", "campaigns", "simulator"],
+      services: ["gateway", "auth", "contacts", "tracking", "notifier", "exports", "media", "profiles", "campaigns", "simulator", "inbox"],
       mediaDir: path.resolve("./data/media"),
       secretsKey: null,
       secretsKeyPrevious: null,
