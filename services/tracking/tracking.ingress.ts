@@ -158,6 +158,11 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
  */
 export function parseIngest(path: string, body: unknown): ParsedItem[] {
   const kind = KINDS[path];
+  // An end user's message on a channel without conversations is a bad body, not a missing route (issue 18).
+  if (!kind && path.startsWith("inbound/"))
+    throw new ApiError("VALIDATION_ERROR", `Inbound messages come on rcs or whatsapp, not ${path.slice("inbound/".length)}; nothing was stored.`, {
+      errors: [{ path: "channel", message: "must be rcs or whatsapp" }],
+    });
   if (!kind) throw new ApiError("ROUTE_NOT_FOUND", `No route POST /internal/v1/${path}.`);
   const validate = compileSchema(kind.schema);
   checkText(body); // NUL and unpaired surrogates: a 400 here, not a failed statement later

@@ -158,7 +158,7 @@ describe("inbound", () => {
   ])("refuses %s (4xx problem, nothing stored)", async (_name, path, over) => {
     const body = inboundIn(a.companyId, over);
     const res = await t.ingress.post(path, body);
-    expectProblem(res, path === "/inbound/sms" ? 404 : 400);
+    expectProblem(res, 400);
     expect(await rows(`SELECT 1 FROM conversations WHERE company_id = $1 AND contact_number = $2`, [a.companyId, body.source])).toEqual([]);
   });
 
