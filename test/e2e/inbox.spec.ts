@@ -138,6 +138,17 @@ describe("inbound", () => {
     expect(await chatOf(a, n1)).toMatchObject({ chatId: c1.chatId, unreadCount: 3, lastMessagePreview: "four" });
   });
 
+  it("keeps one conversation when many first messages of a number arrive at once", async () => {
+    const source = phone();
+    const bodies = Array.from({ length: 12 }, (_, i) => inboundIn(a.companyId, { source, text: `m${i}` }));
+    const answers = await Promise.all(bodies.map((body) => t.ingress.post("/inbound/whatsapp", body)));
+    expect(answers.map((r) => r.status)).toEqual(bodies.map(() => 202));
+    const chat = await chatOf(a, source);
+    expect(chat.unreadCount).toBe(12);
+    expect((await a.api.get(`/inbox/conversations/${chat.chatId}/messages?limit=100`)).body.total).toBe(12);
+    expect((await outboxOf(a.companyId)).filter((e) => e.payload.source === source)).toHaveLength(12);
+  });
+
   it("refuses a whole array with one bad item (400, nothing stored)", async () => {
     const good = inboundIn(a.companyId);
     const res = await t.ingress.post("/inbound/whatsapp", [good, inboundIn(a.companyId, { source: "12345" })]);
