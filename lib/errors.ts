@@ -28,6 +28,7 @@ export const ERROR_TYPES = {
   MEDIA_FILE_GONE: { status: 404, title: "The media file is not reachable" },
   PROFILE_NOT_FOUND: { status: 404, title: "Social profile not found" },
   CAMPAIGN_NOT_FOUND: { status: 404, title: "Campaign not found" },
+  CONVERSATION_NOT_FOUND: { status: 404, title: "Conversation not found" },
   METHOD_NOT_ALLOWED: { status: 405, title: "Method Not Allowed" },
   IDEMPOTENCY_IN_PROGRESS: { status: 409, title: "A request with this Idempotency-Key is still running" },
   CONTACT_EXISTS: { status: 409, title: "A contact with this phone number or email exists" },
