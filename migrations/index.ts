@@ -16,6 +16,7 @@ import * as m0010 from "./20261125-0010-media";
 import * as m0011 from "./20261125-0011-profiles";
 import * as m0012 from "./20261125-0012-campaigns";
 import * as m0013 from "./20261126-0013-inbox";
+import * as m0014 from "./20261126-0014-inbox-live";
 
 export interface Migration {
   name: string;
@@ -37,4 +38,5 @@ export const migrations: Migration[] = [
   { name: "20261125-0011-profiles", ...m0011 },
   { name: "20261125-0012-campaigns", ...m0012 },
   { name: "20261126-0013-inbox", ...m0013 },
+  { name: "20261126-0014-inbox-live", ...m0014 },
 ];
