@@ -50,7 +50,7 @@ export const eventStreamOut = {
   format: "binary",
   contentMediaType: "text/event-stream",
   description:
-    "Server-Sent Events, one per change: `id` (resume with `Last-Event-ID`), `event` (message.created, message.status, conversation.read, conversation.archived, conversation.unarchived, conversation.windowClosed) and `data` (one line of JSON with `chatId`). Comment lines (`: heartbeat`) come every `SSE_HEARTBEAT_MS` when nothing else is written.",
+    "Server-Sent Events, one per change: `id` (resume with `Last-Event-ID`), `event` (message.created, message.status, conversation.read, conversation.archived, conversation.unarchived, conversation.windowClosed) and `data` (one line of JSON with `chatId`). A comment line (`: heartbeat`) comes every `SSE_HEARTBEAT_MS`, so proxies keep the stream open.",
   examples: [
     'id: 42\nevent: message.created\ndata: {"chatId": "6f1c0e6a-5d0b-4d1e-9a43-2b4c4f0e9d11", "id": "1c0e6a5d-0b4d-4e9a-832b-4c4f0e9d116f", "direction": "INBOUND"}\n\n',
   ],
