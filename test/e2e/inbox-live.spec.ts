@@ -158,6 +158,23 @@ describe("events", () => {
     expect((await byQuery.waitForEvents(2)).map((e) => e.event)).toEqual(["conversation.archived", "conversation.unarchived"]);
   });
 
+  it("purges events past INBOX_EVENT_RETENTION_HOURS; a Last-Event-ID older than that resumes from the oldest kept", async () => {
+    const a = await t.newAccount(["INBOX"]);
+    const chat = await conversation(a);
+    await write(a, chat, "message.created", "conversation.read", "conversation.archived");
+    const rows = await t.db.sequelize.query<{ id: string }>(`SELECT id FROM inbox_events WHERE company_id = $1 ORDER BY id`, {
+      bind: [a.companyId],
+      type: QueryTypes.SELECT,
+    });
+    // The first two are older than retention (72 h by default).
+    await t.db.sequelize.query(`UPDATE inbox_events SET created_at = now() - interval '73 hours' WHERE id IN ($1, $2)`, { bind: [rows[0]!.id, rows[1]!.id] });
+    const inbox = t.app.broker.getLocalService("inbox") as unknown as { purgeEvents(): Promise<number> };
+    expect(await inbox.purgeEvents()).toBeGreaterThanOrEqual(2);
+    const c = await stream(a, `/inbox/conversations/${chat}/events`, { "last-event-id": String(Number(rows[0]!.id) - 1) });
+    const [e] = await c.waitForEvents(1);
+    expect(e).toMatchObject({ id: rows[2]!.id, event: "conversation.archived" });
+  });
+
   it("sends heartbeat comment lines every SSE_HEARTBEAT_MS while nothing happens", async () => {
     const a = await t.newAccount(["INBOX"]);
     const c = await stream(a, "/inbox/events");
