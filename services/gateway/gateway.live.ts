@@ -187,6 +187,7 @@ export class LiveStreams {
     if (!feed) this.feeds.set(s.companyId, (feed = { companyId: s.companyId, cursor: start.head, streams: new Set(), pulling: false, again: false }));
     feed.streams.add(s);
     this.metrics.open.labels(s.chatId ? "conversation" : "account").inc();
+    res.on("error", (err) => this.logger.debug({ err }, "event stream write failed (the client left)"));
     res.once("close", () => {
       this.remove(s);
       release();
@@ -287,6 +288,7 @@ export class LiveStreams {
 
   /** Writes the page's events the stream has not had; stops at a full socket until 'drain'. */
   private deliver(s: Stream, events: readonly LiveEvent[], next: number): void {
+    if (s.closed) return;
     for (const e of events) {
       if (e.id <= s.after) continue;
       if (s.chatId !== null && e.chatId !== s.chatId) continue;
@@ -300,6 +302,7 @@ export class LiveStreams {
 
   /** One write; false when the socket is full (the stream then waits for 'drain', and catches up after it). */
   private write(s: Stream, chunk: string): boolean {
+    if (s.closed || s.res.destroyed) return false; // gone: 'close' removes it
     if (s.res.write(chunk)) return true;
     s.blocked = true;
     s.res.once("drain", () => {
