@@ -8,7 +8,9 @@ import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
 import { appendInboxEvents, announceInboxEvents, type InboxEvent } from "../../services/inbox/inbox.events";
 import type { InboxEventType } from "../../services/inbox/inbox.contract";
-import { startTestApp, type Account, type TestApp } from "../helpers/app";
+import { loggerOptions } from "../../lib/logger";
+import { startTestApp, testConfig, type Account, type TestApp } from "../helpers/app";
+import { capturedLogs } from "../helpers/logs";
 import { receiptIn, readIn } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
@@ -303,6 +305,48 @@ describe("slow clients and limits", () => {
     expect((await t.root.get("/metrics")).text).toMatch(/^sse_events_streamed_total\{type="message.created"\} [1-9]/m);
     c.close();
     await eventually(async () => expect(await gauge()).toBe(before));
+  });
+});
+
+describe("a long stream", () => {
+  const { lines, stream: logStream } = capturedLogs();
+  let own: TestApp;
+  beforeAll(async () => {
+    // Action calls time out after 200 ms here; a stream is not an action call and lives on.
+    own = await startTestApp({
+      services: ["gateway", "auth", "inbox"],
+      config: { logLevel: "info", requestTimeoutMs: 200, sseHeartbeatMs: 100 },
+      broker: { logger: loggerOptions(testConfig({ logLevel: "info" }), logStream) },
+    });
+  });
+  afterAll(() => own?.stop());
+
+  it("outlives the request timeout; its access line is written when it opens, its end in a line of its own", async () => {
+    const a = await own.newAccount(["INBOX"]);
+    const id = randomUUID();
+    await own.db.sequelize.query(
+      `INSERT INTO conversations (id, company_id, channel, sender_id, contact_number, last_message_at) VALUES ($1, $2, 'RCS', 'agent', '+351911111111', now())`,
+      { bind: [id, a.companyId] },
+    );
+    const c = await SseClient.open(`${own.api.baseUrl}/inbox/events`, { ...keyOf(a), "x-request-id": "long-stream-1" });
+    expect(c.status).toBe(200);
+    const access = () => lines.filter((l) => l.msg === "request" && l.requestId === "long-stream-1");
+    await eventually(() => expect(access()).toEqual([expect.objectContaining({ status: 200, route: expect.stringContaining("/inbox/events") })]));
+    await new Promise((r) => setTimeout(r, 1200));
+    const events: InboxEvent[] = [{ companyId: a.companyId, conversationId: id, type: "message.created", data: {} }];
+    await own.db.sequelize.transaction((tx) => appendInboxEvents(own.db.sequelize, tx, events));
+    announceInboxEvents(own.app.broker, events);
+    await c.waitForEvents(1);
+    expect(c.ended).toBe(false);
+    expect(c.comments.filter((x) => x === "heartbeat").length).toBeGreaterThanOrEqual(5);
+    c.close();
+    await eventually(() =>
+      expect(lines.filter((l) => l.msg === "event stream closed" && l.requestId === "long-stream-1")).toEqual([
+        expect.objectContaining({ events: 1, companyId: a.companyId, seconds: expect.any(Number) }),
+      ]),
+    );
+    expect(lines.find((l) => l.msg === "event stream closed" && l.requestId === "long-stream-1")!.seconds).toBeGreaterThan(1);
+    expect(access()).toHaveLength(1);
   });
 });
 
