@@ -69,27 +69,30 @@ async function timeGets(url: string, key: string, n: number): Promise<{ p50: num
   return { p50: pct(s, 50), p99: pct(s, 99) };
 }
 
-/** One open SSE stream: for each event, `onEvent(type, dataLine)` as it arrives. */
-function openStream(url: string, key: string, onEvent: (type: string, data: string) => void): Promise<http.ClientRequest> {
+/**
+ * One open SSE stream: `onEvent(type, key)` for each event as it arrives, `key` being the bench's
+ * index (`bench-<i>` in a message's text) or the reply's id. Whole chunks are scanned with two
+ * regular expressions (100 streams at 500 events/s each are 50,000 events/s for this one process).
+ */
+function openStream(url: string, key: string, onEvent: (type: "created" | "status", key: string) => void): Promise<http.ClientRequest> {
+  const created = /event: message\.created\ndata: [^\n]*?"text": ?"bench-(\d+)"/g;
+  const status = /event: message\.status\ndata: \{"id": ?"([0-9a-f-]{36})"/g;
   return new Promise((resolve, reject) => {
     const req = http.get(url, { headers: { "x-api-key": key, accept: "text/event-stream" }, agent: false }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`stream: ${res.statusCode}`));
       res.setEncoding("utf8");
-      let buf = "";
+      let tail = "";
       res.on("data", (chunk: string) => {
-        buf += chunk;
-        let end: number;
-        while ((end = buf.indexOf("\n\n")) >= 0) {
-          const block = buf.slice(0, end);
-          buf = buf.slice(end + 2);
-          let type = "";
-          let data = "";
-          for (const line of block.split("\n")) {
-            if (line.startsWith("event: ")) type = line.slice(7);
-            else if (line.startsWith("data: ")) data = line.slice(6);
-          }
-          if (type) onEvent(type, data);
+        const text = tail + chunk;
+        const end = text.lastIndexOf("\n\n");
+        if (end < 0) {
+          tail = text;
+          return;
         }
+        const whole = text.slice(0, end + 2);
+        tail = text.slice(end + 2);
+        for (const m of whole.matchAll(created)) onEvent("created", m[1]!);
+        for (const m of whole.matchAll(status)) onEvent("status", m[1]!);
       });
       resolve(req);
     });
@@ -175,15 +178,12 @@ async function main() {
       created.push(mine);
       statusAt.push(statuses);
       streams.push(
-        await openStream(`${api}/inbox/events`, key, (type, data) => {
+        await openStream(`${api}/inbox/events`, key, (type, k) => {
           const now = performance.now();
-          if (type === "message.created") {
-            const i = /"text": ?"bench-(\d+)"/.exec(data)?.[1];
-            if (i !== undefined) mine[Number(i)] = now;
-          } else if (type === "message.status") {
-            const id = /"id": ?"([0-9a-f-]{36})"/.exec(data)?.[1];
-            const i = id === undefined ? undefined : replyIndex.get(id);
-            if (i !== undefined && statuses[i] === undefined) statuses[i] = now;
+          if (type === "created") mine[Number(k)] ??= now;
+          else {
+            const i = replyIndex.get(k);
+            if (i !== undefined) statuses[i] ??= now;
           }
         }),
       );
