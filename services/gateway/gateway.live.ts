@@ -264,7 +264,7 @@ export class LiveStreams {
         for (const s of feed.streams) if (!s.blocked && !s.catchingUp && s.after < feed.cursor) void this.catchUp(s);
       } while (feed.again);
     } catch (err) {
-      this.logger.warn({ err, companyId: feed.companyId }, "could not read inbox events for live streams (the safety poll tries again)");
+      this.readFailed(err, feed.companyId);
     } finally {
       feed.pulling = false;
     }
@@ -287,7 +287,7 @@ export class LiveStreams {
         if (!page.more && (!feed || s.after >= feed.cursor)) return;
       }
     } catch (err) {
-      this.logger.warn({ err, companyId: s.companyId }, "could not read inbox events for a live stream (the safety poll tries again)");
+      this.readFailed(err, s.companyId);
     } finally {
       s.catchingUp = false;
     }
@@ -323,6 +323,20 @@ export class LiveStreams {
       void this.catchUp(s);
     });
     return false;
+  }
+
+  private lastFailureLog = 0;
+  private failuresNotLogged = 0;
+  /** A failed read (the inbox away, say), logged at most every 10 s: wake-ups come hundreds a second. */
+  private readFailed(err: unknown, companyId: string): void {
+    const now = Date.now();
+    if (now - this.lastFailureLog < 10_000) {
+      this.failuresNotLogged++;
+      return;
+    }
+    this.logger.warn({ err, companyId, alsoFailed: this.failuresNotLogged }, "could not read inbox events for live streams (the safety poll tries again)");
+    this.lastFailureLog = now;
+    this.failuresNotLogged = 0;
   }
 
   private heartbeat(): void {
