@@ -246,6 +246,10 @@ async function main() {
       const until = Date.now() + 30_000;
       const count = () => statusAt.reduce((n, m) => n + m.filter((x) => x !== undefined).length, 0);
       while (count() < M * STREAMS && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
+      const rows = (await client.query(`SELECT count(*)::int AS n FROM inbox_events WHERE company_id = $1 AND type = 'message.status'`, [COMPANY])).rows[0].n;
+      const perStream = statusAt.map((m) => m.filter((x) => x !== undefined).length);
+      if (rows !== M || perStream.some((n) => n !== M))
+        console.log(`    (message.status rows written: ${rows}/${M}; per stream: min ${Math.min(...perStream)}, max ${Math.max(...perStream)})`);
       const st = sorted(statusAt.flatMap((m) => m.flatMap((at, i) => (at === undefined ? [] : [Math.max(0, at - acceptedStatus[i]!)]))));
       console.log(
         `(d) message.status on ${STREAMS} streams (receipts at ${RATE}/s for ${STATUS_SECONDS} s): ${st.length}/${M * STREAMS}, latency p50 ${ms(pct(st, 50))}, p99 ${ms(pct(st, 99))}, max ${ms(st.at(-1) ?? NaN)} (target p99 < 250 ms)`,

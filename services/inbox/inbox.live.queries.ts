@@ -33,31 +33,37 @@ export async function accountHead(sequelize: Sequelize, companyId: string): Prom
 export async function eventsSince(sequelize: Sequelize, companyId: string, o: { chatId?: string; after: number; limit: number }): Promise<EventsSinceOut> {
   const params: unknown[] = [companyId, o.after, o.limit];
   if (o.chatId) params.push(o.chatId);
-  const rows = await rawQuery<{ id: string; chat_id: string; type: string; data: string; bytes: string; covered: string }>(
+  // The page and the account's newest id in one statement, so in one snapshot: an event committed
+  // after the page was read is never counted as covered (a second statement could see it).
+  const rows = await rawQuery<{ id: string | null; chat_id: string; type: string; data: string; bytes: string; covered: string }>(
     sequelize,
-    `SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes,
-            (SELECT coalesce(max(id), 0) FROM inbox_events WHERE company_id = $1) AS covered
-       FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
-               FROM inbox_events
-              WHERE company_id = $1 AND id > $2 ${o.chatId ? "AND conversation_id = $4" : ""}
-              ORDER BY id LIMIT $3) e
-      ORDER BY e.id`,
+    `WITH head AS (SELECT coalesce(max(id), 0) AS covered FROM inbox_events WHERE company_id = $1),
+          page AS (
+            SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
+              FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
+                      FROM inbox_events
+                     WHERE company_id = $1 AND id > $2 ${o.chatId ? "AND conversation_id = $4" : ""}
+                     ORDER BY id LIMIT $3) e)
+     SELECT head.covered, page.* FROM head LEFT JOIN page ON true ORDER BY page.id`,
     params,
   );
   const events: LiveEvent[] = [];
   let cut = false;
+  let read = 0;
   for (const r of rows) {
+    if (r.id === null) continue;
+    read++;
     if (events.length > 0 && Number(r.bytes) > PAGE_BYTES) {
       cut = true;
       break;
     }
     events.push({ id: Number(r.id), chatId: r.chat_id, type: r.type, data: r.data });
   }
-  const more = cut || rows.length === o.limit;
+  const more = cut || read === o.limit;
   const last = events.at(-1)?.id ?? o.after;
   // Not `more`: the page holds every event of the account committed so far (ids of one account
   // commit in order, inbox.contract.ts), so the next read may start past the newest of them.
-  const covered = rows.length > 0 ? Number(rows[0]!.covered) : await accountHead(sequelize, companyId);
+  const covered = Number(rows[0]?.covered ?? o.after);
   return { events, more, next: more ? last : Math.max(last, covered, o.after) };
 }
 

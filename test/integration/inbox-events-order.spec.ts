@@ -9,6 +9,7 @@ import { QueryTypes } from "sequelize";
 import { appendInboxEvents, type InboxEvent } from "../../services/inbox/inbox.events";
 import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
 import { migrate } from "../../lib/db";
+import { eventsSince } from "../../services/inbox/inbox.live.queries";
 
 let tdb: TestDatabase;
 beforeAll(async () => {
@@ -44,4 +45,29 @@ itWithPostgres("makes a second writer of the same account wait for the first one
   // acc-b drew its id while the first writer held acc-a's lock: between them. acc-a's second id came after the first commit.
   expect(a1).toBeLessThan(b1!);
   expect(b1).toBeLessThan(a2!);
+});
+
+itWithPostgres("lets a reader that follows `next` see every event while writers of the account commit concurrently", async () => {
+  const { sequelize } = tdb.db;
+  const company = `acc-${randomUUID()}`;
+  const WRITERS = 4;
+  const EACH = 150;
+  let writing = true;
+  const writers = Promise.all(
+    Array.from({ length: WRITERS }, async () => {
+      for (let i = 0; i < EACH; i++) await sequelize.transaction((tx) => appendInboxEvents(sequelize, tx, [event(company)]));
+    }),
+  ).finally(() => (writing = false));
+  const seen: number[] = [];
+  let after = 0;
+  for (;;) {
+    const done = !writing;
+    const page = await eventsSince(sequelize, company, { after, limit: 50 });
+    seen.push(...page.events.map((e) => e.id));
+    after = page.next;
+    if (done && !page.more) break;
+  }
+  await writers;
+  expect(seen).toEqual(await ids(company));
+  expect(seen).toHaveLength(WRITERS * EACH);
 });
