@@ -62,10 +62,18 @@ function tokenGuard(token: string | null) {
   };
 }
 
+/** An inbound message, validated here and handed to inbox (`inbox.ingest`), which owns them. */
+export interface InboundItem {
+  kind: "inbound";
+  channel: "RCS" | "WHATSAPP";
+  inbound: InboundIn;
+}
+export type ParsedItem = IngestItem | InboundItem;
+
 /** What each path takes: its schema and how a valid object becomes an ingest item. */
 interface Kind {
   schema: { $id: string };
-  toItem(v: unknown): IngestItem;
+  toItem(v: unknown): ParsedItem;
   check?(v: unknown): FieldError | null;
 }
 
@@ -146,7 +154,7 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
  * Validates a posted body (object or array) against the path's schema and returns its items; any
  * error anywhere rejects the whole body (400, nothing stored), naming each bad field by its path.
  */
-export function parseIngest(path: string, body: unknown): IngestItem[] {
+export function parseIngest(path: string, body: unknown): ParsedItem[] {
   const kind = KINDS[path];
   if (!kind) throw new ApiError("ROUTE_NOT_FOUND", `No route POST /internal/v1/${path}.`);
   const validate = compileSchema(kind.schema);
@@ -156,7 +164,7 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
   if (list.length > MAX_INGEST_ITEMS)
     throw new ApiError("VALIDATION_ERROR", `An array holds at most ${MAX_INGEST_ITEMS} objects; this one has ${list.length}.`);
   const errors: FieldError[] = [];
-  const items: IngestItem[] = [];
+  const items: ParsedItem[] = [];
   list.forEach((v, i) => {
     const prefix = Array.isArray(body) ? `[${i}]` : "";
     const at = (p: string) => (prefix ? (p ? `${prefix}.${p}` : prefix) : p);
