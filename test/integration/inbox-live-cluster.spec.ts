@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { appendInboxEvents, announceInboxEvents, type InboxEvent } from "../../services/inbox/inbox.events";
 import type { InboxEventType } from "../../services/inbox/inbox.contract";
 import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
-import { receiptIn } from "../helpers/builders";
+import { inboundIn, receiptIn } from "../helpers/builders";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
@@ -99,6 +99,14 @@ describeOverNats("inbox live view over NATS", () => {
     expect((await inbox.ingress.post("/receipts/whatsapp", receiptIn(reply))).status).toBe(202);
     const [, status] = await onB.waitForEvents(2);
     expect(status).toMatchObject({ event: "message.status", json: { chatId: chat, deliveryStatus: "DELIVERED" } });
+  });
+
+  it("streams on gateway B an inbound message the ingress on the inbox node handed to inbox.ingest", async () => {
+    const a = await gatewayA.newAccount(["INBOX"]);
+    const onB = await stream(gatewayB, a, "/inbox/events");
+    expect((await inbox.ingress.post("/inbound/whatsapp", inboundIn(a.companyId, { text: "over the wire" }))).status).toBe(202);
+    const [e] = await onB.waitForEvents(1);
+    expect(e).toMatchObject({ event: "message.created", json: { direction: "INBOUND", text: "over the wire", chatId: expect.any(String) } });
   });
 
   it("answers 404 for another account's conversation on the gateway without auth (the key verified across the wire)", async () => {
