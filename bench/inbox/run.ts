@@ -100,17 +100,30 @@ function openStream(url: string, key: string, onEvent: (type: "created" | "statu
   });
 }
 
-/** Posts `make(i)` for i < n to `url` one per request at `rate`/s; `accepted[i]` is when its 202 came. */
-async function paced(url: string, n: number, rate: number, make: (i: number) => unknown, accepted: number[]): Promise<void> {
+/**
+ * Posts `make(i)` for i < n to `url` one per request at `rate`/s; `accepted[i]` is when its 202 came.
+ * Answers the requests refused (a 503 when the service could not keep up): counted, not retried.
+ */
+async function paced(url: string, n: number, rate: number, make: (i: number) => unknown, accepted: number[]): Promise<Map<number, number>> {
   const t0 = performance.now();
   const pending: Promise<void>[] = [];
+  const refused = new Map<number, number>();
   for (let i = 0; i < n; i++) {
     const wait = t0 + (i * 1000) / rate - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    pending.push(post(url, make(i)).then(() => void (accepted[i] = performance.now())));
+    pending.push(
+      fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(make(i)) }).then(async (r) => {
+        await r.arrayBuffer();
+        if (r.status === 202) accepted[i] = performance.now();
+        else refused.set(r.status, (refused.get(r.status) ?? 0) + 1);
+      }),
+    );
   }
   await Promise.all(pending);
+  return refused;
 }
+
+const refusedText = (m: Map<number, number>) => (m.size === 0 ? "" : `; refused: ${[...m].map(([status, n]) => `${n} x ${status}`).join(", ")}`);
 
 async function main() {
   const ca = await testCa();
@@ -189,7 +202,8 @@ async function main() {
       );
     }
     const accepted: number[] = [];
-    await paced(
+    const sendStarted = performance.now();
+    const refusedIn = await paced(
       `${ingress}/inbound/whatsapp`,
       N,
       RATE,
@@ -204,16 +218,22 @@ async function main() {
       }),
       accepted,
     );
+    const sendSeconds = (performance.now() - sendStarted) / 1000;
+    const okIn = accepted.filter((x) => x !== undefined).length;
+    const answered = sorted(accepted.flatMap((at, i) => (at === undefined ? [] : [at - (sendStarted + (i * 1000) / RATE)])));
+    console.log(
+      `    ${okIn}/${N} inbound accepted (202) over ${sendSeconds.toFixed(1)} s${refusedText(refusedIn)}; time to the 202 p50 ${ms(pct(answered, 50))}, p99 ${ms(pct(answered, 99))}`,
+    );
     const deadline = Date.now() + 30_000;
     const sseCount = () => created.reduce((n, m) => n + m.filter((x) => x !== undefined).length, 0);
-    while ((webhookAt.size < N || sseCount() < N * STREAMS) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
-    const hook = sorted([...webhookAt].map(([i, at]) => Math.max(0, at - accepted[i]!)));
+    while ((webhookAt.size < okIn || sseCount() < okIn * STREAMS) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    const hook = sorted([...webhookAt].filter(([i]) => accepted[i] !== undefined).map(([i, at]) => Math.max(0, at - accepted[i]!)));
     console.log(
-      `(c) INBOUND webhooks: ${hook.length}/${N}, latency p50 ${ms(pct(hook, 50))}, p99 ${ms(pct(hook, 99))}, max ${ms(hook.at(-1) ?? NaN)} (target p99 < 1000 ms)`,
+      `(c) INBOUND webhooks: ${hook.length}/${okIn}, latency p50 ${ms(pct(hook, 50))}, p99 ${ms(pct(hook, 99))}, max ${ms(hook.at(-1) ?? NaN)} (target p99 < 1000 ms)`,
     );
-    const sse = sorted(created.flatMap((m) => m.flatMap((at, i) => (at === undefined ? [] : [Math.max(0, at - accepted[i]!)]))));
+    const sse = sorted(created.flatMap((m) => m.flatMap((at, i) => (at === undefined || accepted[i] === undefined ? [] : [Math.max(0, at - accepted[i]!)]))));
     console.log(
-      `    message.created on ${STREAMS} streams: ${sse.length}/${N * STREAMS}, latency p50 ${ms(pct(sse, 50))}, p99 ${ms(pct(sse, 99))}, max ${ms(sse.at(-1) ?? NaN)} (target p99 < 250 ms)`,
+      `    message.created on ${STREAMS} streams: ${sse.length}/${okIn * STREAMS}, latency p50 ${ms(pct(sse, 50))}, p99 ${ms(pct(sse, 99))}, max ${ms(sse.at(-1) ?? NaN)} (target p99 < 250 ms)`,
     );
 
     // (d) reply statuses at RATE/s.
@@ -236,7 +256,7 @@ async function main() {
         );
       }
       const acceptedStatus: number[] = [];
-      await paced(
+      const refusedSt = await paced(
         `${ingress}/receipts/whatsapp`,
         M,
         RATE,
@@ -250,7 +270,10 @@ async function main() {
       const perStream = statusAt.map((m) => m.filter((x) => x !== undefined).length);
       if (rows !== M || perStream.some((n) => n !== M))
         console.log(`    (message.status rows written: ${rows}/${M}; per stream: min ${Math.min(...perStream)}, max ${Math.max(...perStream)})`);
-      const st = sorted(statusAt.flatMap((m) => m.flatMap((at, i) => (at === undefined ? [] : [Math.max(0, at - acceptedStatus[i]!)]))));
+      const st = sorted(
+        statusAt.flatMap((m) => m.flatMap((at, i) => (at === undefined || acceptedStatus[i] === undefined ? [] : [Math.max(0, at - acceptedStatus[i]!)]))),
+      );
+      if (refusedSt.size > 0) console.log(`    receipts${refusedText(refusedSt)}`);
       console.log(
         `(d) message.status on ${STREAMS} streams (receipts at ${RATE}/s for ${STATUS_SECONDS} s): ${st.length}/${M * STREAMS}, latency p50 ${ms(pct(st, 50))}, p99 ${ms(pct(st, 99))}, max ${ms(st.at(-1) ?? NaN)} (target p99 < 250 ms)`,
       );
