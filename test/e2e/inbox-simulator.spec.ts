@@ -37,11 +37,19 @@ it("shows campaign recipients writing back as conversations, delivers a reply, a
   );
   expect(chats[0]!.unreadCount).toBeGreaterThanOrEqual(1);
 
-  // Every one of them wrote within 24 h of its campaign message: responded counts each number once.
-  await eventually(async () => {
-    const all = (await a.api.get(`/inbox/conversations?channel=RCS&limit=100`)).body.total as number;
-    expect((await a.api.get(`/campaigns/stats?campaignId=${c.id}`)).body).toMatchObject({ total: 20, responded: all });
-  });
+  // Every one of them wrote within 24 h of its campaign message: once the end users are done
+  // (no new conversation for a while), responded counts each number once.
+  let seen = -1;
+  await eventually(
+    async () => {
+      const all = (await a.api.get(`/inbox/conversations?channel=RCS&limit=100`)).body.total as number;
+      const settled = all === seen;
+      seen = all;
+      expect(settled).toBe(true);
+    },
+    { timeoutMs: 15_000, intervalMs: 1000 },
+  );
+  expect((await a.api.get(`/campaigns/stats?campaignId=${c.id}`)).body).toMatchObject({ total: 20, responded: seen });
 
   // A message from a number an hour before the campaign, or from a number it never reached, is no response.
   const before = (await a.api.get(`/campaigns/stats?campaignId=${c.id}`)).body.responded as number;
