@@ -275,7 +275,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       "Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not; every profiles node must encrypt tokens with the same key (set SECRETS_KEY to 32 random bytes in base64, e.g. `openssl rand -base64 32`)",
     );
   }
-  if (config.upstreamMode === "http" && config.services.includes("campaigns") && opts.runsServices !== false) {
+  if (config.upstreamMode === "http" && (config.services.includes("campaigns") || config.services.includes("inbox")) && opts.runsServices !== false) {
     const missing = (["UPSTREAM_SMS_URL", "UPSTREAM_RCS_URL", "UPSTREAM_WHATSAPP_URL"] as const).filter((n) => !config[VARIABLES[n].field]);
     if (missing.length) throw new ConfigError(`Invalid configuration: UPSTREAM_MODE=http needs ${missing.join(", ")}`);
   }

@@ -6,6 +6,7 @@ import type { Sequelize } from "sequelize";
 import { statusByCode } from "../../lib/channels";
 import { rawQuery } from "../../lib/db";
 import { smsInfo } from "../../lib/sms";
+import { campaignRespondedSql } from "../inbox/inbox.contract";
 import { campaignStatsSql, type CampaignStatsFilters } from "../tracking/tracking.contract";
 import type { CampaignRow } from "./campaigns.models";
 import { audienceCount, audiencePage, recipientsPage, type Q } from "./campaigns.queries";
@@ -70,11 +71,18 @@ export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
   return out;
 }
 
-/** The statistics: one indexed query over the campaign messages (tracking's campaignStatsSql). */
+/**
+ * The statistics: one indexed query over the campaign messages (tracking's campaignStatsSql), and
+ * one for the recipients who wrote back (inbox's campaignRespondedSql), side by side.
+ */
 export async function stats(sequelize: Sequelize, companyId: string, f: CampaignStatsFilters): Promise<StatsOut> {
   const { sql, params } = campaignStatsSql(companyId, f);
-  const rows = await rawQuery<{ code: number; messages: string; reads: string; parts: string; price: number }>(sequelize, sql, params);
-  const out: StatsOut = { total: 0, byStatus: {}, read: 0, pending: 0, parts: 0, price: 0 };
+  const responded = campaignRespondedSql(companyId, f);
+  const [rows, [answered]] = await Promise.all([
+    rawQuery<{ code: number; messages: string; reads: string; parts: string; price: number }>(sequelize, sql, params),
+    rawQuery<{ responded: string }>(sequelize, responded.sql, responded.params),
+  ]);
+  const out: StatsOut = { total: 0, byStatus: {}, read: 0, pending: 0, parts: 0, price: 0, responded: Number(answered?.responded ?? 0) };
   for (const r of rows) {
     const n = Number(r.messages);
     const status = statusByCode(Number(r.code));

@@ -1,6 +1,9 @@
 /**
- * What other services may use of the inbox: the live view's event types, the broadcast that wakes
- * the streams, and the SQL that writes `message.status` events in tracking's own transaction.
+ * What other services may import from inbox: the read-side builder of the campaign statistics'
+ * `responded` (campaigns' GET /campaigns/stats), so that "wrote back" is defined once, here, by the
+ * owner of inbound messages; the body of `inbox.ingest` (the ingress and the simulator call it); and
+ * the live view's event types, the broadcast that wakes the streams, what the gateway reads events
+ * with, and the SQL that writes `message.status` events in tracking's own transaction.
  *
  * Order of `inbox_events` ids: an id is the SSE event id and streams read `id > Last-Event-ID`, so an
  * id must never become visible after a higher id of the same account was read. Every writer takes
@@ -9,6 +12,37 @@
  * inbox events as the last statement of a transaction, so the lock is held only for the commit.
  */
 import { DELIVERY_STATUSES } from "../../lib/channels";
+import { campaignMessageConditions, type CampaignStatsFilters } from "../tracking/tracking.contract";
+import type { IngestIn, InboundMessageIn } from "./inbox.schemas";
+
+export type { IngestIn as InboxIngestIn, InboundMessageIn };
+
+/** A recipient "wrote back" when an inbound message arrived within this long after the campaign message. */
+export const RESPONSE_WINDOW_HOURS = 24;
+
+/**
+ * The distinct recipients (per campaign) of RCS/WhatsApp campaign messages who wrote back within 24
+ * hours of their message: one query, driven by the campaign messages (tracking's partial index
+ * messages_history_campaign), each probing its number's conversations (conversations_contact) and
+ * their messages in the window (conversation_messages_thread). Answers one row `{ responded }`.
+ * Parameters as tracking's campaignStatsSql: $1 the account, then the filters given, in order.
+ */
+export function campaignRespondedSql(companyId: string, q: CampaignStatsFilters): { sql: string; params: unknown[] } {
+  const { where, params } = campaignMessageConditions(companyId, q);
+  return {
+    sql: `SELECT count(*)::bigint AS responded FROM (
+            SELECT DISTINCT m.campaign_id, m.channel, m.destination
+              FROM messages m
+             WHERE ${where.join(" AND ")} AND m.channel IN ('RCS', 'WHATSAPP')
+               AND EXISTS (
+                 SELECT 1 FROM conversations c
+                   JOIN conversation_messages cm ON cm.conversation_id = c.id
+                  WHERE c.company_id = m.company_id AND c.contact_number = m.destination AND c.channel = m.channel
+                    AND cm.direction = 'INBOUND' AND cm.created_at >= m.sent_at
+                    AND cm.created_at < m.sent_at + interval '${RESPONSE_WINDOW_HOURS} hours')) r`,
+    params,
+  };
+}
 
 /** What a live-view event tells. `data` is the message (contract "Conversation" messages) or the conversation. */
 export type InboxEventType =

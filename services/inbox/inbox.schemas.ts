@@ -170,6 +170,7 @@ export const replyIn = {
   type: "object",
   additionalProperties: false,
   required: ["chatId"],
+  examples: [{ text: "Thanks for writing! Your order ships tomorrow." }],
   properties: {
     chatId,
     text: {
@@ -178,7 +179,12 @@ export const replyIn = {
       maxLength: Math.max(...Object.values(MAX_REPLY_TEXT)) * 2,
       description: `Exactly one of text and mediaId. At most ${MAX_REPLY_TEXT.RCS} characters on RCS, ${MAX_REPLY_TEXT.WHATSAPP} on WhatsApp.`,
     },
-    mediaId: { type: "string", pattern: UUID_PATTERN, description: "Exactly one of text and mediaId: a media of the account (`POST /media`)." },
+    mediaId: {
+      type: "string",
+      pattern: UUID_PATTERN,
+      description: "Exactly one of text and mediaId: a media of the account (`POST /media`).",
+      examples: ["5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10"],
+    },
   },
 };
 

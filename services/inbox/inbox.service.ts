@@ -11,9 +11,11 @@ import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/upstream";
+import { conversationActions } from "./inbox.conversations";
 import { ingestActions } from "./inbox.ingest";
 import { InboxLiveMixin } from "./inbox.live";
 import { InboxMetrics } from "./inbox.metrics";
+import { replyActions } from "./inbox.replies";
 
 interface InboxVars {
   sequelize: Sequelize;
@@ -30,6 +32,8 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
     settings: { rest: "/" },
     actions: {
       ...ingestActions,
+      ...conversationActions,
+      ...replyActions,
     },
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
