@@ -201,10 +201,13 @@ describe("events", () => {
     expect((await t.ingress.post("/receipts/whatsapp", receiptIn(plain))).status).toBe(202);
     expect((await t.ingress.post("/receipts/whatsapp", receiptIn(reply))).status).toBe(202);
     const [delivered] = await c.waitForEvents(1);
-    expect(delivered).toMatchObject({ event: "message.status", json: { chatId: chat, id: replyId, deliveryStatus: "DELIVERED", statusCode: 3, readAt: null } });
+    expect(delivered).toMatchObject({
+      event: "message.status",
+      json: { chatId: chat, id: reply.customerMessageId, deliveryStatus: "DELIVERED", statusCode: 3, readAt: null },
+    });
     expect((await t.ingress.post("/reads/whatsapp", readIn(reply))).status).toBe(202);
     const [, read] = await c.waitForEvents(2);
-    expect(read).toMatchObject({ event: "message.status", json: { id: replyId, deliveryStatus: "DELIVERED", readAt: expect.any(String) } });
+    expect(read).toMatchObject({ event: "message.status", json: { id: reply.customerMessageId, deliveryStatus: "DELIVERED", readAt: expect.any(String) } });
     // A repeated receipt changes nothing: no event.
     expect((await t.ingress.post("/receipts/whatsapp", receiptIn(reply))).status).toBe(202);
     await new Promise((r) => setTimeout(r, 300));
