@@ -5,11 +5,14 @@
  * the live view's event types, the broadcast that wakes the streams, what the gateway reads events
  * with, and the SQL that writes `message.status` events in tracking's own transaction.
  *
- * Order of `inbox_events` ids: an id is the SSE event id and streams read `id > Last-Event-ID`, so an
- * id must never become visible after a higher id of the same account was read. Every writer takes
- * the account's transaction-scoped advisory lock ({@link INBOX_EVENTS_LOCK}) right before its insert
- * and holds it until its commit: within an account, ids are then handed out in commit order. Write
- * inbox events as the last statement of a transaction, so the lock is held only for the commit.
+ * Order of `inbox_events` ids: an id is the SSE event id and streams read `id > Last-Event-ID`, so a
+ * reader must never pass an id whose transaction has not ended yet. Every writer takes the account's
+ * advisory lock in SHARED mode ({@link INBOX_EVENTS_LOCK}) right before its insert and holds it until
+ * its commit (writers never wait for each other); a reader first passes a barrier, the same lock in
+ * EXCLUSIVE mode for one statement, which waits for the account's writers in flight and reads the
+ * id sequence: every id of the account up to that value has then been committed or rolled back, and
+ * the reader reads no further. Write inbox events as the last statement of a transaction, so the lock
+ * is held only for the commit.
  */
 import { DELIVERY_STATUSES } from "../../lib/channels";
 import { campaignMessageConditions, type CampaignStatsFilters } from "../tracking/tracking.contract";
@@ -93,11 +96,11 @@ export interface InboxEventsWritten {
   companyIds: string[];
 }
 
-/**
- * The account's event lock, as a SQL expression over the account id column or parameter `company`:
- * `pg_advisory_xact_lock` of it, taken in account order by every writer of `inbox_events`.
- */
-export const INBOX_EVENTS_LOCK = (company: string) => `pg_advisory_xact_lock(hashtext('pgw-inbox-events:' || ${company}))`;
+/** The account's event lock key, as a SQL expression over the account id column or parameter `company`. */
+export const INBOX_EVENTS_LOCK_KEY = (company: string) => `hashtext('pgw-inbox-events:' || ${company})`;
+
+/** What every writer of `inbox_events` takes before its insert, until its commit: the account's lock, shared. */
+export const INBOX_EVENTS_LOCK = (company: string) => `pg_advisory_xact_lock_shared(${INBOX_EVENTS_LOCK_KEY(company)})`;
 
 /**
  * A CTE body taking the event locks of the accounts in `from` (a relation with a `company` column),
@@ -106,6 +109,14 @@ export const INBOX_EVENTS_LOCK = (company: string) => `pg_advisory_xact_lock(has
  */
 export const lockAccountsSql = (from: string, company: string) =>
   `SELECT count(*) AS locks FROM (SELECT ${INBOX_EVENTS_LOCK("a.company")} FROM (SELECT DISTINCT ${company} AS company FROM ${from} ORDER BY 1) a) l`;
+
+/**
+ * The readers' barrier, one statement on its own ($1: the account): waits for the account's writers
+ * in flight (the lock in exclusive mode, released when the statement ends) and answers `horizon`, the
+ * last id drawn from the sequence: every event of the account with an id up to it is settled.
+ */
+export const INBOX_EVENTS_BARRIER_SQL = `SELECT (SELECT CASE WHEN q.is_called THEN q.last_value ELSE 0 END FROM inbox_events_id_seq q WHERE b.locked = b.locked) AS horizon
+  FROM (SELECT pg_advisory_xact_lock(${INBOX_EVENTS_LOCK_KEY("$1::text")})::text AS locked OFFSET 0) b`;
 
 const STATUS_NAME = `CASE hit.status_code ${DELIVERY_STATUSES.map((s) => `WHEN ${s.code} THEN '${s.name}'`).join(" ")} ELSE 'UNKNOWN' END`;
 

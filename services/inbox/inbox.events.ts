@@ -4,8 +4,9 @@
  * was away. After the commit the writer calls `announceInboxEvents`, which wakes the open streams of
  * those accounts on every gateway (a broadcast: the rows, not the event, are the truth).
  *
- * Write them as the last statement before the commit: the insert takes the account's event lock
- * (inbox.contract.ts), held until the commit, so that ids of one account become visible in order.
+ * Write them as the last statement before the commit: the insert takes the account's event lock in
+ * shared mode (inbox.contract.ts), held until the commit, so that readers never pass an id whose
+ * transaction is still open.
  */
 import type { ServiceBroker } from "moleculer";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
@@ -20,7 +21,7 @@ export interface InboxEvent {
   data: Record<string, unknown>;
 }
 
-/** Appends the events in one statement inside `transaction` (after the accounts' event locks); answers how many rows were written. */
+/** Appends the events in one statement inside `transaction` (after the accounts' event locks, shared); answers how many rows were written. */
 export async function appendInboxEvents(sequelize: Sequelize, transaction: Transaction | null, events: readonly InboxEvent[]): Promise<number> {
   if (events.length === 0) return 0;
   const rows = events.map((e, i) => ({ i, c: e.companyId, v: e.conversationId, t: e.type, d: e.data }));

@@ -1,6 +1,7 @@
 /** SQL of the live view: where a stream starts, pages of events, windows closed, retention. */
 import type { Sequelize } from "sequelize";
 import { rawQuery } from "../../lib/db";
+import { INBOX_EVENTS_BARRIER_SQL } from "./inbox.contract";
 import { appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
 
@@ -17,54 +18,49 @@ export async function conversationExists(sequelize: Sequelize, companyId: string
 }
 
 /**
- * The account's newest event id (0 when none): where a stream without Last-Event-ID starts. Per
- * account, not of the whole table: ids of one account commit in order (inbox.contract.ts), those of
- * different accounts do not, so a later event of this account always has a higher id than this.
+ * Where the account's settled events end (inbox.contract.ts): waits for the account's writers in
+ * flight, then answers the last id drawn; every event of the account up to it is committed (or was
+ * rolled back), and any later one has a higher id. A stream without Last-Event-ID starts here.
  */
-export async function accountHead(sequelize: Sequelize, companyId: string): Promise<number> {
-  const [row] = await rawQuery<{ head: string }>(sequelize, `SELECT coalesce(max(id), 0) AS head FROM inbox_events WHERE company_id = $1`, [companyId]);
-  return Number(row!.head);
+export async function accountHorizon(sequelize: Sequelize, companyId: string): Promise<number> {
+  const [row] = await rawQuery<{ horizon: string }>(sequelize, INBOX_EVENTS_BARRIER_SQL, [companyId]);
+  return Number(row!.horizon);
 }
 
 /**
- * The account's (or one conversation's) events after `after`, at most `limit` and about PAGE_BYTES
- * of data (at least one), in id order, with where the next read starts (see EventsSinceOut).
+ * The account's (or one conversation's) events after `after` and up to its horizon, at most `limit`
+ * and about PAGE_BYTES of data (at least one), in id order, with where the next read starts (see
+ * EventsSinceOut). Two statements: the barrier, then the page (its snapshot taken after the barrier,
+ * so it sees every event up to the horizon).
  */
 export async function eventsSince(sequelize: Sequelize, companyId: string, o: { chatId?: string; after: number; limit: number }): Promise<EventsSinceOut> {
-  const params: unknown[] = [companyId, o.after, o.limit];
+  const horizon = await accountHorizon(sequelize, companyId);
+  if (horizon <= o.after) return { events: [], more: false, next: o.after };
+  const params: unknown[] = [companyId, o.after, o.limit, horizon];
   if (o.chatId) params.push(o.chatId);
-  // The page and the account's newest id in one statement, so in one snapshot: an event committed
-  // after the page was read is never counted as covered (a second statement could see it).
-  const rows = await rawQuery<{ id: string | null; chat_id: string; type: string; data: string; bytes: string; covered: string }>(
+  const rows = await rawQuery<{ id: string; chat_id: string; type: string; data: string; bytes: string }>(
     sequelize,
-    `WITH head AS (SELECT coalesce(max(id), 0) AS covered FROM inbox_events WHERE company_id = $1),
-          page AS (
-            SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
-              FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
-                      FROM inbox_events
-                     WHERE company_id = $1 AND id > $2 ${o.chatId ? "AND conversation_id = $4" : ""}
-                     ORDER BY id LIMIT $3) e)
-     SELECT head.covered, page.* FROM head LEFT JOIN page ON true ORDER BY page.id`,
+    `SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
+       FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
+               FROM inbox_events
+              WHERE company_id = $1 AND id > $2 AND id <= $4 ${o.chatId ? "AND conversation_id = $5" : ""}
+              ORDER BY id LIMIT $3) e
+      ORDER BY e.id`,
     params,
   );
   const events: LiveEvent[] = [];
   let cut = false;
-  let read = 0;
   for (const r of rows) {
-    if (r.id === null) continue;
-    read++;
     if (events.length > 0 && Number(r.bytes) > PAGE_BYTES) {
       cut = true;
       break;
     }
     events.push({ id: Number(r.id), chatId: r.chat_id, type: r.type, data: r.data });
   }
-  const more = cut || read === o.limit;
+  const more = cut || rows.length === o.limit;
   const last = events.at(-1)?.id ?? o.after;
-  // Not `more`: the page holds every event of the account committed so far (ids of one account
-  // commit in order, inbox.contract.ts), so the next read may start past the newest of them.
-  const covered = Number(rows[0]?.covered ?? o.after);
-  return { events, more, next: more ? last : Math.max(last, covered, o.after) };
+  // Not `more`: the page holds every event of the account up to the horizon.
+  return { events, more, next: more ? last : Math.max(last, horizon) };
 }
 
 /** Conversations whose WhatsApp service window (24 h after the last inbound message) has closed. */

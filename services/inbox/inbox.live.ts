@@ -11,7 +11,7 @@ import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { Loops } from "../../lib/jobs";
 import { announceInboxEvents } from "./inbox.events";
-import { accountHead, closeWindows, conversationExists, eventsSince, purgeEvents } from "./inbox.live.queries";
+import { accountHorizon, closeWindows, conversationExists, eventsSince, purgeEvents } from "./inbox.live.queries";
 import {
   accountEventsIn,
   conversationEventsIn,
@@ -58,7 +58,7 @@ async function streamStart(deps: Deps, ctx: Context<{ lastEventId?: string }, Au
     });
   }
   const resume = header ? header : ctx.params.lastEventId;
-  const head = await accountHead(sequelize, companyId);
+  const head = await accountHorizon(sequelize, companyId);
   // An id past the newest (from another installation, say) starts now; one older than retention reads from the oldest kept.
   const after = resume === undefined ? head : Math.min(Number(resume), head);
   return { $eventStream: { companyId, chatId, after, head } };

@@ -1,8 +1,9 @@
 /**
- * Ids of one account's inbox events become visible in id order (inbox.contract.ts): a writer holds
- * the account's event lock from its insert to its commit, so a concurrent writer of the same account
- * draws its id only after that commit, while other accounts' writers never wait. Without it, a stream
- * reading `id > Last-Event-ID` could pass an id whose transaction commits later, and lose it.
+ * A reader of inbox events never passes an id whose transaction has not ended (inbox.contract.ts):
+ * writers hold the account's event lock in shared mode from their insert to their commit (they never
+ * wait for each other), and a reader's barrier takes it in exclusive mode for one statement and reads
+ * no further than the id sequence stood then. Without it, a stream reading `id > Last-Event-ID`
+ * could pass an id whose transaction commits later, and lose it.
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
@@ -27,24 +28,33 @@ const ids = async (companyId: string) =>
     })
   ).map((r) => Number(r.id));
 
-itWithPostgres("makes a second writer of the same account wait for the first one's commit, and never one of another account", async () => {
+itWithPostgres("lets writers of one account run side by side, while a reader waits for the one in flight and never passes its id", async () => {
   const { sequelize } = tdb.db;
   const first = await sequelize.transaction();
   await appendInboxEvents(sequelize, first, [event("acc-a")]);
-  // Another account's writer goes through at once.
+  // A second writer of the same account (and one of another) goes through at once.
+  await sequelize.transaction((tx) => appendInboxEvents(sequelize, tx, [event("acc-a")]));
   await sequelize.transaction((tx) => appendInboxEvents(sequelize, tx, [event("acc-b")]));
-  let secondDone = false;
-  const second = sequelize.transaction((tx) => appendInboxEvents(sequelize, tx, [event("acc-a")])).then(() => (secondDone = true));
+  const [second] = await ids("acc-a");
+  let read: Awaited<ReturnType<typeof eventsSince>> | null = null;
+  const reading = eventsSince(sequelize, "acc-a", { after: 0, limit: 50 }).then((r) => (read = r));
   await new Promise((r) => setTimeout(r, 300));
-  expect(secondDone).toBe(false);
-  expect(await ids("acc-a")).toEqual([]); // nothing of acc-a is visible yet
+  // The second writer's event is committed, but the first one's (a lower id) is not: the reader waits.
+  expect(read).toBeNull();
   await first.commit();
-  await second;
-  const [a1, a2] = await ids("acc-a");
-  const [b1] = await ids("acc-b");
-  // acc-b drew its id while the first writer held acc-a's lock: between them. acc-a's second id came after the first commit.
-  expect(a1).toBeLessThan(b1!);
-  expect(b1).toBeLessThan(a2!);
+  await reading;
+  const all = await ids("acc-a");
+  expect(all).toHaveLength(2);
+  expect(all[1]).toBe(second);
+  expect(read!.events.map((e) => e.id)).toEqual(all);
+  expect(read!.next).toBeGreaterThanOrEqual(second!);
+  // Another account's reader does not wait for acc-a's writers.
+  const other = await sequelize.transaction();
+  await appendInboxEvents(sequelize, other, [event("acc-a")]);
+  const started = Date.now();
+  expect((await eventsSince(sequelize, "acc-b", { after: 0, limit: 50 })).events).toHaveLength(1);
+  expect(Date.now() - started).toBeLessThan(1000);
+  await other.rollback();
 });
 
 itWithPostgres("lets a reader that follows `next` see every event while writers of the account commit concurrently", async () => {
