@@ -104,26 +104,30 @@ function openStream(url: string, key: string, onEvent: (type: "created" | "statu
  * Posts `make(i)` for i < n to `url` one per request at `rate`/s; `accepted[i]` is when its 202 came.
  * Answers the requests refused (a 503 when the service could not keep up): counted, not retried.
  */
-async function paced(url: string, n: number, rate: number, make: (i: number) => unknown, accepted: number[]): Promise<Map<number, number>> {
+async function paced(url: string, n: number, rate: number, make: (i: number) => unknown, accepted: number[]): Promise<Map<number | string, number>> {
   const t0 = performance.now();
   const pending: Promise<void>[] = [];
-  const refused = new Map<number, number>();
+  const refused = new Map<number | string, number>();
   for (let i = 0; i < n; i++) {
     const wait = t0 + (i * 1000) / rate - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
     pending.push(
-      fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(make(i)) }).then(async (r) => {
-        await r.arrayBuffer();
-        if (r.status === 202) accepted[i] = performance.now();
-        else refused.set(r.status, (refused.get(r.status) ?? 0) + 1);
-      }),
+      fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(make(i)) }).then(
+        async (r) => {
+          await r.arrayBuffer();
+          if (r.status === 202) accepted[i] = performance.now();
+          else refused.set(r.status, (refused.get(r.status) ?? 0) + 1);
+        },
+        (err: Error & { cause?: { code?: string } }) =>
+          void refused.set(err.cause?.code ?? err.message, (refused.get(err.cause?.code ?? err.message) ?? 0) + 1),
+      ),
     );
   }
   await Promise.all(pending);
   return refused;
 }
 
-const refusedText = (m: Map<number, number>) => (m.size === 0 ? "" : `; refused: ${[...m].map(([status, n]) => `${n} x ${status}`).join(", ")}`);
+const refusedText = (m: Map<number | string, number>) => (m.size === 0 ? "" : `; refused: ${[...m].map(([status, n]) => `${n} x ${status}`).join(", ")}`);
 
 async function main() {
   const ca = await testCa();
