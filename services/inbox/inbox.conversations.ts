@@ -4,7 +4,7 @@
  * announces it after the commit.
  */
 import type { Context, Service } from "moleculer";
-import type { Sequelize } from "sequelize";
+import type { Sequelize, Transaction } from "sequelize";
 import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import { ApiError } from "../../lib/errors";
 import type { Page } from "../../lib/paging";
@@ -39,7 +39,7 @@ async function change(
   companyId: string,
   chatId: string,
   type: InboxEventType,
-  fn: (q: { sequelize: Sequelize; tx: import("sequelize").Transaction }) => Promise<ConversationRow | null>,
+  fn: (q: { sequelize: Sequelize; tx: Transaction }) => Promise<ConversationRow | null>,
 ): Promise<ConversationRow | null> {
   const sequelize = svc.sequelize;
   const out = await sequelize.transaction(async (tx) => {

@@ -10,6 +10,7 @@ import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs";
+import { isE164, PHONE_ERROR } from "../../lib/phone";
 import { appendOutboxEvents, inboundEvent } from "../tracking/tracking.contract";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { InboxMetrics } from "./inbox.metrics";
@@ -22,10 +23,11 @@ export interface IngestThis extends Service<ApiServiceSettings> {
   metrics: InboxMetrics;
 }
 
-/** A date-time that matched the format but is no instant PostgreSQL can store. */
-function badDates(items: IngestIn["items"]): FieldError[] {
+/** An end user's number that is no valid number, or a date-time that is no instant PostgreSQL can store. */
+function badItems(items: IngestIn["items"]): FieldError[] {
   const errors: FieldError[] = [];
   items.forEach((it, i) => {
+    if (!isE164(it.source)) errors.push({ path: `items[${i}].source`, message: PHONE_ERROR });
     const t = Date.parse(it.receivedDate);
     if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1))
       errors.push({ path: `items[${i}].receivedDate`, message: "must be a date-time between 1970 and 9999" });
@@ -35,8 +37,9 @@ function badDates(items: IngestIn["items"]): FieldError[] {
 
 /** Stores one channel's inbound messages in one transaction; answers how many were new. */
 export async function ingest(svc: IngestThis, p: IngestIn): Promise<IngestOut> {
-  const bad = badDates(p.items);
-  if (bad.length > 0) throw new ApiError("VALIDATION_ERROR", "An inbound message has a date PostgreSQL cannot store; nothing was stored.", { errors: bad });
+  const bad = badItems(p.items);
+  if (bad.length > 0)
+    throw new ApiError("VALIDATION_ERROR", `${bad.length} inbound message field(s) are invalid; nothing was stored.`, { errors: bad.slice(0, 50) });
   const sequelize = svc.sequelize;
   const events = await retryOn(RETRYABLE_SQLSTATES, 5, () =>
     sequelize.transaction(async (tx) => {

@@ -58,7 +58,10 @@ export const conversationOut = {
     senderId: { type: "string", description: "Our sender: the WhatsApp number, or the RCS agent id.", examples: ["+351210000000"] },
     status: { type: "string", enum: ["ACTIVE", "ARCHIVED"] },
     lastMessageAt: dateTime,
-    lastMessagePreview: { type: ["string", "null"], description: "The start of the latest message's text (null for media without text)." },
+    lastMessagePreview: {
+      type: ["string", "null"],
+      description: "The start of the latest message's text (140 characters); `[<messageType>]` for media without text.",
+    },
     unreadCount: { type: "integer", minimum: 0, description: "Inbound messages after the last one marked read." },
     canReply: { type: "boolean", description: "RCS: always. WhatsApp: while the 24-hour service window is open." },
     serviceWindowExpiresAt: {

@@ -19,6 +19,7 @@ import type { Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { Loops } from "../../lib/jobs";
 import { registrationOf, type OutboundMessage } from "../../lib/upstream";
+import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { simulatorSendIn, type SimulatorSendIn } from "./simulator.contract";
 import { DEFAULT_SENDER, drawCode, PROFILES, REPLY_TEXTS, SMS_PART_PRICE } from "./simulator.outcomes";
 
@@ -152,7 +153,7 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
               const chunk = bodies.slice(i, i + INGEST_CHUNK);
               // End users' messages go to inbox, as the ingress hands them over.
               const call = path.startsWith("inbound/")
-                ? this.broker.call("inbox.ingest", { channel: path.slice("inbound/".length).toUpperCase(), items: chunk })
+                ? this.broker.call("inbox.ingest", { channel: path.slice("inbound/".length).toUpperCase(), items: chunk } as unknown as InboxIngestIn)
                 : this.broker.call("tracking.ingest", { path, body: chunk });
               await call.catch((err: unknown) => {
                 // Without an inbox node the end users' messages have nowhere to go: a demo may run without it.

@@ -19,6 +19,7 @@ import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, wr
 import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
 import { toProblem } from "../../lib/problem";
+import { isE164, PHONE_ERROR } from "../../lib/phone";
 import { checkText } from "../../lib/text";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
 import {
@@ -145,7 +146,8 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
     [`inbound/${lower}`]: {
       schema: inboundIn,
       toItem: (v) => ({ kind: "inbound", channel, inbound: v as InboundIn }),
-      check: (v) => dateError((v as InboundIn).receivedDate, "receivedDate"),
+      // The end user's number must be one (libphonenumber), not only look like E.164.
+      check: (v) => (isE164((v as InboundIn).source) ? dateError((v as InboundIn).receivedDate, "receivedDate") : { path: "source", message: PHONE_ERROR }),
     },
   };
 }
@@ -156,6 +158,11 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
  */
 export function parseIngest(path: string, body: unknown): ParsedItem[] {
   const kind = KINDS[path];
+  // An end user's message on a channel without conversations is a bad body, not a missing route (issue 18).
+  if (!kind && path.startsWith("inbound/"))
+    throw new ApiError("VALIDATION_ERROR", `Inbound messages come on rcs or whatsapp, not ${path.slice("inbound/".length)}; nothing was stored.`, {
+      errors: [{ path: "channel", message: "must be rcs or whatsapp" }],
+    });
   if (!kind) throw new ApiError("ROUTE_NOT_FOUND", `No route POST /internal/v1/${path}.`);
   const validate = compileSchema(kind.schema);
   checkText(body); // NUL and unpaired surrogates: a 400 here, not a failed statement later

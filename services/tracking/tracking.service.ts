@@ -13,6 +13,7 @@ import { ApiError, badRequest } from "../../lib/errors";
 import { Loops } from "../../lib/jobs";
 import { IngressMixin, parseIngest, type InboundItem } from "./tracking.ingress";
 import type { IngestItem } from "./tracking.fold";
+import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter, writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
 import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
@@ -142,7 +143,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         const parsed = parseIngest(path, body);
         if (path.startsWith("inbound/")) {
           const inbound = parsed as InboundItem[];
-          await this.broker.call("inbox.ingest", { channel: inbound[0]!.channel, items: inbound.map((i) => i.inbound) }).catch((err: unknown) => {
+          const handed: InboxIngestIn = { channel: inbound[0]!.channel, items: inbound.map((i) => i.inbound) };
+          await this.broker.call("inbox.ingest", handed).catch((err: unknown) => {
             const e = err as { name?: string; code?: number };
             // No inbox node (yet, or any more): the upstream tries again later.
             if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError")

@@ -138,6 +138,17 @@ describe("inbound", () => {
     expect(await chatOf(a, n1)).toMatchObject({ chatId: c1.chatId, unreadCount: 3, lastMessagePreview: "four" });
   });
 
+  it("keeps one conversation when many first messages of a number arrive at once", async () => {
+    const source = phone();
+    const bodies = Array.from({ length: 12 }, (_, i) => inboundIn(a.companyId, { source, text: `m${i}` }));
+    const answers = await Promise.all(bodies.map((body) => t.ingress.post("/inbound/whatsapp", body)));
+    expect(answers.map((r) => r.status)).toEqual(bodies.map(() => 202));
+    const chat = await chatOf(a, source);
+    expect(chat.unreadCount).toBe(12);
+    expect((await a.api.get(`/inbox/conversations/${chat.chatId}/messages?limit=100`)).body.total).toBe(12);
+    expect((await outboxOf(a.companyId)).filter((e) => e.payload.source === source)).toHaveLength(12);
+  });
+
   it("refuses a whole array with one bad item (400, nothing stored)", async () => {
     const good = inboundIn(a.companyId);
     const res = await t.ingress.post("/inbound/whatsapp", [good, inboundIn(a.companyId, { source: "12345" })]);
@@ -150,6 +161,7 @@ describe("inbound", () => {
     ["an unknown channel", "/inbound/sms", {}],
     ["a missing companyId", "/inbound/rcs", { companyId: undefined }],
     ["a malformed number", "/inbound/rcs", { source: "+12" }],
+    ["a number shaped like E.164 that is no number", "/inbound/rcs", { source: "+35100000000" }],
     ["a malformed date", "/inbound/rcs", { receivedDate: "yesterday" }],
     ["a date PostgreSQL cannot store", "/inbound/rcs", { receivedDate: "0000-01-01T00:00:00Z" }],
     ["a null text", "/inbound/rcs", { text: null }],
@@ -157,8 +169,21 @@ describe("inbound", () => {
   ])("refuses %s (4xx problem, nothing stored)", async (_name, path, over) => {
     const body = inboundIn(a.companyId, over);
     const res = await t.ingress.post(path, body);
-    expectProblem(res, path === "/inbound/sms" ? 404 : 400);
+    expectProblem(res, 400);
     expect(await rows(`SELECT 1 FROM conversations WHERE company_id = $1 AND contact_number = $2`, [a.companyId, body.source])).toEqual([]);
+  });
+
+  it("refuses through inbox.ingest itself (the simulator's way in) a number that is no number or an impossible date, storing nothing", async () => {
+    const good = inboundIn(a.companyId);
+    for (const bad of [{ source: "+35100000000" }, { receivedDate: "0000-01-01T00:00:00Z" }, { text: null }]) {
+      // A validation error (ajv's 422 or our 400; the ingress answers both as a 400 problem).
+      const err = (await t.app.broker.call("inbox.ingest", { channel: "RCS", items: [good, inboundIn(a.companyId, bad)] }).catch((e: unknown) => e)) as {
+        code?: number;
+      };
+      expect([400, 422]).toContain(err.code);
+    }
+    expect(await rows(`SELECT 1 FROM conversation_messages WHERE message_id = $1`, [good.messageId])).toEqual([]);
+    await expect(t.app.broker.call("inbox.ingest", { channel: "SMS", items: [good] })).rejects.toMatchObject({ code: expect.any(Number) });
   });
 
   it("reopens an archived conversation when the end user writes again", async () => {

@@ -4,7 +4,7 @@
  * reaches its actions, problems cross as problems, a reply leaves through the simulator (a fourth
  * node) and comes back DELIVERED; with no inbox node left the ingress answers a retryable 503.
  */
-import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
+import { startTestApp, uid, type Account, type TestApp, type TestAppOptions } from "../helpers/app";
 import { inboundIn } from "../helpers/builders";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
@@ -28,7 +28,7 @@ describeOverNats("inbox over NATS", () => {
       simulatorProfile: "all-delivered" as const,
       simulatorMaxDelayMs: 100,
     };
-    const node = (services: Parameters<typeof startTestApp>[0]["services"], name: string) =>
+    const node = (services: TestAppOptions["services"], name: string) =>
       startTestApp({ services, db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-${name}` } });
     gw = await node(["gateway", "auth"], "gw");
     tracker = await node(["tracking"], "tracking");
