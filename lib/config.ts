@@ -114,6 +114,14 @@ export interface Config {
   readonly exportRetentionS: number;
   /** How long a running export stays with its node without a heartbeat before another node runs it again. */
   readonly exportLeaseMs: number;
+  /** How often an open Server-Sent Events stream carries a comment line when nothing else was written (keeps proxies from closing it). */
+  readonly sseHeartbeatMs: number;
+  /** Event streams one gateway node holds open at once (beyond: 503). */
+  readonly sseMaxStreams: number;
+  /** Event streams one account holds open on one gateway node (beyond: 429). */
+  readonly sseMaxStreamsPerAccount: number;
+  /** Hours the inbox's live-view events are kept (a Last-Event-ID older than that resumes from the oldest kept). */
+  readonly inboxEventRetentionHours: number;
 }
 
 /** One row per variable: its name, the config field, its JSON schema and its default (README and k8s follow it). */
@@ -187,6 +195,10 @@ export const VARIABLES = {
   EXPORT_URL_TTL_S: { field: "exportUrlTtlS", schema: { type: "integer", minimum: 10, maximum: 604800 }, default: 900 },
   EXPORT_RETENTION_S: { field: "exportRetentionS", schema: { type: "integer", minimum: 10, maximum: 31536000 }, default: 86400 },
   EXPORT_LEASE_MS: { field: "exportLeaseMs", schema: { type: "integer", minimum: 3000, maximum: 3600000 }, default: 60000 },
+  SSE_HEARTBEAT_MS: { field: "sseHeartbeatMs", schema: { type: "integer", minimum: 10, maximum: 300000 }, default: 15000 },
+  SSE_MAX_STREAMS: { field: "sseMaxStreams", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 10000 },
+  SSE_MAX_STREAMS_PER_ACCOUNT: { field: "sseMaxStreamsPerAccount", schema: { type: "integer", minimum: 1, maximum: 100000 }, default: 200 },
+  INBOX_EVENT_RETENTION_HOURS: { field: "inboxEventRetentionHours", schema: { type: "integer", minimum: 1, maximum: 8760 }, default: 72 },
 } as const;
 
 export type EnvName = keyof typeof VARIABLES;

@@ -45,6 +45,7 @@ export const ERROR_TYPES = {
   RANGE_NOT_SATISFIABLE: { status: 416, title: "Range Not Satisfiable" },
   IDEMPOTENCY_KEY_REUSED: { status: 422, title: "Idempotency-Key reused with a different request" },
   RATE_LIMITED: { status: 429, title: "Too Many Requests" },
+  STREAM_LIMIT_REACHED: { status: 429, title: "The account holds as many open event streams as it may" },
   INTERNAL_ERROR: { status: 500, title: "Internal Server Error" },
   PROFILE_TOKEN_UNREADABLE: { status: 500, title: "A social profile's access token cannot be read" },
   UPSTREAM_ERROR: { status: 502, title: "Bad Gateway" },

@@ -626,6 +626,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/inbox/conversations/{chatId}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Live view of one conversation (Server-Sent Events)
+         * @description A `text/event-stream` of the conversation's changes (see `GET /inbox/events`). A conversation missing or of another account is a 404 before the stream starts.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_conversationEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/inbox/conversations/{chatId}/messages": {
         parameters: {
             query?: never;
@@ -648,6 +670,28 @@ export interface paths {
          *     Requires an API key with the `INBOX` operation.
          */
         post: operations["inbox_reply"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/inbox/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Live inbox of the account (Server-Sent Events)
+         * @description A `text/event-stream` of every change in the account's inbox: new messages, reply status changes, reads, archive and unarchive, closed WhatsApp windows. Without `Last-Event-ID` it starts now; with it, events written since that id come first (kept for `INBOX_EVENT_RETENTION_HOURS`). Past the open streams an account or a gateway may hold: 429 or 503.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_accountEvents"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -4846,6 +4890,51 @@ export interface operations {
             500: components["responses"]["Problem500"];
         };
     };
+    inbox_conversationEvents: {
+        parameters: {
+            query?: {
+                /** @description Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
+                lastEventId?: string | null;
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. */
+                "Last-Event-Id"?: string;
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 42
+                     *     event: message.created
+                     *     data: {"chatId": "6f1c0e6a-5d0b-4d1e-9a43-2b4c4f0e9d11", "id": "1c0e6a5d-0b4d-4e9a-832b-4c4f0e9d116f", "direction": "INBOUND"}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
     inbox_thread: {
         parameters: {
             query?: {
@@ -4965,6 +5054,48 @@ export interface operations {
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
             502: components["responses"]["Problem502"];
+            503: components["responses"]["Problem503"];
+        };
+    };
+    inbox_accountEvents: {
+        parameters: {
+            query?: {
+                /** @description Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
+                lastEventId?: string | null;
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. */
+                "Last-Event-Id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 42
+                     *     event: message.created
+                     *     data: {"chatId": "6f1c0e6a-5d0b-4d1e-9a43-2b4c4f0e9d11", "id": "1c0e6a5d-0b4d-4e9a-832b-4c4f0e9d116f", "direction": "INBOUND"}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
             503: components["responses"]["Problem503"];
         };
     };

@@ -3,7 +3,7 @@
  * messages from end users (inbox.ingest.ts: the only writer of inbound messages, reached through
  * tracking's internal ingress and the simulator), conversations, threads, read marks, archive and
  * unarchive (inbox.conversations.ts), replies through the upstream adapter (inbox.replies.ts), and
- * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts).
+ * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
 import type { Service, ServiceSchema } from "moleculer";
 import type { Sequelize } from "sequelize";
@@ -13,6 +13,7 @@ import { addNodeRegistry } from "../../lib/http-metrics";
 import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/upstream";
 import { conversationActions } from "./inbox.conversations";
 import { ingestActions } from "./inbox.ingest";
+import { InboxLiveMixin } from "./inbox.live";
 import { InboxMetrics } from "./inbox.metrics";
 import { replyActions } from "./inbox.replies";
 
@@ -27,6 +28,7 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
   const { config, db } = deps;
   return {
     name: "inbox",
+    mixins: [InboxLiveMixin(deps) as ServiceSchema],
     settings: { rest: "/" },
     actions: {
       ...ingestActions,

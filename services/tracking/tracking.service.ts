@@ -37,6 +37,7 @@ import {
   type StatusIn,
 } from "./tracking.schemas";
 import type { IngestMetrics } from "./tracking.metrics";
+import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
 
 interface TrackingVars {
   committer: GroupCommitter;
@@ -175,6 +176,12 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
           // Best effort after the commit (contacts' communicationSupported); never fails the write.
           Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
             (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
+          );
+        }
+        if (effects.inboxCompanies.length > 0) {
+          // Wakes the inbox's live streams of these accounts (the events are rows: a lost broadcast only delays them).
+          Promise.resolve(this.broker.broadcast(INBOX_EVENTS_WRITTEN, { companyIds: effects.inboxCompanies } satisfies InboxEventsWritten)).catch(
+            (err: unknown) => this.logger.warn({ err }, "could not announce inbox events"),
           );
         }
       });

@@ -6,6 +6,7 @@
  */
 import type { Exec } from "../../lib/db";
 import { inFlightCode } from "../../lib/channels";
+import { MESSAGE_STATUS_EVENTS_SQL, type StatusChangeKey } from "../inbox/inbox.contract";
 import { OUTBOX_INSERT, type ChannelSupport } from "./tracking.contract";
 import {
   channelSupportOf,
@@ -24,6 +25,8 @@ import type { RegistrationIn } from "./tracking.schemas";
 export interface WriteEffects {
   events: number;
   support: ChannelSupport[];
+  /** Accounts whose inbox replies changed status (their `message.status` events were written): announced after the commit. */
+  inboxCompanies: string[];
 }
 
 const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
@@ -49,6 +52,11 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   let events: OutboxEvent[] = [];
   let eventCount = 0;
   const support: ChannelSupport[] = [];
+  // RCS/WhatsApp messages whose status or read changed here: the inbox's replies among them get a `message.status` event.
+  const statusChanged: StatusChangeKey[] = [];
+  const changedStatus = (u: ReceiptItem | ReadItem) => {
+    if (u.channel === "RCS" || u.channel === "WHATSAPP") statusChanged.push({ c: u.companyId, ch: u.channel, id: u.messageId });
+  };
 
   // 1. Registrations. A repeat changes nothing; a placeholder made by an early receipt gets the
   //    registration's data and keeps the status its receipts gave it.
@@ -137,6 +145,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       const simulated = new Set(applied.filter((a) => a.simulation).map((a) => Number(a.i)));
       eventCount += applied.length > 0 ? Number(applied[0]!.events) : 0;
       for (const { i, r } of fast) {
+        if (done.has(i)) changedStatus(r);
         if (!done.has(i) || simulated.has(i)) continue; // a simulated message was never sent: it proves nothing about the number
         const learnt = channelSupportOf(r);
         if (learnt) support.push(learnt);
@@ -165,6 +174,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       if (!s) states.set(k, (s = placeholder(u)));
       const ev = fold(s, u);
       if (ev) events.push(ev);
+      if (ev) changedStatus(u);
       const learnt = ev && u.kind === "receipt" ? channelSupportOf(u) : null;
       if (learnt) support.push(learnt);
     }
@@ -204,5 +214,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
 
   // 3. The outbox: the events of exactly these changes (those not written with the updates above).
   if (events.length > 0) await run(OUTBOX_INSERT, [JSON.stringify(events)]);
-  return { events: eventCount + events.length, support };
+
+  // 4. The inbox's live view: a `message.status` event for each inbox reply among the changed messages (inbox.contract.ts).
+  const inbox = statusChanged.length > 0 ? await q<{ company_id: string }>(MESSAGE_STATUS_EVENTS_SQL, [JSON.stringify(statusChanged)]) : [];
+  return { events: eventCount + events.length, support, inboxCompanies: inbox.map((r) => r.company_id) };
 }

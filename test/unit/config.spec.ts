@@ -39,6 +39,10 @@ describe("loadConfig", () => {
       exportSigningKey: null,
       exportUrlTtlS: 900,
       exportRetentionS: 86400,
+      sseHeartbeatMs: 15000,
+      sseMaxStreams: 10000,
+      sseMaxStreamsPerAccount: 200,
+      inboxEventRetentionHours: 72,
       exportLeaseMs: 60000,
     });
     expect(c.exportWorkers).toBe(Math.max(1, os.availableParallelism() - 1));
@@ -98,6 +102,9 @@ describe("loadConfig", () => {
     [{ TRUSTED_PROXIES: "proxy.internal" }, /TRUSTED_PROXIES/],
     [{ MAX_KEYS_PER_ACCOUNT: "0" }, /MAX_KEYS_PER_ACCOUNT/],
     [{ HEAVY_OPS_PER_ACCOUNT: "0" }, /HEAVY_OPS_PER_ACCOUNT/],
+    [{ SSE_HEARTBEAT_MS: "5" }, /SSE_HEARTBEAT_MS/],
+    [{ SSE_HEARTBEAT_MS: "soon" }, /SSE_HEARTBEAT_MS/],
+    [{ SSE_MAX_STREAMS_PER_ACCOUNT: "0" }, /SSE_MAX_STREAMS_PER_ACCOUNT/],
     // A lease shorter than an attempt's own limits (3 s + 5 s) could let a slow attempt be taken twice.
     [{ NOTIFIER_LEASE_MS: "8000" }, /NOTIFIER_LEASE_MS/],
     [{ NOTIFIER_ENDPOINT_CONCURRENCY: "0" }, /NOTIFIER_ENDPOINT_CONCURRENCY/],
