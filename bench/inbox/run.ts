@@ -233,6 +233,14 @@ async function main() {
     console.log(
       `(c) INBOUND webhooks: ${hook.length}/${okIn}, latency p50 ${ms(pct(hook, 50))}, p99 ${ms(pct(hook, 99))}, max ${ms(hook.at(-1) ?? NaN)} (target p99 < 1000 ms)`,
     );
+    // How the inbox grouped them (its metrics, rendered by the ingress listener of the same process).
+    const metrics = await (await fetch(`http://127.0.0.1:${port + 10}/metrics`)).text();
+    const metric = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(metrics)?.[1] ?? NaN);
+    const txs = metric("inbox_ingest_transaction_messages_count");
+    const txSeconds = metric("inbox_ingest_transaction_duration_seconds_sum");
+    console.log(
+      `    inbox.ingest transactions: ${txs}, ${(metric("inbox_ingest_transaction_messages_sum") / txs).toFixed(1)} messages each on average, ${((txSeconds / txs) * 1000).toFixed(1)} ms each`,
+    );
     const sse = sorted(created.flatMap((m) => m.flatMap((at, i) => (at === undefined || accepted[i] === undefined ? [] : [Math.max(0, at - accepted[i]!)]))));
     console.log(
       `    message.created on ${STREAMS} streams: ${sse.length}/${okIn * STREAMS}, latency p50 ${ms(pct(sse, 50))}, p99 ${ms(pct(sse, 99))}, max ${ms(sse.at(-1) ?? NaN)} (target p99 < 250 ms)`,

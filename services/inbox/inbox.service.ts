@@ -1,7 +1,7 @@
 /**
  * inbox: two-way conversations on RCS and WhatsApp (contract section 4 "Conversation"): inbound
  * messages from end users (inbox.ingest.ts: the only writer of inbound messages, reached through
- * tracking's internal ingress and the simulator), conversations, threads, read marks, archive and
+ * tracking's internal ingress and the simulator; concurrent calls share transactions), conversations, threads, read marks, archive and
  * unarchive (inbox.conversations.ts), replies through the upstream adapter (inbox.replies.ts), and
  * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
@@ -9,16 +9,19 @@ import type { Service, ServiceSchema } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
+import type { GroupCommitter } from "../../lib/group-commit";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/upstream";
 import { conversationActions } from "./inbox.conversations";
-import { ingestActions } from "./inbox.ingest";
+import { createIngestCommitter, ingestActions } from "./inbox.ingest";
 import { InboxLiveMixin } from "./inbox.live";
 import { InboxMetrics } from "./inbox.metrics";
 import { replyActions } from "./inbox.replies";
+import type { IngestIn, IngestOut } from "./inbox.schemas";
 
 interface InboxVars {
   sequelize: Sequelize;
+  ingestCommitter: GroupCommitter<IngestIn, IngestOut>;
   upstream: Upstream;
   metrics: InboxMetrics;
 }
@@ -38,6 +41,7 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
       this.metrics = new InboxMetrics();
+      this.ingestCommitter = createIngestCommitter(this);
       addNodeRegistry(this.broker, this.metrics.registry);
       this.upstream = createUpstream(
         config,

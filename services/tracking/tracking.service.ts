@@ -14,7 +14,8 @@ import { Loops } from "../../lib/jobs";
 import { IngressMixin, parseIngest, type InboundItem } from "./tracking.ingress";
 import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
-import { GroupCommitter, writeWithRetry } from "./tracking.committer";
+import { GroupCommitter } from "../../lib/group-commit";
+import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
 import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
@@ -40,7 +41,7 @@ import type { IngestMetrics } from "./tracking.metrics";
 import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
 
 interface TrackingVars {
-  committer: GroupCommitter;
+  committer: GroupCommitter<IngestItem[]>;
   ingestMetrics: IngestMetrics;
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
   loops: Loops;
@@ -168,23 +169,29 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
     },
 
     created(this: TrackingThis) {
-      this.committer = new GroupCommitter(async (items) => {
-        const started = process.hrtime.bigint();
-        const effects = await writeWithRetry(sequelize, items);
-        this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
-        if (effects.support.length > 0) {
-          // Best effort after the commit (contacts' communicationSupported); never fails the write.
-          Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
-            (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
-          );
-        }
-        if (effects.inboxCompanies.length > 0) {
-          // Wakes the inbox's live streams of these accounts (the events are rows: a lost broadcast only delays them).
-          Promise.resolve(this.broker.broadcast(INBOX_EVENTS_WRITTEN, { companyIds: effects.inboxCompanies } satisfies InboxEventsWritten)).catch(
-            (err: unknown) => this.logger.warn({ err }, "could not announce inbox events"),
-          );
-        }
-      });
+      // Each request's items are one submission (atomic); a group writes their concatenation.
+      this.committer = new GroupCommitter<IngestItem[]>(
+        async (submissions) => {
+          const items = submissions.length === 1 ? submissions[0]! : submissions.flat();
+          const started = process.hrtime.bigint();
+          const effects = await writeWithRetry(sequelize, items);
+          this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
+          if (effects.support.length > 0) {
+            // Best effort after the commit (contacts' communicationSupported); never fails the write.
+            Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
+              (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
+            );
+          }
+          if (effects.inboxCompanies.length > 0) {
+            // Wakes the inbox's live streams of these accounts (the events are rows: a lost broadcast only delays them).
+            Promise.resolve(this.broker.broadcast(INBOX_EVENTS_WRITTEN, { companyIds: effects.inboxCompanies } satisfies InboxEventsWritten)).catch(
+              (err: unknown) => this.logger.warn({ err }, "could not announce inbox events"),
+            );
+          }
+          return submissions.map(() => undefined);
+        },
+        { items: (s) => s.length, maxItems: 2000 },
+      );
     },
 
     started(this: TrackingThis) {
