@@ -287,8 +287,14 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
       ],
       onError(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
         const problem = toProblem(err, req.$requestId ?? requestIdOf(undefined));
-        if (problem.status >= 500) withRequestId(req.$requestId, () => this.logger.error({ err, path: req.url }, "ingress request failed"));
-        writeProblem(res, problem, { "X-Request-Id": problem.requestId });
+        // A 503 (a service away, the database unreachable) is an outage the upstream retries, not a fault here.
+        if (problem.status === 503) withRequestId(req.$requestId, () => this.logger.warn({ err, path: req.url }, "ingress request refused: unavailable"));
+        else if (problem.status >= 500) withRequestId(req.$requestId, () => this.logger.error({ err, path: req.url }, "ingress request failed"));
+        const retryAfter = (problem as { retryAfter?: unknown }).retryAfter;
+        writeProblem(res, problem, {
+          "X-Request-Id": problem.requestId,
+          ...(problem.status === 503 && typeof retryAfter === "number" ? { "Retry-After": String(retryAfter) } : {}),
+        });
       },
     },
     actions: {

@@ -149,7 +149,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
             const e = err as { name?: string; code?: number };
             // No inbox node (yet, or any more): the upstream tries again later.
             if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError")
-              throw new ApiError("SERVICE_UNAVAILABLE", "Inbound messages cannot be stored right now (no inbox node); try again.");
+              throw new ApiError("SERVICE_UNAVAILABLE", "Inbound messages cannot be stored right now (no inbox node); try again.", { retryAfter: 5 });
             throw err;
           });
           this.ingestMetrics.stored(path, inbound.length);

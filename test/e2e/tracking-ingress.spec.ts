@@ -400,6 +400,7 @@ describe("inbound", () => {
         messageType: "TEXT",
       });
       expectProblem(res, 503);
+      expect(res.headers.get("retry-after")).toBe("5");
       const [row] = await alone.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM outbox_events WHERE company_id = $1`, {
         bind: [companyId],
         type: QueryTypes.SELECT,
