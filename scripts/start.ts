@@ -16,7 +16,7 @@ async function main() {
     }
     throw e;
   }
-  const app = await startApp(config).catch((e: Error) => {
+  const app = await startApp(config, { replSocket: !config.transporter }).catch((e: Error) => {
     process.stderr.write(`Could not start: ${e.message}\n`);
     process.exit(1);
   });
