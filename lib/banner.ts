@@ -59,11 +59,10 @@ export function startupBanner({ config, port, internalPort, opsPort }: BannerInp
   return { title, rows, urls, firstKey, repl };
 }
 
-/** The banner as lines of text (bold labels when `colour`). */
-export function bannerText(banner: Banner, colour: boolean): string {
+/** The banner as lines of plain text (pino-pretty colours the record; escape codes in it would be stripped). */
+export function bannerText(banner: Banner): string {
   const width = Math.max(...banner.rows.map(([label]) => label.length));
-  const bold = (s: string) => (colour ? `\u001b[1m${s}\u001b[22m` : s);
-  const lines = [bold(banner.title), ...banner.rows.map(([label, value]) => `  ${bold(label.padEnd(width))}  ${value}`)];
+  const lines = [banner.title, ...banner.rows.map(([label, value]) => `  ${label.padEnd(width)}  ${value}`)];
   return `${lines.join("\n")}\n`;
 }
 

@@ -23,7 +23,7 @@ async function main() {
   });
   // One banner: where things are, the first key, the REPL (a block on a pretty log, one record on a JSON one).
   const banner = startupBanner({ config, port: app.port, internalPort: app.internalPort, opsPort: app.opsPort });
-  if (config.logFormat === "pretty") app.broker.logger.info(bannerText(banner, Boolean(process.stdout.isTTY)).trimEnd());
+  if (config.logFormat === "pretty") app.broker.logger.info(bannerText(banner).trimEnd());
   else app.broker.logger.info({ urls: banner.urls, firstKey: banner.firstKey, repl: banner.repl }, bannerMessage(banner));
   if (app.internalPort != null && !config.internalToken && config.transporter) {
     app.broker.logger.warn(
