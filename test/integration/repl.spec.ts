@@ -154,6 +154,9 @@ describe("npm run repl beside a running npm start", () => {
     const keyHash = createHash("sha256").update(apiKey).digest("hex");
     r.child.stdin.write(`call auth.verify --keyHash ${keyHash}\n`);
     await r.waitFor(/companyId: '?repl-co'?/);
+    // dcall: the service's own $node.health, answered by its process.
+    r.child.stdin.write(`dcall ${nodeId} $node.health\n`);
+    await r.waitFor(new RegExp(`process: \\{\\s+pid: ${service.child.pid},`));
     r.child.stdin.write("services\n");
     await r.waitFor(/║ campaigns\s/);
     r.child.stdin.write("quit\n");
