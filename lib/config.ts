@@ -68,7 +68,8 @@ export interface Config {
   /** How often an idle campaigns node looks for campaigns due. */
   readonly campaignPollMs: number;
   readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
-  readonly logPretty: boolean;
+  /** LOG_FORMAT: pretty (coloured on a terminal) or JSON lines; unset, pretty when stdout is a terminal. */
+  readonly logFormat: "pretty" | "json";
   readonly rateLimitRps: number;
   /** TRUSTED_PROXIES: CIDRs whose X-Forwarded-For the gateway believes when it rate-limits by client address. */
   readonly trustedProxies: readonly string[];
@@ -167,7 +168,8 @@ export const VARIABLES = {
   CAMPAIGN_LEASE_MS: { field: "campaignLeaseMs", schema: { type: "integer", minimum: 1000, maximum: 3600000 }, default: 30000 },
   CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
-  LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },
+  // null: pretty when stdout is a terminal, JSON otherwise (a pipe, a file, a container's log).
+  LOG_FORMAT: { field: "logFormat", schema: { enum: ["pretty", "json", null] }, default: null },
   RATE_LIMIT_RPS: { field: "rateLimitRps", schema: { type: "number", exclusiveMinimum: 0 }, default: 50 },
   // Comma-separated CIDRs (a bare address is one host); parsed and checked below.
   TRUSTED_PROXIES: { field: "trustedProxies", schema: { type: ["string", "null"] }, default: null },
@@ -256,7 +258,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   out.exportDir = path.resolve(out.exportDir == null ? path.join(String(out.dataDir), "exports") : String(out.exportDir));
   if (out.exportWorkers == null) out.exportWorkers = Math.max(1, os.availableParallelism() - 1);
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
-  if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
+  if (out.logFormat == null) out.logFormat = process.stdout.isTTY ? "pretty" : "json";
   out.trustedProxies = parseTrustedProxies(out.trustedProxies as string | null);
   if (out.internalHost == null) out.internalHost = out.transporter ? "0.0.0.0" : "127.0.0.1";
   if (out.natsUser && out.natsToken)

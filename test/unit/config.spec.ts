@@ -253,3 +253,17 @@ describe("the upstream adapter's settings", () => {
     expect(() => loadConfig({ SIMULATOR_PROFILE: "chaotic" })).toThrow(/SIMULATOR_PROFILE/);
   });
 });
+
+describe("LOG_FORMAT", () => {
+  it("is pretty or json as set, and json by default when stdout is not a terminal", () => {
+    expect(loadConfig({ LOG_FORMAT: "pretty" }).logFormat).toBe("pretty");
+    expect(loadConfig({ LOG_FORMAT: "json" }).logFormat).toBe("json");
+    expect(process.stdout.isTTY).toBeFalsy(); // jest's workers write to a pipe
+    expect(loadConfig({}).logFormat).toBe("json");
+  });
+
+  it("refuses another value, naming the variable", () => {
+    expect(() => loadConfig({ LOG_FORMAT: "colour" })).toThrow(ConfigError);
+    expect(() => loadConfig({ LOG_FORMAT: "colour" })).toThrow(/LOG_FORMAT="colour"/);
+  });
+});
