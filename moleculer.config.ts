@@ -5,6 +5,7 @@
  */
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { Config } from "./lib/config";
+import { databaseUnavailable, isDatabaseUnavailable } from "./lib/errors";
 import { loggerOptions, withRequestId } from "./lib/logger";
 import { natsTransporter } from "./lib/nats-transporter";
 import { RequestMetrics } from "./lib/request-metrics";
@@ -21,6 +22,27 @@ const RequestScope = {
   },
   localEvent(handler: Handler) {
     return (ctx: { requestID?: string | null }) => withRequestId(ctx.requestID, () => handler(ctx));
+  },
+} as unknown as Middleware;
+
+/**
+ * A local action that met a database it cannot reach (stopped, restarting, the link cut) answers a
+ * 503 SERVICE_UNAVAILABLE with retryAfter, not the driver's error: errors cross nodes as code and
+ * type, and the caller's gateway maps those, never Sequelize's class names.
+ */
+const DatabaseOutage = {
+  name: "DatabaseOutage",
+  localAction(handler: Handler) {
+    const mapped = (err: unknown) => (isDatabaseUnavailable(err) ? databaseUnavailable() : err);
+    return (ctx: { requestID?: string | null }) => {
+      try {
+        return Promise.resolve(handler(ctx)).catch((err: unknown) => {
+          throw mapped(err);
+        });
+      } catch (err) {
+        throw mapped(err);
+      }
+    };
   },
 } as unknown as Middleware;
 
@@ -47,6 +69,7 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     internalMiddlewares: false,
     middlewares: [
       RequestScope,
+      DatabaseOutage,
       "ActionHook",
       "Validator",
       "Bulkhead",

@@ -39,7 +39,9 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     dialect: "postgres",
     logging: false,
     pool: { max: opts.poolMax ?? 10, min: 0, idle: 10000, acquire: 30000 },
-    dialectOptions: { application_name: "partner-gateway" },
+    // A server that does not answer a connection within 5 s counts as down (pg waits forever by
+    // default); TCP keep-alive finds a connection whose peer vanished without closing it.
+    dialectOptions: { application_name: "partner-gateway", connectionTimeoutMillis: 5000, keepAlive: true },
     define: { underscored: true, timestamps: false },
   });
   const db: Database = {

@@ -73,6 +73,49 @@ export class ApiError extends Errors.MoleculerClientError {
   }
 }
 
+/** Seconds a 503 tells its client to wait (Retry-After) when a dependency is down: a few reconnect attempts. */
+export const UNAVAILABLE_RETRY_AFTER_S = 5;
+
+/** Sequelize's errors for a connection that could not be made or was lost. */
+const DB_CONNECTION_ERRORS = new Set([
+  "SequelizeConnectionError",
+  "SequelizeConnectionRefusedError",
+  "SequelizeConnectionTimedOutError",
+  "SequelizeConnectionAcquireTimeoutError",
+  "SequelizeHostNotFoundError",
+  "SequelizeHostNotReachableError",
+]);
+/** Socket errors of a database connection (pg passes them on as they are). */
+const SOCKET_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN"]);
+/**
+ * SQLSTATEs of a server that is going away or not taking sessions: class 08 (connection exception),
+ * 57P01-57P03 (admin or crash shutdown, starting up), 53300 (too many connections).
+ */
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|53300)$/;
+/** What pg says of a connection that ended under a query (it has no code). */
+const LOST_CONNECTION = /Connection terminated|not queryable|Connection ended|timeout exceeded when trying to connect|Connection timed out/i;
+
+/**
+ * The database did not answer because it cannot be reached (stopped, restarting, the link cut), as
+ * opposed to refusing a statement: Sequelize's connection errors, pg's socket errors and lost
+ * connections, PostgreSQL's shutdown codes. Looks through `original`/`parent`/`cause`, and reads
+ * a remote error's plain `name` too.
+ */
+export function isDatabaseUnavailable(err: unknown, depth = 0): boolean {
+  if (!err || typeof err !== "object" || depth > 3) return false;
+  const e = err as { name?: unknown; code?: unknown; message?: unknown; original?: unknown; parent?: unknown; cause?: unknown };
+  if (typeof e.name === "string" && DB_CONNECTION_ERRORS.has(e.name)) return true;
+  if (typeof e.code === "string" && (SOCKET_CODES.has(e.code) || UNAVAILABLE_SQLSTATE.test(e.code))) return true;
+  if (typeof e.message === "string" && LOST_CONNECTION.test(e.message) && (depth > 0 || String(e.name).startsWith("Sequelize") || e.name === "Error"))
+    return true;
+  return [e.original, e.parent, e.cause].some((inner) => inner !== err && isDatabaseUnavailable(inner, depth + 1));
+}
+
+/** The 503 a service answers while its database cannot be reached (crosses nodes as code and type). */
+export function databaseUnavailable(): ApiError {
+  return new ApiError("SERVICE_UNAVAILABLE", "The database is not reachable right now; try again shortly.", { retryAfter: UNAVAILABLE_RETRY_AFTER_S });
+}
+
 export const badRequest = (detail: string, errors?: FieldError[]) => new ApiError("VALIDATION_ERROR", detail, errors ? { errors } : undefined);
 export const unauthorized = (detail: string) => new ApiError("UNAUTHORIZED", detail);
 export const notFound = (type: ErrorType, detail: string) => new ApiError(type, detail);

@@ -4,7 +4,7 @@
  * only "Internal Server Error" (the stack goes to the log, never to the client).
  */
 import { STATUS_CODES } from "node:http";
-import { ERROR_TYPES, type ErrorType, type FieldError } from "./errors";
+import { ERROR_TYPES, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S, type ErrorType, type FieldError } from "./errors";
 
 export interface Problem {
   type: string;
@@ -39,6 +39,23 @@ const BODY_ERRORS: Record<string, ErrorType> = {
   "stream.encoding.set": "INTERNAL_ERROR",
 };
 
+/**
+ * Moleculer's errors of a call that could not reach a live node, and ours: no node runs the service
+ * (not found, not available, stopping), the node went away under the call (rejected, no responders
+ * on the bus), it did not answer in time, the local transporter is disconnected (BAD_GATEWAY), or
+ * the transit queue is full. A service that is down, never a bug and never "gone": 503.
+ */
+const UNREACHABLE = new Set([
+  "SERVICE_NOT_FOUND",
+  "SERVICE_NOT_AVAILABLE",
+  "REQUEST_TIMEOUT",
+  "REQUEST_REJECTED",
+  "BAD_GATEWAY",
+  "QUEUE_FULL",
+  "NO_RESPONDERS",
+  "TRANSPORTER_DISCONNECTED",
+]);
+
 /** At most this many field errors in a problem body; `errorsNotShown` counts the rest. */
 export const MAX_FIELD_ERRORS = 100;
 
@@ -72,11 +89,15 @@ export function toProblem(err: unknown, requestId: string): Problem {
   } else if (rawType in ERROR_TYPES) {
     type = rawType as ErrorType;
     status = ERROR_TYPES[type].status;
+  } else if (isDatabaseUnavailable(err)) {
+    // The database is down or the link to it cut (thrown here, or by a service on this node).
+    type = "SERVICE_UNAVAILABLE";
+    status = 503;
   } else {
     const code = Number(e.code ?? e.status ?? e.statusCode);
     if (Number.isInteger(code) && code >= 400 && code <= 599) status = code;
-    // Moleculer's own transport errors (service not found, timeouts, broker stopping) are 503s.
-    if (rawType === "SERVICE_NOT_FOUND" || rawType === "SERVICE_NOT_AVAILABLE" || rawType === "REQUEST_TIMEOUT") {
+    // Moleculer's own transport errors, and moleculer-web's 503 for a route whose service has no live node.
+    if (UNREACHABLE.has(rawType) || status === 503) {
       type = "SERVICE_UNAVAILABLE";
       status = 503;
     } else if (status === 404) type = "NOT_FOUND";
@@ -117,6 +138,8 @@ export function toProblem(err: unknown, requestId: string): Problem {
       if (k !== "errors" && !(k in problem)) problem[k] = v;
     }
   }
+  // A 503 always says when to come back (the gateway sends it as Retry-After).
+  if (type === "SERVICE_UNAVAILABLE" && typeof problem.retryAfter !== "number") problem.retryAfter = UNAVAILABLE_RETRY_AFTER_S;
   return problem;
 }
 

@@ -1,5 +1,6 @@
 import { Errors } from "moleculer";
-import { ApiError } from "../../lib/errors";
+import { ConnectionError, ConnectionRefusedError, DatabaseError } from "sequelize";
+import { ApiError, databaseUnavailable, isDatabaseUnavailable } from "../../lib/errors";
 import { toProblem } from "../../lib/problem";
 
 describe("toProblem", () => {
@@ -54,5 +55,45 @@ describe("toProblem", () => {
       expect(p.status).toBe(503);
       expect(JSON.stringify(p)).not.toMatch(/contacts\.list|node-7/);
     }
+  });
+
+  it("answers 503 with retryAfter for every way a call can miss its node, never 500 or 404", () => {
+    const web503 = Object.assign(new Errors.MoleculerError("Service unavailable", 503), { name: "ServiceUnavailableError" });
+    for (const err of [
+      new Errors.RequestRejectedError({ action: "contacts.list", nodeID: "node-7" }),
+      new (Errors.BrokerDisconnectedError as unknown as new () => Error)(),
+      new Errors.QueueIsFullError({ action: "contacts.list", nodeID: "node-7", size: 1, limit: 1 }),
+      web503,
+      // As they arrive from another node: plain objects with code and type.
+      {
+        name: "MoleculerRetryableError",
+        code: 503,
+        type: "REQUEST_REJECTED",
+        message: "Request is rejected when call 'contacts.list' action on 'node-7' node.",
+      },
+      { name: "MoleculerRetryableError", code: 404, type: "SERVICE_NOT_AVAILABLE", message: "x" },
+    ]) {
+      const p = toProblem(err, "r");
+      expect({ status: p.status, type: p.type, retryAfter: p.retryAfter }).toEqual({ status: 503, type: "/docs#problem-service-unavailable", retryAfter: 5 });
+      expect(JSON.stringify(p)).not.toMatch(/contacts\.list|node-7/);
+    }
+  });
+
+  it("answers 503 with retryAfter when the database cannot be reached, and 500 for a statement it refuses", () => {
+    const refused = new ConnectionRefusedError(Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" }));
+    const lost = new DatabaseError(Object.assign(new Error("Connection terminated unexpectedly"), { sql: "SELECT 1", parameters: [] }) as never);
+    const shutdown = new DatabaseError(
+      Object.assign(new Error("terminating connection due to administrator command"), { code: "57P01", sql: "SELECT 1", parameters: [] }) as never,
+    );
+    const generic = new ConnectionError(new Error("Connection terminated"));
+    for (const err of [refused, lost, shutdown, generic, { name: "SequelizeConnectionRefusedError", message: "x" }, databaseUnavailable()]) {
+      expect(isDatabaseUnavailable(err) || (err as { type?: string }).type === "SERVICE_UNAVAILABLE").toBe(true);
+      const p = toProblem(err, "r");
+      expect({ status: p.status, retryAfter: p.retryAfter }).toEqual({ status: 503, retryAfter: 5 });
+      expect(JSON.stringify(p)).not.toMatch(/ECONNREFUSED|5432|administrator/);
+    }
+    const syntax = new DatabaseError(Object.assign(new Error('syntax error at or near "SELEC"'), { code: "42601", sql: "SELEC", parameters: [] }) as never);
+    expect(isDatabaseUnavailable(syntax)).toBe(false);
+    expect(toProblem(syntax, "r").status).toBe(500);
   });
 });
