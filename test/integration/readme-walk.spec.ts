@@ -61,7 +61,7 @@ describe("README: Five minutes with the API", () => {
 
   it("runs every block of the walk against a fresh npm start", async () => {
     const blocks = walkBlocks();
-    expect(blocks.length).toBeGreaterThanOrEqual(5);
+    expect(blocks.length).toBeGreaterThanOrEqual(6);
     dataDir = mkdtempSync(join(tmpdir(), "pgw-walk-"));
     const [port, internalPort] = [await freePort(), await freePort()];
     const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), INTERNAL_PORT: String(internalPort), DATA_DIR: dataDir };
@@ -80,6 +80,7 @@ describe("README: Five minutes with the API", () => {
     expect(out).toContain('{"ids":[1],"created":1,"existing":0}');
     expect(out).toMatch(/"status":"COMPLETED".*"totalRows":2,"created":2/);
     expect(out).toMatch(/"text":"Hi Ada"/);
+    expect(out).toContain("+351912345671");
     expect(out).toMatch(/"status":"SENT".*"progress":\{"audience":3,"sent":3,"failed":0\}/);
   }, 110000);
 });
