@@ -22,10 +22,15 @@ export interface BenchService {
   stop(): Promise<void>;
 }
 
-/** Starts the service on `databaseUrl` with PORT `port` and the extra variables in `env`. */
-export async function startService(databaseUrl: string, port: number, env: Record<string, string> = {}): Promise<BenchService> {
+/**
+ * Starts the service on `databaseUrl` with PORT `port` and the extra variables in `env`; `node`:
+ * run bench/node.ts (one node of a bench cluster, under BENCH_NAMESPACE) with `npm start`'s Node
+ * options instead of the start script itself.
+ */
+export async function startService(databaseUrl: string, port: number, env: Record<string, string> = {}, o: { node?: boolean } = {}): Promise<BenchService> {
   const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
-  const start = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+  const npmStart = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+  const start = o.node ? npmStart.replace("scripts/start.ts", "bench/node.ts") : npmStart;
   const fullEnv = { ...process.env, PATH, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: "warn", RATE_LIMIT_RPS: "100000", ...env };
   const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env: fullEnv, stdio: ["ignore", "ignore", "inherit"] });
   children.push(service);

@@ -63,6 +63,11 @@ export interface ApiActionSpec {
    * gateway hands them over in `ctx.meta.$requestHeaders` (a conditional or partial GET, say).
    */
   requestHeaders?: Record<string, string>;
+  /**
+   * The action opens a Server-Sent Events stream: it checks the request and answers where the
+   * stream starts (`{ $eventStream }`); the gateway then holds the stream (gateway.live.ts).
+   */
+  eventStream?: boolean;
 }
 
 /** The caller, as the gateway established it from the key; every service reads the account here. */

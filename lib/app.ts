@@ -9,6 +9,7 @@ import { SERVICE_FACTORIES } from "../services";
 import type { Config, ServiceName } from "./config";
 import { openDatabase, type Database } from "./db";
 import { startOpsServer } from "./ops-server";
+import { replHub } from "./repl-link";
 
 export interface App {
   broker: ServiceBroker;
@@ -31,11 +32,17 @@ export interface StartOptions {
   broker?: Partial<BrokerOptions>;
   /** Services beyond the project's own (tests). */
   extraServices?: ServiceSchema[];
+  /**
+   * Without TRANSPORTER: also listen on a loopback socket that `npm run repl` joins with the secret
+   * of DATA_DIR (lib/repl-link.ts). `npm start` turns it on; tests that do not need it leave it off.
+   */
+  replSocket?: boolean;
 }
 
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
   const db = opts.db ?? (await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "service" }));
-  const broker = new ServiceBroker(brokerOptions(config, opts.broker));
+  const hub = opts.replSocket && !config.transporter ? replHub(config.dataDir).transporter : undefined;
+  const broker = new ServiceBroker(brokerOptions(config, { ...(hub ? { transporter: hub } : {}), ...opts.broker }));
   const deps = { config, db };
   for (const name of opts.services ?? config.services) broker.createService(SERVICE_FACTORIES[name](deps));
   for (const schema of opts.extraServices ?? []) broker.createService(schema);

@@ -61,12 +61,15 @@ export interface Config {
   readonly simulatorMaxDelayMs: number;
   /** Recipients a campaigns node hands the upstream at once. */
   readonly campaignBatchSize: number;
-  /** How long a sending campaign stays with its node without a heartbeat before another node takes it over. */
+  /** Batches of one campaign a campaigns node has in flight at once (each claimed, sent and recorded on its own). */
+  readonly campaignConcurrency: number;
+  /** How long a claimed batch of recipients stays with its claim without a heartbeat before any node may claim them again. */
   readonly campaignLeaseMs: number;
   /** How often an idle campaigns node looks for campaigns due. */
   readonly campaignPollMs: number;
   readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
-  readonly logPretty: boolean;
+  /** LOG_FORMAT: pretty (coloured on a terminal) or JSON lines; unset, pretty when stdout is a terminal. */
+  readonly logFormat: "pretty" | "json";
   readonly rateLimitRps: number;
   /** TRUSTED_PROXIES: CIDRs whose X-Forwarded-For the gateway believes when it rate-limits by client address. */
   readonly trustedProxies: readonly string[];
@@ -112,6 +115,14 @@ export interface Config {
   readonly exportRetentionS: number;
   /** How long a running export stays with its node without a heartbeat before another node runs it again. */
   readonly exportLeaseMs: number;
+  /** How often an open Server-Sent Events stream carries a comment line when nothing else was written (keeps proxies from closing it). */
+  readonly sseHeartbeatMs: number;
+  /** Event streams one gateway node holds open at once (beyond: 503). */
+  readonly sseMaxStreams: number;
+  /** Event streams one account holds open on one gateway node (beyond: 429). */
+  readonly sseMaxStreamsPerAccount: number;
+  /** Hours the inbox's live-view events are kept (a Last-Event-ID older than that resumes from the oldest kept). */
+  readonly inboxEventRetentionHours: number;
 }
 
 /** One row per variable: its name, the config field, its JSON schema and its default (README and k8s follow it). */
@@ -153,10 +164,12 @@ export const VARIABLES = {
   SIMULATOR_PROFILE: { field: "simulatorProfile", schema: { enum: ["realistic", "all-delivered", "flaky"] }, default: "realistic" },
   SIMULATOR_MAX_DELAY_MS: { field: "simulatorMaxDelayMs", schema: { type: "integer", minimum: 0, maximum: 600000 }, default: 3000 },
   CAMPAIGN_BATCH_SIZE: { field: "campaignBatchSize", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 500 },
+  CAMPAIGN_CONCURRENCY: { field: "campaignConcurrency", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 4 },
   CAMPAIGN_LEASE_MS: { field: "campaignLeaseMs", schema: { type: "integer", minimum: 1000, maximum: 3600000 }, default: 30000 },
   CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
-  LOG_PRETTY: { field: "logPretty", schema: { type: ["boolean", "null"] }, default: null },
+  // null: pretty when stdout is a terminal, JSON otherwise (a pipe, a file, a container's log).
+  LOG_FORMAT: { field: "logFormat", schema: { enum: ["pretty", "json", null] }, default: null },
   RATE_LIMIT_RPS: { field: "rateLimitRps", schema: { type: "number", exclusiveMinimum: 0 }, default: 50 },
   // Comma-separated CIDRs (a bare address is one host); parsed and checked below.
   TRUSTED_PROXIES: { field: "trustedProxies", schema: { type: ["string", "null"] }, default: null },
@@ -184,6 +197,10 @@ export const VARIABLES = {
   EXPORT_URL_TTL_S: { field: "exportUrlTtlS", schema: { type: "integer", minimum: 10, maximum: 604800 }, default: 900 },
   EXPORT_RETENTION_S: { field: "exportRetentionS", schema: { type: "integer", minimum: 10, maximum: 31536000 }, default: 86400 },
   EXPORT_LEASE_MS: { field: "exportLeaseMs", schema: { type: "integer", minimum: 3000, maximum: 3600000 }, default: 60000 },
+  SSE_HEARTBEAT_MS: { field: "sseHeartbeatMs", schema: { type: "integer", minimum: 10, maximum: 300000 }, default: 15000 },
+  SSE_MAX_STREAMS: { field: "sseMaxStreams", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 10000 },
+  SSE_MAX_STREAMS_PER_ACCOUNT: { field: "sseMaxStreamsPerAccount", schema: { type: "integer", minimum: 1, maximum: 100000 }, default: 200 },
+  INBOX_EVENT_RETENTION_HOURS: { field: "inboxEventRetentionHours", schema: { type: "integer", minimum: 1, maximum: 8760 }, default: 72 },
 } as const;
 
 export type EnvName = keyof typeof VARIABLES;
@@ -241,7 +258,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   out.exportDir = path.resolve(out.exportDir == null ? path.join(String(out.dataDir), "exports") : String(out.exportDir));
   if (out.exportWorkers == null) out.exportWorkers = Math.max(1, os.availableParallelism() - 1);
   if (out.publicBaseUrl == null) out.publicBaseUrl = `http://localhost:${out.port}`;
-  if (out.logPretty == null) out.logPretty = Boolean(process.stdout.isTTY);
+  if (out.logFormat == null) out.logFormat = process.stdout.isTTY ? "pretty" : "json";
   out.trustedProxies = parseTrustedProxies(out.trustedProxies as string | null);
   if (out.internalHost == null) out.internalHost = out.transporter ? "0.0.0.0" : "127.0.0.1";
   if (out.natsUser && out.natsToken)
@@ -263,7 +280,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       "Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not; every profiles node must encrypt tokens with the same key (set SECRETS_KEY to 32 random bytes in base64, e.g. `openssl rand -base64 32`)",
     );
   }
-  if (config.upstreamMode === "http" && config.services.includes("campaigns") && opts.runsServices !== false) {
+  if (config.upstreamMode === "http" && (config.services.includes("campaigns") || config.services.includes("inbox")) && opts.runsServices !== false) {
     const missing = (["UPSTREAM_SMS_URL", "UPSTREAM_RCS_URL", "UPSTREAM_WHATSAPP_URL"] as const).filter((n) => !config[VARIABLES[n].field]);
     if (missing.length) throw new ConfigError(`Invalid configuration: UPSTREAM_MODE=http needs ${missing.join(", ")}`);
   }

@@ -19,6 +19,8 @@
 import type { Sequelize } from "sequelize";
 import { rawQuery } from "./db";
 
+export type KeyType = "uuid" | "bigint" | "text";
+
 /** A table of durable jobs: where a row's key, holder and lease live. */
 export interface JobTable {
   table: string;
@@ -26,7 +28,13 @@ export interface JobTable {
   alias: string;
   /** The key column and its SQL type. */
   key: string;
-  keyType: "uuid" | "bigint" | "text";
+  keyType: KeyType;
+  /**
+   * A column that, with `key`, identifies a row (a table keyed by two columns, as
+   * campaign_recipients by (campaign_id, contact_id)): claims match both, and held rows are named
+   * with their group's value (`Held.group`), so every statement reaches them by the primary key.
+   */
+  group?: { column: string; type: KeyType };
   /** The column naming the row's holder: a node id, a claim token. */
   owner: string;
   /**
@@ -42,8 +50,14 @@ export interface JobTable {
   keepHolder?: boolean;
 }
 
-/** Which rows a statement acts on: ids of one holder (null: whoever holds them), or each id with its own holder. */
-export type Held = { ids: readonly (string | number)[]; owner: string | null } | { each: readonly { id: string | number; owner: string }[] };
+/**
+ * Which rows a statement acts on: ids of one holder (null: whoever holds them), or each id with its
+ * own holder; `group`: the value of the table's group column (required, and only allowed, when the
+ * table has one).
+ */
+export type Held = ({ ids: readonly (string | number)[]; owner: string | null } | { each: readonly { id: string | number; owner: string }[] }) & {
+  group?: string | number;
+};
 
 export interface ClaimSpec {
   /**
@@ -99,7 +113,8 @@ export function claimSql(t: JobTable, c: ClaimSpec): string {
   const as = c.as ?? "next";
   let candidates: string;
   if (typeof c.candidates === "string") {
-    if (!/FOR\s+UPDATE\s+SKIP\s+LOCKED/i.test(c.candidates)) throw new Error(`${t.table}: a claim's candidates must be locked FOR UPDATE SKIP LOCKED`);
+    if (!/FOR\s+UPDATE(\s+OF\s+\w+(\s*,\s*\w+)*)?\s+SKIP\s+LOCKED/i.test(c.candidates))
+      throw new Error(`${t.table}: a claim's candidates must be locked FOR UPDATE SKIP LOCKED`);
     candidates = c.candidates;
   } else {
     const { where, orderBy, limit } = c.candidates;
@@ -107,21 +122,26 @@ export function claimSql(t: JobTable, c: ClaimSpec): string {
     candidates = `SELECT ${col(t, t.key)} FROM ${t.table} ${t.alias}\n WHERE ${where}\n ORDER BY ${orderBy}\n LIMIT ${limit}\n FOR UPDATE SKIP LOCKED`;
   }
   const set = [`${t.owner} = ${c.owner}`, leaseSet(t, c.leaseMs), ...(c.set ? [c.set] : [])].join(", ");
-  return `WITH ${as} AS (${candidates}\n) UPDATE ${t.table} ${t.alias} SET ${set} FROM ${as} WHERE ${col(t, t.key)} = ${as}.${t.key} RETURNING ${c.returning}`;
+  const match = `${col(t, t.key)} = ${as}.${t.key}${t.group ? ` AND ${col(t, t.group.column)} = ${as}.${t.group.column}` : ""}`;
+  return `WITH ${as} AS (${candidates}\n) UPDATE ${t.table} ${t.alias} SET ${set} FROM ${as} WHERE ${match} RETURNING ${c.returning}`;
 }
 
 /** FROM and WHERE parts selecting held rows; their parameters are numbered from `first`. */
 export function heldSql(t: JobTable, held: Held, first: number): { from: string; where: string; params: unknown[] } {
+  if (!t.group !== (held.group === undefined)) throw new Error(`${t.table}: held rows name their group exactly when the table has one`);
+  // The group's value comes first ($first), the rest after it.
+  const group = t.group ? { where: `${col(t, t.group.column)} = $${first}::${t.group.type} AND `, params: [held.group] } : { where: "", params: [] };
+  const n = first + group.params.length;
   if ("each" in held) {
     return {
-      from: ` FROM jsonb_to_recordset($${first}::jsonb) AS held(id ${t.keyType}, owner text)`,
-      where: `${col(t, t.key)} = held.id AND ${col(t, t.owner)} = held.owner`,
-      params: [JSON.stringify(held.each)],
+      from: ` FROM jsonb_to_recordset($${n}::jsonb) AS held(id ${t.keyType}, owner text)`,
+      where: `${group.where}${col(t, t.key)} = held.id AND ${col(t, t.owner)} = held.owner`,
+      params: [...group.params, JSON.stringify(held.each)],
     };
   }
-  const ids = `${col(t, t.key)} = ANY ($${first}::${t.keyType}[])`;
-  if (held.owner === null) return { from: "", where: ids, params: [held.ids] };
-  return { from: "", where: `${ids} AND ${col(t, t.owner)} = $${first + 1}`, params: [held.ids, held.owner] };
+  const ids = `${group.where}${col(t, t.key)} = ANY ($${n}::${t.keyType}[])`;
+  if (held.owner === null) return { from: "", where: ids, params: [...group.params, held.ids] };
+  return { from: "", where: `${ids} AND ${col(t, t.owner)} = $${n + 1}`, params: [...group.params, held.ids, held.owner] };
 }
 
 const and = (...parts: (string | undefined)[]) =>

@@ -1,7 +1,8 @@
 /**
- * Logging: pino as Moleculer's logger (JSON, or pretty on a terminal). The request id of the
- * request being served is kept in an AsyncLocalStorage and added to every log line written while
- * serving it, whichever service or node writes it.
+ * Logging: pino as Moleculer's logger (LOG_FORMAT: JSON lines, or pretty ones; by default pretty on
+ * a terminal, JSON elsewhere). The request id of the request being served is kept in an
+ * AsyncLocalStorage and added to every log line written while serving it, whichever service or
+ * node writes it.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { LoggerConfig } from "moleculer";
@@ -41,8 +42,24 @@ function bufferedStdout() {
   return stdoutDest;
 }
 
-/** Moleculer logger options: pino with the request-id mixin. */
-export function loggerOptions(config: Pick<Config, "logLevel" | "logPretty">, destination?: NodeJS.WritableStream): LoggerConfig {
+/**
+ * How a pretty line reads: `12:00:01.234 INFO  gateway: request GET /api/... 200 3.1ms [requestId]`.
+ * Moleculer's bindings (node, namespace, module, service) and the access log's fields are folded
+ * into the line instead of being listed below it; any other field still is.
+ */
+export const PRETTY_OPTIONS = {
+  translateTime: "SYS:HH:MM:ss.l",
+  ignore: "pid,hostname,nodeID,ns,mod,svc,requestId,method,path,route,status,ms",
+  messageFormat: "{if mod}{mod}: {end}{msg}{if method} {method} {path} {status} {ms}ms{end}{if requestId} [{requestId}]{end}",
+  singleLine: false,
+};
+
+/**
+ * Moleculer logger options: pino with the request-id mixin. `pretty` writes through pino-pretty as
+ * a pino transport (its own thread), coloured when stdout is a terminal; `json` writes one JSON
+ * object per line, buffered. A `destination` (tests) always gets JSON.
+ */
+export function loggerOptions(config: Pick<Config, "logLevel" | "logFormat">, destination?: NodeJS.WritableStream): LoggerConfig {
   const options: Record<string, unknown> = {
     level: config.logLevel,
     base: { pid: process.pid },
@@ -51,12 +68,13 @@ export function loggerOptions(config: Pick<Config, "logLevel" | "logPretty">, de
       return scope ? { requestId: scope.requestId } : {};
     },
   };
-  if (config.logPretty && !destination) {
-    options.transport = { target: "pino-pretty", options: { colorize: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname" } };
+  const pretty = config.logFormat === "pretty" && !destination;
+  if (pretty) {
+    options.transport = { target: "pino-pretty", options: { ...PRETTY_OPTIONS, colorize: Boolean(process.stdout.isTTY), destination: 1 } };
   }
   // Buffered, asynchronous writes to stdout: one syscall per 8 KiB of log instead of one per line
   // (pino flushes the buffer when the process exits).
-  const out = destination ?? (config.logPretty ? undefined : bufferedStdout());
+  const out = destination ?? (pretty ? undefined : bufferedStdout());
   return {
     type: "Pino",
     options: { level: config.logLevel === "silent" ? false : config.logLevel, pino: { options, destination: out } },

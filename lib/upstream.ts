@@ -20,6 +20,8 @@ export interface OutboundMessage {
   text: string;
   mediaIds?: string[];
   campaignId?: string;
+  /** The sender to send from (an inbox reply answers from its conversation's WhatsApp number or RCS agent id); the account's default when absent. */
+  senderId?: string;
   /** Validated, never sent, no callback (spec part 6 rule 6). */
   simulation?: boolean;
 }

@@ -16,6 +16,9 @@ import * as m0010 from "./20261125-0010-media";
 import * as m0011 from "./20261125-0011-profiles";
 import * as m0012 from "./20261125-0012-campaigns";
 import * as m0013 from "./20261126-0013-inbox";
+import * as m0014 from "./20261126-0014-inbox-live";
+import * as m0015 from "./20261126-0015-campaign-claims";
+import * as m0016 from "./20261126-0016-campaign-contact-marks";
 
 export interface Migration {
   name: string;
@@ -37,4 +40,7 @@ export const migrations: Migration[] = [
   { name: "20261125-0011-profiles", ...m0011 },
   { name: "20261125-0012-campaigns", ...m0012 },
   { name: "20261126-0013-inbox", ...m0013 },
+  { name: "20261126-0014-inbox-live", ...m0014 },
+  { name: "20261126-0015-campaign-claims", ...m0015 },
+  { name: "20261126-0016-campaign-contact-marks", ...m0016 },
 ];

@@ -110,7 +110,7 @@ async function main(): Promise<number> {
   }
   let config;
   try {
-    config = loadConfig(process.env, { logPretty: false });
+    config = loadConfig(process.env, { logFormat: "json" });
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`admin: ${e.message}\n`);

@@ -15,7 +15,7 @@ async function main(): Promise<number> {
   let config;
   try {
     // Only the database matters here: the checks of a node that runs services do not apply.
-    config = loadConfig(process.env, { logPretty: false }, { runsServices: false });
+    config = loadConfig(process.env, { logFormat: "json" }, { runsServices: false });
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`migrate: ${e.message}\n`);

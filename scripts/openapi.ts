@@ -15,10 +15,7 @@ import { writeClientSchema } from "./openapi-client";
 export const OPENAPI_FILE = "openapi.json";
 
 async function main() {
-  const config = loadConfig(
-    { LOG_LEVEL: "warn", LOG_PRETTY: "false" },
-    { port: 0, internalPort: 0, host: "127.0.0.1", publicBaseUrl: "http://localhost:3000" },
-  );
+  const config = loadConfig({ LOG_LEVEL: "warn", LOG_FORMAT: "json" }, { port: 0, internalPort: 0, host: "127.0.0.1", publicBaseUrl: "http://localhost:3000" });
   const db = await openDatabase({ databaseUrl: null, dataDir: null });
   const app = await startApp(config, { db, services: ALL_SERVICES });
   try {

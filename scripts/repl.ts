@@ -1,38 +1,75 @@
 /**
- * `npm run repl`: Moleculer's REPL (moleculer-repl).
- * - Without TRANSPORTER it starts the embedded service set (like `npm start`) and opens the REPL on
- *   it: `services`, `actions`, `call auth.verify ...`.
- * - With TRANSPORTER=nats://... it joins the running cluster as an extra node that runs no services
- *   (and needs no database), so `nodes`, `services`, `actions`, `events` and `call` inspect it live.
+ * `npm run repl`: Moleculer's REPL (moleculer-repl) on a node that runs no services, joined to the
+ * running service so that `nodes`, `services`, `actions`, `events` and `call` inspect it live.
+ * - Without TRANSPORTER it joins the single-process service (`npm start`) running on the same
+ *   DATA_DIR, through the loopback socket that service listens on (lib/repl-link.ts), with the
+ *   secret of that directory.
+ * - With TRANSPORTER=nats://... it joins the cluster (no database needed).
+ * A refusal (nothing running, a wrong secret, a bad variable) is one line on stderr and exit 1 (2 for
+ * a bad variable), never a stack trace.
  */
 import os from "node:os";
 import { ServiceBroker } from "moleculer";
 import { brokerOptions } from "../moleculer.config";
-import { startApp } from "../lib/app";
-import { ConfigError, loadConfig } from "../lib/config";
+import { ConfigError, loadConfig, type Config } from "../lib/config";
+import { LoopbackClient } from "../lib/loopback-transporter";
+import { joinRunningService, ReplRefusal } from "../lib/repl-link";
+import { setTimeout as sleep } from "node:timers/promises";
+
+function refuse(message: string, code: number): never {
+  process.stderr.write(`${message}\n`);
+  process.exit(code);
+}
+
+/** Waits (a bounded time) until the registry knows `nodeID` with its services. */
+async function waitForNode(broker: ServiceBroker, nodeID: string, ms = 5000): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (broker.registry.nodes.get(nodeID)?.available) return true;
+    await sleep(50);
+  }
+  return false;
+}
 
 async function main() {
-  let config;
+  let config: Config;
   try {
-    config = loadConfig(process.env, {}, { runsServices: !process.env.TRANSPORTER });
+    config = loadConfig(process.env, {}, { runsServices: false });
   } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`${e.message}\n`);
-      process.exit(2);
-    }
+    if (e instanceof ConfigError) refuse(e.message, 2);
     throw e;
   }
+  const nodeID = `repl-${os.hostname()}-${process.pid}`;
+  const replOptions = { delimiter: "mol $" };
   let broker: ServiceBroker;
   if (config.transporter) {
-    broker = new ServiceBroker(brokerOptions(config, { nodeID: `repl-${os.hostname()}-${process.pid}` }));
+    broker = new ServiceBroker({ ...brokerOptions(config, { nodeID }), replOptions } as ConstructorParameters<typeof ServiceBroker>[0]);
     await broker.start();
     broker.logger.info(`Joined the cluster at ${config.transporter} as ${broker.nodeID}; no services run here. Try: nodes, services, actions`);
   } else {
-    const app = await startApp(config);
-    broker = app.broker;
-    broker.logger.info(`Embedded service set started (API on port ${app.port}). Try: services, actions, call auth.verify --keyHash <sha256>`);
+    const { link, info } = await joinRunningService(config.dataDir).catch((e: unknown) => {
+      if (e instanceof ReplRefusal) refuse(e.message, 1);
+      throw e;
+    });
+    const transporter = new LoopbackClient({
+      link,
+      onLost() {
+        refuse(`The service on DATA_DIR ${config.dataDir} (pid ${info.pid}) stopped; leaving the REPL.`, 1);
+      },
+    });
+    broker = new ServiceBroker({ ...brokerOptions(config, { nodeID, transporter: transporter as never }), replOptions } as ConstructorParameters<
+      typeof ServiceBroker
+    >[0]);
+    await broker.start();
+    if (!(await waitForNode(broker, info.nodeID))) {
+      await broker.stop().catch(() => undefined);
+      refuse(`The service on DATA_DIR ${config.dataDir} (pid ${info.pid}) accepted the REPL but did not introduce itself; try again.`, 1);
+    }
+    broker.logger.info(
+      `Joined the service ${info.nodeID} (pid ${info.pid}) on DATA_DIR ${config.dataDir} as ${broker.nodeID}. Try: nodes, services, actions, call`,
+    );
   }
   await broker.repl();
 }
 
-void main();
+main().catch((e: unknown) => refuse(`The REPL could not start: ${(e as Error)?.message ?? String(e)}`, 1));

@@ -3,6 +3,7 @@
  * TRANSPORTER and DATABASE_URL it is the whole product in one process on embedded PostgreSQL.
  */
 import { startApp } from "../lib/app";
+import { bannerMessage, bannerText, startupBanner } from "../lib/banner";
 import { ConfigError, loadConfig } from "../lib/config";
 
 async function main() {
@@ -16,19 +17,17 @@ async function main() {
     }
     throw e;
   }
-  const app = await startApp(config).catch((e: Error) => {
+  const app = await startApp(config, { replSocket: !config.transporter }).catch((e: Error) => {
     process.stderr.write(`Could not start: ${e.message}\n`);
     process.exit(1);
   });
-  const mode = config.transporter ? `cluster node (${config.transporter})` : "embedded (all services in one process)";
-  app.broker.logger.info(
-    `Partner gateway ${mode}; services: ${config.services.join(", ")}; database: ${config.databaseUrl ? "PostgreSQL" : `PGlite in ${config.dataDir}`}` +
-      (app.port != null ? `; API on http://localhost:${app.port}/api/partner-gateway/v1 (docs at /docs)` : ""),
-  );
-  if (app.internalPort != null && !config.internalToken) {
-    const level = config.transporter ? "warn" : "info";
-    app.broker.logger[level](
-      `Internal ingress on ${config.internalHost}:${app.internalPort} without INTERNAL_TOKEN${config.transporter ? " (INTERNAL_TOKEN_DISABLED=true)" : ""}: anyone who reaches it can post receipts and inbound messages`,
+  // One banner: where things are, the first key, the REPL (a block on a pretty log, one record on a JSON one).
+  const banner = startupBanner({ config, port: app.port, internalPort: app.internalPort, opsPort: app.opsPort });
+  if (config.logFormat === "pretty") app.broker.logger.info(bannerText(banner).trimEnd());
+  else app.broker.logger.info({ urls: banner.urls, firstKey: banner.firstKey, repl: banner.repl }, bannerMessage(banner));
+  if (app.internalPort != null && !config.internalToken && config.transporter) {
+    app.broker.logger.warn(
+      `Internal ingress on ${config.internalHost}:${app.internalPort} without INTERNAL_TOKEN (INTERNAL_TOKEN_DISABLED=true): anyone who reaches it can post receipts and inbound messages`,
     );
   }
   let stopping = false;

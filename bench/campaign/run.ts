@@ -1,16 +1,19 @@
 /**
- * bench/campaign: a campaign to N contacts of two overlapping lists, sent on the simulator by the
- * whole service (`npm start`, every service in one process), against the batched ingest floor
- * measured in the same run on the same database.
+ * bench/campaign: a campaign to N contacts of two overlapping lists, sent on the simulator, against
+ * the batched ingest floor measured in the same run on the same database. Two processes over NATS
+ * (BENCH_NATS_URL, default nats://127.0.0.1:4222, under a namespace of this run's own): a core node
+ * (gateway, auth, contacts, tracking, simulator) and the campaigns node (campaigns alone), so the
+ * RSS measured is the campaigns process's. `--one-process`: every service in one `npm start`
+ * process instead (its RSS is then the whole product's).
  *
  *   time to registered: confirm -> every recipient's message registered at tracking;
  *   time to receipts:   confirm -> every message's receipt ingested (SIMULATOR_MAX_DELAY_MS 1000);
  *   floor:              `pg`, the same N registrations then N receipts as 500-row upserts into a copy
  *                       of the messages table (4 clients, as bench/ingest's batched floor);
  *   gateway p99:        GET /messages/status with 100 ids, 10 connections, idle vs during the send;
- *   peak RSS:           of the service process (all services) during the send.
+ *   peak RSS:           of the campaigns process (VmHWM at the end, and VmRSS sampled during the send).
  *
- *   npm run bench:campaign [-- --contacts 100000]
+ *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--max-old-space-mb 96]
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  *
  * Targets (issue 17): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle.
@@ -20,15 +23,26 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { createBenchDatabase } from "../database";
-import { startService } from "../service";
+import { startService, type BenchService } from "../service";
 
-const { values } = parseArgs({ options: { contacts: { type: "string", default: "100000" } } });
+const { values } = parseArgs({
+  options: {
+    contacts: { type: "string", default: "100000" },
+    "one-process": { type: "boolean", default: false },
+    concurrency: { type: "string" },
+    batch: { type: "string" },
+    "max-old-space-mb": { type: "string" },
+  },
+});
 const N = Number(values.contacts);
+const NATS = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const BATCH = 500;
+const HISTORY = 100_000;
 const COMPANY = "bench-campaign";
 
-/** The service's resident memory (kB) from /proc, 0 when unreadable. */
-const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+/** A process's resident memory (kB) from /proc: now (VmRSS) or its peak so far (VmHWM); 0 when unreadable. */
+const memKb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+const rssKb = (pid: number) => memKb(pid, "VmRSS");
 
 async function p99(url: string, key: string, seconds: number): Promise<number> {
   const r = await autocannon({ url, connections: 10, duration: seconds, headers: { "x-api-key": key } });
@@ -75,17 +89,37 @@ async function floor(db: pg.Client, dbUrl: string): Promise<number> {
 async function main() {
   const bdb = await createBenchDatabase();
   const port = 3970 + Math.floor(Math.random() * 9);
-  const svc = await startService(bdb.url, port, {
+  const env = {
     INTERNAL_PORT: String(port + 10),
     SIMULATOR_PROFILE: "all-delivered",
     SIMULATOR_MAX_DELAY_MS: "1000",
     CAMPAIGN_POLL_MS: "100",
-  });
+    ...(values.concurrency ? { CAMPAIGN_CONCURRENCY: values.concurrency } : {}),
+    ...(values.batch ? { CAMPAIGN_BATCH_SIZE: values.batch } : {}),
+  };
+  const oneProcess = values["one-process"];
+  let svc: BenchService;
+  let campaigns: BenchService;
+  if (oneProcess) {
+    svc = campaigns = await startService(bdb.url, port, env);
+  } else {
+    const cluster = { TRANSPORTER: NATS, BENCH_NAMESPACE: `bench-campaign-${process.pid}`, INTERNAL_TOKEN_DISABLED: "true" };
+    svc = await startService(bdb.url, port, { ...env, ...cluster, SERVICES: "gateway,auth,contacts,tracking,simulator" }, { node: true });
+    // --max-old-space-mb: a heap limit for the campaigns process alone (memory that grows with the
+    // audience would end it; memory V8 merely has not collected yet is collected sooner).
+    const heap: Record<string, string> = values["max-old-space-mb"] ? { NODE_OPTIONS: `--max-old-space-size=${values["max-old-space-mb"]}` } : {};
+    campaigns = await startService(bdb.url, port + 20, { ...env, ...cluster, ...heap, SERVICES: "campaigns" }, { node: true });
+  }
   const db = new pg.Client({ connectionString: bdb.url });
   await db.connect();
   try {
     const key = svc.adminKey(COMPANY, "ALL");
     const api = `http://127.0.0.1:${port}/api/partner-gateway/v1`;
+    // The gateway routes to campaigns once it has seen the campaigns node.
+    for (let i = 0; (await fetch(`${api}/campaigns`, { headers: { "x-api-key": key } })).status !== 200; i++) {
+      if (i > 300) throw new Error("the gateway never saw the campaigns node");
+      await new Promise((r) => setTimeout(r, 100));
+    }
     // Two overlapping lists: the first 70 % and the last 70 % of the contacts (40 % in both).
     const [{ id: l1 }] = (await db.query(`INSERT INTO contact_lists (company_id, name) VALUES ($1, 'A') RETURNING id`, [COMPANY])).rows;
     const [{ id: l2 }] = (await db.query(`INSERT INTO contact_lists (company_id, name) VALUES ($1, 'B') RETURNING id`, [COMPANY])).rows;
@@ -99,6 +133,17 @@ async function main() {
        JOIN (VALUES ($2::bigint, 1, $4::int), ($3::bigint, $5::int, $6::int)) AS l(id, lo, hi) ON c.n BETWEEN l.lo AND l.hi`,
       [COMPANY, l1, l2, Math.floor(N * 0.7), Math.floor(N * 0.3) + 1, N],
     );
+    // A database that has been running: another account's history of HISTORY messages (most
+    // delivered), so the messages table has the statistics a live one has. On a table analysed while
+    // empty, tracking's receipt UPDATE (a join of the batch with messages) is planned as a nested loop
+    // over every message for every receipt: 5 s a statement at 10,000 messages, until autovacuum's
+    // next ANALYZE, which measures the planner rather than the send.
+    await db.query(
+      `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, total_parts, text, status_code, delivery_date)
+       SELECT 'bench-history', 'SMS', 'h-' || i, '+35190' || lpad(i::text, 7, '0'), now() - interval '1 day', 1, 'Earlier message',
+              CASE WHEN i % 20 = 0 THEN 1 ELSE 3 END, now() - interval '1 day' FROM generate_series(1, $1::int) i`,
+      [HISTORY],
+    );
     await db.query("ANALYZE");
     const statusUrl = `${api}/messages/status?channel=SMS&ids=${Array.from({ length: 100 }, (_, i) => `cmp-x-${i}`).join(",")}`;
     const idleP99 = await p99(statusUrl, key, 5);
@@ -111,12 +156,13 @@ async function main() {
       message: { text: "Hello {{firstName|there}}, our sale starts today!" },
     };
     const created = (await (await fetch(`${api}/campaigns`, { method: "POST", headers, body: JSON.stringify(body) })).json()) as { id: string };
-    let peakKb = rssKb(svc.pid);
+    const baseKb = rssKb(campaigns.pid);
+    let peakKb = baseKb;
     const t0 = performance.now();
     const confirm = await fetch(`${api}/campaigns/${created.id}/confirm`, { method: "PUT", headers });
     if (confirm.status !== 202) throw new Error(`confirm: ${confirm.status} ${await confirm.text()}`);
     const confirmS = (performance.now() - t0) / 1000;
-    const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(svc.pid))), 200);
+    const sampler = setInterval(() => (peakKb = Math.max(peakKb, rssKb(campaigns.pid))), 200);
     const busyP99 = p99(statusUrl, key, 5);
     let registeredS = 0;
     let receiptsS = 0;
@@ -136,12 +182,15 @@ async function main() {
     }
     const duringP99 = await busyP99;
     clearInterval(sampler);
+    const hwmKb = memKb(campaigns.pid, "VmHWM");
     const perNumber = (await db.query(`SELECT count(*)::int AS n FROM messages WHERE campaign_id = $1 GROUP BY destination HAVING count(*) > 1`, [created.id]))
       .rows;
     const floorS = await floor(db, bdb.url);
     const rate = N / registeredS;
     const floorRate = (2 * N) / floorS; // registrations + receipts, as the campaign's full loop
-    console.log(`contacts ${N} (two lists overlapping by 40 %), batch ${BATCH}`);
+    console.log(
+      `contacts ${N} (two lists overlapping by 40 %); ${oneProcess ? "one process" : "campaigns on its own node over NATS"}; CAMPAIGN_CONCURRENCY ${values.concurrency ?? "default"}, CAMPAIGN_BATCH_SIZE ${values.batch ?? "default"}`,
+    );
     console.log(`confirm (snapshot) ${confirmS.toFixed(2)} s`);
     console.log(
       `registered ${registeredS.toFixed(1)} s (${Math.round(rate)} msg/s), receipts in ${receiptsS.toFixed(1)} s (${Math.round((2 * N) / receiptsS)} objects/s)`,
@@ -153,9 +202,12 @@ async function main() {
     console.log(
       `gateway GET /messages/status p99: idle ${idleP99} ms, during the send ${duringP99} ms (${(duringP99 / Math.max(idleP99, 1)).toFixed(2)}x; target < 2x)`,
     );
-    console.log(`peak RSS of the service process: ${(peakKb / 1024).toFixed(0)} MiB; numbers with more than one message: ${perNumber.length}`);
+    console.log(
+      `${oneProcess ? "the service process (all services)" : "the campaigns process"}: RSS ${(baseKb / 1024).toFixed(0)} MiB before confirm, peak sampled ${(peakKb / 1024).toFixed(0)} MiB, VmHWM ${(hwmKb / 1024).toFixed(0)} MiB; numbers with more than one message: ${perNumber.length}`,
+    );
   } finally {
     await db.end();
+    if (campaigns !== svc) await campaigns.stop();
     await svc.stop();
     await bdb.drop();
   }

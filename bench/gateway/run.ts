@@ -108,7 +108,7 @@ async function main() {
   const startCommand = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
   const product = await startProcess(
     startCommand,
-    { DATA_DIR: dataDir, PORT: String(port), LOG_PRETTY: "false", RATE_LIMIT_RPS: "1000000", LOG_LEVEL: values["log-level"]! },
+    { DATA_DIR: dataDir, PORT: String(port), LOG_FORMAT: "json", RATE_LIMIT_RPS: "1000000", LOG_LEVEL: values["log-level"]! },
     null,
     path.join(dataDir, "service.log"),
   );

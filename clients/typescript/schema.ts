@@ -584,6 +584,120 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/inbox/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Find conversations
+         * @description ACTIVE conversations unless `status=ARCHIVED` or `status=ALL`; optionally one `channel`, or numbers containing the digits of `search`. Newest activity (`lastMessageAt`) first.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_listConversations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/inbox/conversations/{chatId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Describe a conversation
+         * @description Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_getConversation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/inbox/conversations/{chatId}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Live view of one conversation (Server-Sent Events)
+         * @description A `text/event-stream` of the conversation's changes (see `GET /inbox/events`). A conversation missing or of another account is a 404 before the stream starts.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_conversationEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/inbox/conversations/{chatId}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a conversation's messages
+         * @description Oldest first. A reply (OUTBOUND) carries its current `deliveryStatus`, as `GET /messages/status` answers it.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_thread"];
+        put?: never;
+        /**
+         * Reply in a conversation
+         * @description Exactly one of `text` (at most 3072 characters on RCS, 4096 on WhatsApp) and `mediaId` (a media of the account). Answers 202 with the message; its `id` is the customerMessageId under which `GET /messages/status`, the history and the DELIVERY/READ events know it. On WhatsApp more than 24 hours after the last inbound message, nothing is sent and the reply ends CONVERSATION_CLOSED (12). An upstream that refuses the reply is a 502 (nothing stored).
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        post: operations["inbox_reply"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/inbox/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Live inbox of the account (Server-Sent Events)
+         * @description A `text/event-stream` of every change in the account's inbox: new messages, reply status changes, reads, archive and unarchive, closed WhatsApp windows. Without `Last-Event-ID` it starts now; with it, events written since that id come first (kept for `INBOX_EVENT_RETENTION_HOURS`). Past the open streams an account or a gateway may hold: 429 or 503.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        get: operations["inbox_accountEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/media": {
         parameters: {
             query?: never;
@@ -768,6 +882,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/conversations/{chatId}/unarchive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Unarchive a conversation
+         * @description Restores an archived conversation to the default inbox list. 204, no body (also when it was not archived).
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        patch: operations["inbox_unarchive"];
+        trace?: never;
+    };
+    "/inbox/conversations/{chatId}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Archive a conversation
+         * @description The conversation leaves the default inbox list; no message is deleted. A new inbound message reopens it. 204, no body.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        patch: operations["inbox_archive"];
+        trace?: never;
+    };
+    "/inbox/conversations/{chatId}/unarchive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Unarchive a conversation
+         * @description Restores an archived conversation to the default inbox list. 204, no body (also when it was not archived).
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        patch: operations["inbox_unarchiveInInbox"];
+        trace?: never;
+    };
     "/contacts/upload": {
         parameters: {
             query?: never;
@@ -850,6 +1030,28 @@ export interface paths {
          *     Requires an API key with the `EXPORTS` operation.
          */
         post: operations["exports_deliveryReports"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/inbox/conversations/{chatId}/read": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mark a conversation read
+         * @description `upToMessageId`: a message of the conversation; `unreadCount` becomes the number of inbound messages after it. A message not in the conversation is a 400.
+         *
+         *     Requires an API key with the `INBOX` operation.
+         */
+        post: operations["inbox_markRead"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1147,6 +1349,8 @@ export interface components {
             parts: number;
             /** @description Sum of the prices the SMS receipts carried. */
             price: number;
+            /** @description Distinct recipients (per campaign) of RCS and WhatsApp messages who wrote back within 24 hours of their message. */
+            responded: number;
         };
         Contact: {
             /** @example 0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69 */
@@ -1305,6 +1509,79 @@ export interface components {
              * @description When the URL stops working (EXPORT_URL_TTL_S from now, never after the file's own expiry).
              */
             expiresAt: string;
+        };
+        Conversation: {
+            /**
+             * @description The conversation's id.
+             * @example 0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e
+             */
+            chatId: string;
+            /** @enum {string} */
+            channel: "RCS" | "WHATSAPP";
+            /**
+             * @description The end user's number (E.164).
+             * @example +351912345678
+             */
+            contactNumber: string;
+            /**
+             * @description Our sender: the WhatsApp number, or the RCS agent id.
+             * @example +351210000000
+             */
+            senderId: string;
+            /** @enum {string} */
+            status: "ACTIVE" | "ARCHIVED";
+            /** Format: date-time */
+            lastMessageAt: string;
+            /** @description The start of the latest message's text (140 characters); `[<messageType>]` for media without text. */
+            lastMessagePreview: string | null;
+            /** @description Inbound messages after the last one marked read. */
+            unreadCount: number;
+            /** @description RCS: always. WhatsApp: while the 24-hour service window is open. */
+            canReply: boolean;
+            /**
+             * Format: date-time
+             * @description WhatsApp: 24 hours after the last inbound message (null before any); RCS: null (no window).
+             */
+            serviceWindowExpiresAt: string | null;
+            /** Format: date-time */
+            createdAt: string;
+        };
+        ConversationPage: {
+            data: components["schemas"]["Conversation"][];
+            page: number;
+            limit: number;
+            total: number;
+            totalPages: number;
+        };
+        ConversationMessage: {
+            /** @description INBOUND: the upstream's messageId. OUTBOUND (a reply): its customerMessageId, as `GET /messages/status` and the history know it. */
+            id: string;
+            /** @enum {string} */
+            direction: "INBOUND" | "OUTBOUND";
+            /**
+             * @example TEXT
+             * @example MEDIA
+             */
+            messageType: string;
+            text: string | null;
+            mediaKey: string | null;
+            /**
+             * @description OUTBOUND: the reply's current delivery status (UNKNOWN while in flight). INBOUND: null.
+             * @enum {string|null}
+             */
+            deliveryStatus: "ACCEPTED" | "REJECTED" | "DELIVERED" | "EXPIRED" | "DELETED" | "UNDELIVERABLE" | "ERROR" | "DISABLED" | "UNSUPPORTED" | "CONVERSATION_CLOSED" | "UNKNOWN" | null;
+            /**
+             * Format: date-time
+             * @description INBOUND: when it was received; OUTBOUND: when the reply was accepted.
+             */
+            createdAt: string;
+        };
+        ConversationMessagePage: {
+            data: components["schemas"]["ConversationMessage"][];
+            page: number;
+            limit: number;
+            total: number;
+            totalPages: number;
         };
         Media: {
             /** @example 3c9d8e7f-1a2b-4c5d-8e9f-0a1b2c3d4e5f */
@@ -1500,6 +1777,7 @@ export interface components {
             total: number;
             totalPages: number;
         };
+        ChatIdInBody: Record<string, never>;
         CreateApiKeyIn: {
             /**
              * @description A non-empty subset of the calling key's operations.
@@ -1699,6 +1977,24 @@ export interface components {
              * @description Sent before this instant.
              */
             to?: string;
+        };
+        /**
+         * @example {
+         *       "text": "Thanks for writing! Your order ships tomorrow."
+         *     }
+         */
+        ConversationReplyInBody: {
+            /** @description Exactly one of text and mediaId. At most 3072 characters on RCS, 4096 on WhatsApp. */
+            text?: string;
+            /**
+             * @description Exactly one of text and mediaId: a media of the account (`POST /media`).
+             * @example 5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10
+             */
+            mediaId?: string;
+        };
+        ConversationReadInBody: {
+            /** @description The id of a message of the conversation: it and every inbound message before it are read. */
+            upToMessageId: string;
         };
         CreateSocialProfileIn: {
             /** @enum {string} */
@@ -2034,6 +2330,28 @@ export interface components {
                  *       "title": "Internal Server Error",
                  *       "status": 500,
                  *       "detail": "Internal Server Error",
+                 *       "requestId": "6f1c2a9e-2b1d-4a53-9d1f-2f8e4c7a9b10"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Bad Gateway */
+        Problem502: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "/docs#problem-upstream-error",
+                 *       "title": "Bad Gateway",
+                 *       "status": 502,
+                 *       "detail": "Bad Gateway",
                  *       "requestId": "6f1c2a9e-2b1d-4a53-9d1f-2f8e4c7a9b10"
                  *     }
                  */
@@ -3747,7 +4065,8 @@ export interface operations {
                      *       "read": 0,
                      *       "pending": 0,
                      *       "parts": 0,
-                     *       "price": 0
+                     *       "price": 0,
+                     *       "responded": 0
                      *     }
                      */
                     "application/json": components["schemas"]["CampaignStats"];
@@ -4456,6 +4775,330 @@ export interface operations {
             503: components["responses"]["PublicProblem503"];
         };
     };
+    inbox_listConversations: {
+        parameters: {
+            query?: {
+                /** @description 0-based page index. */
+                page?: number;
+                /** @description Page size, at most 1000. */
+                limit?: number;
+                sortBy?: "lastMessageAt";
+                sortOrder?: "asc" | "desc";
+                /** @description ACTIVE (default), ARCHIVED or ALL. */
+                status?: "ACTIVE" | "ARCHIVED" | "ALL";
+                channel?: "RCS" | "WHATSAPP";
+                /** @description Digits of the end user's number (a part is enough). */
+                search?: string;
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "chatId": "0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e",
+                     *           "channel": "RCS",
+                     *           "contactNumber": "+351912345678",
+                     *           "senderId": "+351210000000",
+                     *           "status": "ACTIVE",
+                     *           "lastMessageAt": "2026-11-22T10:00:00Z",
+                     *           "lastMessagePreview": "string",
+                     *           "unreadCount": 0,
+                     *           "canReply": true,
+                     *           "serviceWindowExpiresAt": "2026-11-22T10:00:00Z",
+                     *           "createdAt": "2026-11-22T10:00:00Z"
+                     *         }
+                     *       ],
+                     *       "page": 0,
+                     *       "limit": 1,
+                     *       "total": 0,
+                     *       "totalPages": 0
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ConversationPage"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
+    inbox_getConversation: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "chatId": "0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e",
+                     *       "channel": "RCS",
+                     *       "contactNumber": "+351912345678",
+                     *       "senderId": "+351210000000",
+                     *       "status": "ACTIVE",
+                     *       "lastMessageAt": "2026-11-22T10:00:00Z",
+                     *       "lastMessagePreview": "string",
+                     *       "unreadCount": 0,
+                     *       "canReply": true,
+                     *       "serviceWindowExpiresAt": "2026-11-22T10:00:00Z",
+                     *       "createdAt": "2026-11-22T10:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Conversation"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
+    inbox_conversationEvents: {
+        parameters: {
+            query?: {
+                /** @description Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
+                lastEventId?: string | null;
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. */
+                "Last-Event-Id"?: string;
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 42
+                     *     event: message.created
+                     *     data: {"chatId": "6f1c0e6a-5d0b-4d1e-9a43-2b4c4f0e9d11", "id": "1c0e6a5d-0b4d-4e9a-832b-4c4f0e9d116f", "direction": "INBOUND"}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
+    inbox_thread: {
+        parameters: {
+            query?: {
+                /** @description 0-based page index. */
+                page?: number;
+                /** @description Page size, at most 1000. */
+                limit?: number;
+                sortBy?: "createdAt";
+                sortOrder?: "asc" | "desc";
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "string",
+                     *           "direction": "INBOUND",
+                     *           "messageType": "TEXT",
+                     *           "text": "string",
+                     *           "mediaKey": "string",
+                     *           "deliveryStatus": "ACCEPTED",
+                     *           "createdAt": "2026-11-22T10:00:00Z"
+                     *         }
+                     *       ],
+                     *       "page": 0,
+                     *       "limit": 1,
+                     *       "total": 0,
+                     *       "totalPages": 0
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ConversationMessagePage"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
+    inbox_reply: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "text": "Thanks for writing! Your order ships tomorrow."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ConversationReplyInBody"];
+            };
+        };
+        responses: {
+            /** @description Accepted */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "string",
+                     *       "direction": "INBOUND",
+                     *       "messageType": "TEXT",
+                     *       "text": "string",
+                     *       "mediaKey": "string",
+                     *       "deliveryStatus": "ACCEPTED",
+                     *       "createdAt": "2026-11-22T10:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ConversationMessage"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            409: components["responses"]["Problem409"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
+            422: components["responses"]["Problem422"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            502: components["responses"]["Problem502"];
+            503: components["responses"]["Problem503"];
+        };
+    };
+    inbox_accountEvents: {
+        parameters: {
+            query?: {
+                /** @description Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
+                lastEventId?: string | null;
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. */
+                "Last-Event-Id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 42
+                     *     event: message.created
+                     *     data: {"chatId": "6f1c0e6a-5d0b-4d1e-9a43-2b4c4f0e9d11", "id": "1c0e6a5d-0b4d-4e9a-832b-4c4f0e9d116f", "direction": "INBOUND"}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
     media_list: {
         parameters: {
             query?: {
@@ -5050,6 +5693,123 @@ export interface operations {
             500: components["responses"]["Problem500"];
         };
     };
+    inbox_unarchive: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /** @example {} */
+                "application/json": components["schemas"]["ChatIdInBody"];
+            };
+        };
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
+    inbox_archive: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /** @example {} */
+                "application/json": components["schemas"]["ChatIdInBody"];
+            };
+        };
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
+    inbox_unarchiveInInbox: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /** @example {} */
+                "application/json": components["schemas"]["ChatIdInBody"];
+            };
+        };
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
     contacts_upload: {
         parameters: {
             query?: never;
@@ -5304,6 +6064,66 @@ export interface operations {
             413: components["responses"]["Problem413"];
             415: components["responses"]["Problem415"];
             422: components["responses"]["Problem422"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+        };
+    };
+    inbox_markRead: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                chatId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "upToMessageId": "string"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ConversationReadInBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "chatId": "0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e",
+                     *       "channel": "RCS",
+                     *       "contactNumber": "+351912345678",
+                     *       "senderId": "+351210000000",
+                     *       "status": "ACTIVE",
+                     *       "lastMessageAt": "2026-11-22T10:00:00Z",
+                     *       "lastMessagePreview": "string",
+                     *       "unreadCount": 0,
+                     *       "canReply": true,
+                     *       "serviceWindowExpiresAt": "2026-11-22T10:00:00Z",
+                     *       "createdAt": "2026-11-22T10:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Conversation"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
         };

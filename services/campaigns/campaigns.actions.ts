@@ -292,13 +292,13 @@ export const campaignActions = {
     },
   }),
 
-  /** Pauses a SCHEDULED or SENDING campaign (the batch in flight finishes). */
+  /** Pauses a SCHEDULED or SENDING campaign: no batch is claimed after it; the batches in flight finish and record their outcomes. */
   pause: idAction("PUT /campaigns/:id/pause", "Pause a campaign", "Only while SCHEDULED or SENDING (else 409).", [400, 404, 409], async function (ctx) {
     const row = await change(
       this,
       ctx,
       ["SCHEDULED", "SENDING"],
-      "status = 'PAUSED', pause_reason = 'Paused by request.', node_id = NULL, leased_until = NULL",
+      "status = 'PAUSED', pause_reason = 'Paused by request.'",
       "only a SCHEDULED or SENDING campaign can be paused",
     );
     return toCampaignOut(row);
@@ -315,7 +315,7 @@ export const campaignActions = {
         this,
         ctx,
         ["PAUSED"],
-        "status = CASE WHEN scheduled_at > now() THEN 'SCHEDULED' ELSE 'SENDING' END, pause_reason = NULL, node_id = NULL, leased_until = NULL",
+        "status = CASE WHEN scheduled_at > now() THEN 'SCHEDULED' ELSE 'SENDING' END, pause_reason = NULL",
         "only a PAUSED campaign can be resumed",
       );
       this.kick();
@@ -331,13 +331,7 @@ export const campaignActions = {
     [400, 404, 409],
     async function (ctx) {
       const open = (["DRAFT", "SCHEDULED", "SENDING", "PAUSED"] as const).filter((s) => !FINAL_STATUSES.includes(s));
-      const row = await change(
-        this,
-        ctx,
-        open,
-        "status = 'CANCELLED', completed_at = now(), node_id = NULL, leased_until = NULL",
-        "only a campaign not yet final can be cancelled",
-      );
+      const row = await change(this, ctx, open, "status = 'CANCELLED', completed_at = now()", "only a campaign not yet final can be cancelled");
       void this.releaseMedia();
       return toCampaignOut(row);
     },

@@ -4,11 +4,12 @@
  */
 import type { Sequelize } from "sequelize";
 import { statusByCode } from "../../lib/channels";
-import { rawQuery } from "../../lib/db";
+import { rawQuery, rawTransaction } from "../../lib/db";
 import { smsInfo } from "../../lib/sms";
+import { campaignRespondedSql } from "../inbox/inbox.contract";
 import { campaignStatsSql, type CampaignStatsFilters } from "../tracking/tracking.contract";
 import type { CampaignRow } from "./campaigns.models";
-import { audienceCount, audiencePage, recipientsPage, type Q } from "./campaigns.queries";
+import { audienceCount, audiencePage, audienceQuery, q, recipientsPage } from "./campaigns.queries";
 import type { PreviewOut, StatsOut } from "./campaigns.schemas";
 import { fits, MAX_TEXT, parseText, render, type Vars } from "./campaigns.text";
 
@@ -20,9 +21,12 @@ const SAMPLES = 5;
  * recipient, and on SMS each recipient's rendered text counted in parts and encodings. A text with
  * no placeholder is the same for everyone: counted once. Read in pages by contact id. A recipient
  * whose placeholder values push the text past the channel's maximum is counted in `tooLong` (not in
- * messages, parts or samples): the sender records it FAILED, never cut.
+ * messages, parts or samples): the sender records it FAILED, never cut. A DRAFT's audience is read
+ * once, through a cursor: a keyset page of the audience query would evaluate the lists' join again
+ * for every page (quadratic in the audience: minutes at 1,000,000 contacts).
  */
-export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
+export async function preview(sequelize: Sequelize, c: CampaignRow): Promise<PreviewOut> {
+  const exec = q(sequelize);
   const parsed = parseText(c.text);
   const max = MAX_TEXT[c.channel];
   const sms = c.channel === "SMS";
@@ -51,30 +55,49 @@ export async function preview(exec: Q, c: CampaignRow): Promise<PreviewOut> {
       out.encodings![info.encoding] = out.audience;
     }
   } else {
-    for (let after: string | null = null; ;) {
-      const rows = await page(after, PAGE);
-      for (const r of rows) {
-        const info = take(r);
-
-        out.audience++;
-        if (info) {
-          out.parts! += info.parts;
-          out.encodings![info.encoding]++;
-        }
+    const count = (r: { contact_id: string; destination: string; vars: Record<string, unknown> }) => {
+      const info = take(r);
+      out.audience++;
+      if (info) {
+        out.parts! += info.parts;
+        out.encodings![info.encoding]++;
       }
-      if (rows.length < PAGE) break;
-      after = rows[rows.length - 1]!.contact_id;
+    };
+    if (c.status === "DRAFT") {
+      const { sql, params } = audienceQuery(c, parsed.customKeys);
+      await rawTransaction(sequelize, async (tx) => {
+        await tx(`DECLARE preview_audience NO SCROLL CURSOR FOR ${sql}`, params);
+        for (;;) {
+          const rows = await tx<{ contact_id: string; destination: string; vars: Record<string, unknown> }>(`FETCH ${PAGE} FROM preview_audience`);
+          rows.forEach(count);
+          if (rows.length < PAGE) break;
+        }
+      });
+    } else {
+      for (let after: string | null = null; ;) {
+        const rows = await recipientsPage(exec, c.id, after, PAGE);
+        rows.forEach(count);
+        if (rows.length < PAGE) break;
+        after = rows[rows.length - 1]!.contact_id;
+      }
     }
   }
   out.messages = out.audience - out.tooLong;
   return out;
 }
 
-/** The statistics: one indexed query over the campaign messages (tracking's campaignStatsSql). */
+/**
+ * The statistics: one indexed query over the campaign messages (tracking's campaignStatsSql), and
+ * one for the recipients who wrote back (inbox's campaignRespondedSql), side by side.
+ */
 export async function stats(sequelize: Sequelize, companyId: string, f: CampaignStatsFilters): Promise<StatsOut> {
   const { sql, params } = campaignStatsSql(companyId, f);
-  const rows = await rawQuery<{ code: number; messages: string; reads: string; parts: string; price: number }>(sequelize, sql, params);
-  const out: StatsOut = { total: 0, byStatus: {}, read: 0, pending: 0, parts: 0, price: 0 };
+  const responded = campaignRespondedSql(companyId, f);
+  const [rows, [answered]] = await Promise.all([
+    rawQuery<{ code: number; messages: string; reads: string; parts: string; price: number }>(sequelize, sql, params),
+    rawQuery<{ responded: string }>(sequelize, responded.sql, responded.params),
+  ]);
+  const out: StatsOut = { total: 0, byStatus: {}, read: 0, pending: 0, parts: 0, price: 0, responded: Number(answered?.responded ?? 0) };
   for (const r of rows) {
     const n = Number(r.messages);
     const status = statusByCode(Number(r.code));

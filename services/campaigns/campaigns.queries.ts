@@ -94,6 +94,15 @@ export async function snapshotAudience(exec: Q, c: CampaignRow, customKeys: stri
   return Number(row!.n);
 }
 
+/** The audience as it would be now, every row by contact id (the preview reads it through a cursor). */
+export function audienceQuery(c: CampaignRow, customKeys: string[]): { sql: string; params: unknown[] } {
+  return {
+    sql: `SELECT a.contact_id, a.destination, a.vars FROM (${audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel })}) a
+      ORDER BY a.contact_id`,
+    params: [c.company_id, c.contact_list_ids.map(Number), customKeys],
+  };
+}
+
 /** The audience as it would be now, `limit` rows from after contact `after` (preview). */
 export async function audiencePage(
   exec: Q,

@@ -259,13 +259,14 @@ export interface StatsOut {
   pending: number;
   parts: number;
   price: number;
+  responded: number;
 }
 
 export const statsOut = {
   $id: "CampaignStats",
   type: "object",
   additionalProperties: false,
-  required: ["total", "byStatus", "read", "pending", "parts", "price"],
+  required: ["total", "byStatus", "read", "pending", "parts", "price", "responded"],
   properties: {
     total: { ...count, description: "Campaign messages sent (simulated ones are not counted)." },
     byStatus: {
@@ -278,5 +279,9 @@ export const statsOut = {
     pending: { ...count, description: "Messages still in flight (ACCEPTED on SMS, UNKNOWN on RCS and WhatsApp)." },
     parts: { ...count, description: "SMS parts (each message counts its parts; RCS and WhatsApp count 1)." },
     price: { type: "number", minimum: 0, description: "Sum of the prices the SMS receipts carried." },
+    responded: {
+      ...count,
+      description: "Distinct recipients (per campaign) of RCS and WhatsApp messages who wrote back within 24 hours of their message.",
+    },
   },
 };

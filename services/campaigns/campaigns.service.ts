@@ -75,7 +75,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
         async handler(ctx: Ctx<{ id: string }>): Promise<PreviewOut> {
           const c = await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.id);
           if (!c) throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.id} in this account.`);
-          return preview(q(sequelize), c);
+          return preview(sequelize, c);
         },
       }),
     },

@@ -1,30 +1,14 @@
 /**
  * What a contact's fields become before they are stored: phone numbers parsed and validated by
- * libphonenumber-js (full metadata) into E.164, emails trimmed and lower-cased, custom fields checked
+ * libphonenumber-js (full metadata, lib/phone.ts) into E.164, emails trimmed and lower-cased, custom fields checked
  * against the account's declarations. Every refusal names its field.
  */
-import { parsePhoneNumberFromString } from "libphonenumber-js/max";
 import type { FieldError } from "../../lib/errors";
 import type { CustomFieldType } from "./contacts.contract";
 import type { CustomValue } from "./contacts.schemas";
 
-/**
- * E.164, or null when the input is not a valid number in international form (`+` or `00` and the
- * country code). A number without its country code is refused rather than guessed.
- */
-export function toE164(input: string): string | null {
-  // No formatted number comes near this; libphonenumber's own patterns never see a long text.
-  if (input.length > MAX_PHONE_TEXT) return null;
-  const trimmed = input.trim();
-  if (!/^(\+|00)/.test(trimmed)) return null;
-  const phone = parsePhoneNumberFromString(trimmed.replace(/^00/, "+"));
-  return phone && phone.isValid() ? phone.number : null;
-}
-
-/** The longest text taken as a phone number (the API's phoneNumber is at most 32 characters). */
-export const MAX_PHONE_TEXT = 64;
-
-export const PHONE_ERROR = "must be a valid phone number in international format, e.g. +351912345678";
+// The phone number rules are shared (the inbox validates end users' numbers the same way).
+export { MAX_PHONE_TEXT, PHONE_ERROR, toE164 } from "../../lib/phone";
 
 export const normalizeEmail = (email: string) => email.trim().toLowerCase();
 

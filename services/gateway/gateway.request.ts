@@ -28,4 +28,6 @@ export interface GwRequest extends IncomingMessage {
   parsedUrl?: string;
   query?: Record<string, unknown>;
   body?: unknown;
+  /** Writes the request's access log line and metrics, once (at the answer's end, or when an event stream starts). */
+  $logAccess?: () => void;
 }

@@ -17,12 +17,13 @@ import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from ".
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { answerClientError, parseJson, requireJson, tagRequest } from "../../lib/http";
-import { HttpMetrics } from "../../lib/http-metrics";
+import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
 import { withRequestId } from "../../lib/logger";
 import { buildOpenApi } from "../../lib/openapi";
 import type { UploadRef } from "../../lib/remote-file";
 import type { KeyDeletedEvent, Principal } from "../auth/auth.contract";
+import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
 import {
   answerNoRoute,
   answerOptions,
@@ -42,6 +43,7 @@ import { TokenBuckets } from "./gateway.ratelimit";
 import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
+import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
 function pickHeaders(req: IncomingMessage, names: string[]): Record<string, string> {
@@ -85,6 +87,8 @@ interface GatewayVars {
   spoolBudget: DiskBudget;
   /** The spool files of uploads whose actions run now, under the tokens their actions pull them by. */
   spoolTokens: SpoolTokens;
+  /** The inbox's live streams (Server-Sent Events) held open here. */
+  live: LiveStreams;
   server: http.Server;
   httpHandler(req: IncomingMessage, res: ServerResponse): void;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
@@ -94,6 +98,12 @@ interface GatewayVars {
   openApiDocument(): Record<string, unknown>;
   checkResponse(req: GwRequest, status: number, data: unknown): void;
   readiness(): Promise<Record<string, string>>;
+  openEventStream(
+    route: GwRoute & { callOptions: Record<string, unknown> },
+    req: GwRequest,
+    res: ServerResponse,
+    params: Record<string, unknown>,
+  ): Promise<boolean>;
 }
 
 export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, GatewayVars> {
@@ -168,6 +178,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       "auth.keyDeleted"(this: GatewayThis, ctx: Context<KeyDeletedEvent>) {
         this.keys.evict(ctx.params.keyId);
       },
+      /** Inbox events were committed (any node): the live streams of those accounts read them. */
+      [INBOX_EVENTS_WRITTEN](this: GatewayThis, ctx: Context<InboxEventsWritten>) {
+        if (Array.isArray(ctx.params?.companyIds)) this.live.wake(ctx.params.companyIds);
+      },
       "$services.changed"(this: GatewayThis) {
         this.openApiCache = null;
       },
@@ -213,7 +227,12 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         const requestId = tagRequest(req, res);
         if (req.method === "OPTIONS") return withRequestId(requestId, () => answerOptions(this, this.aliases, req, res));
         const started = process.hrtime.bigint();
-        res.once("finish", () => {
+        // Once per request: when the answer is finished, or when an event stream starts (its status and
+        // time to open; a stream's own end is logged by gateway.live.ts, never as a request hours long).
+        let logged = false;
+        req.$logAccess = () => {
+          if (logged) return;
+          logged = true;
           const seconds = Number(process.hrtime.bigint() - started) / 1e9;
           const route = req.$alias ? (req.$alias.fullPath ?? req.$alias.path) : "unmatched";
           this.metrics.observe(req.method ?? "GET", route, res.statusCode, seconds);
@@ -223,7 +242,8 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
             { requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 },
             "request",
           );
-        });
+        };
+        res.once("finish", req.$logAccess);
         return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
       },
 
@@ -336,6 +356,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
             req.$ctx.meta.$upload = ref;
           }
           const call = { ...route, callOptions };
+          if (action.eventStream) return await this.openEventStream(call, req, res, merged);
           const key = req.headers["idempotency-key"];
           const idempotent = req.method === "POST" && action.idempotent !== false && req.$ctx.meta.companyId;
           if (idempotent && key !== undefined) {
@@ -346,6 +367,30 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           if (token) this.spoolTokens.drop(token);
           if (upload) await upload.discard();
         }
+      },
+
+      /**
+       * A Server-Sent Events route: a place is reserved (503/429 past the limits), the action checks the
+       * request and says where the stream starts (its errors are problems, as usual, before any byte of
+       * the stream), then the stream is held here until the client leaves or the gateway stops.
+       */
+      async openEventStream(this: GatewayThis, route, req, res, params) {
+        const release = this.live.reserve(String(req.$ctx.meta.companyId));
+        let start: unknown;
+        try {
+          start = await req.$ctx.call(req.$endpoint as never, params, route.callOptions);
+          if (!isEventStreamStart(start)) throw new Error(`${req.$action?.name} did not answer where its event stream starts`);
+        } catch (err) {
+          release();
+          throw err;
+        }
+        if (req.socket.destroyed) {
+          release(); // the client left while the stream was being opened
+          return true;
+        }
+        this.live.open(req, res, start.$eventStream, release);
+        req.$logAccess?.();
+        return true;
       },
 
       /** Unknown path: 404; known path with another method: 405 with Allow. */
@@ -388,13 +433,29 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
       this.spoolBudget = new DiskBudget(config.spoolMaxBytes, Math.floor(config.spoolMaxBytes * config.uploadAccountShare));
       this.spoolTokens = new SpoolTokens();
+      const liveMetrics = new LiveMetrics();
+      addNodeRegistry(this.broker, liveMetrics.registry);
+      this.live = new LiveStreams(
+        this.broker,
+        this.logger,
+        {
+          heartbeatMs: config.sseHeartbeatMs,
+          maxStreams: config.sseMaxStreams,
+          maxStreamsPerAccount: config.sseMaxStreamsPerAccount,
+          callTimeoutMs: config.requestTimeoutMs,
+        },
+        liveMetrics,
+      );
     },
 
     started(this: GatewayThis) {
       this.loops.every(3600_000, "idempotency purge", () => this.idempotency.purgeExpired());
+      this.live.start();
     },
 
     stopped(this: GatewayThis) {
+      // Before moleculer-web closes the server (its stopped runs after this one): open streams would hold it.
+      this.live.closeAll();
       this.loops.stop();
       rmSync(this.spoolDir, { recursive: true, force: true });
     },

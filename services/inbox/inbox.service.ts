@@ -1,20 +1,56 @@
 /**
  * inbox: two-way conversations on RCS and WhatsApp (contract section 4 "Conversation"): inbound
- * messages from end users, replies through the upstream adapter, archive and unarchive, and the live
- * view (Server-Sent Events fed from `inbox_events`, inbox.events.ts).
+ * messages from end users (inbox.ingest.ts: the only writer of inbound messages, reached through
+ * tracking's internal ingress and the simulator; concurrent calls share transactions), conversations, threads, read marks, archive and
+ * unarchive (inbox.conversations.ts), replies through the upstream adapter (inbox.replies.ts), and
+ * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
 import type { Service, ServiceSchema } from "moleculer";
+import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
+import type { GroupCommitter } from "../../lib/group-commit";
+import { addNodeRegistry } from "../../lib/http-metrics";
+import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/upstream";
+import { conversationActions } from "./inbox.conversations";
+import { createIngestCommitter, ingestActions } from "./inbox.ingest";
+import { InboxLiveMixin } from "./inbox.live";
+import { InboxMetrics } from "./inbox.metrics";
+import { replyActions } from "./inbox.replies";
+import type { IngestIn, IngestOut } from "./inbox.schemas";
 
-type InboxThis = Service<ApiServiceSettings>;
+interface InboxVars {
+  sequelize: Sequelize;
+  ingestCommitter: GroupCommitter<IngestIn, IngestOut>;
+  upstream: Upstream;
+  metrics: InboxMetrics;
+}
+type InboxThis = Service<ApiServiceSettings> & InboxVars;
 
-export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings> {
-  void deps;
+export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, InboxVars> {
+  const { config, db } = deps;
   return {
     name: "inbox",
+    mixins: [InboxLiveMixin(deps) as ServiceSchema],
     settings: { rest: "/" },
-    actions: {},
-    created(this: InboxThis) {},
+    actions: {
+      ...ingestActions,
+      ...conversationActions,
+      ...replyActions,
+    },
+    created(this: InboxThis) {
+      this.sequelize = db.sequelize;
+      this.metrics = new InboxMetrics();
+      this.ingestCommitter = createIngestCommitter(this);
+      addNodeRegistry(this.broker, this.metrics.registry);
+      this.upstream = createUpstream(
+        config,
+        (messages: OutboundMessage[]) => this.broker.call("simulator.send", { messages }),
+        (registrations) => this.broker.call("tracking.ingest", { path: "messages", body: registrations }),
+      );
+    },
+    async stopped(this: InboxThis) {
+      await this.upstream?.close();
+    },
   };
 }

@@ -34,6 +34,7 @@ export const simulatorSendIn = {
           text: { type: "string", maxLength: 10000 },
           mediaIds: { type: "array", items: { type: "string", maxLength: 100 }, maxItems: 10 },
           campaignId: { type: "string", minLength: 1, maxLength: 100 },
+          senderId: { type: "string", minLength: 1, maxLength: 200 },
           simulation: { type: "boolean" },
         },
       },

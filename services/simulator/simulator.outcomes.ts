@@ -13,10 +13,12 @@ interface Mix {
   read: number;
   /** Share of messages that never get a receipt. */
   silent: number;
+  /** Share of delivered RCS/WhatsApp messages whose end user writes back (through inbox.ingest). */
+  reply: number;
 }
 
 export const PROFILES: Record<Profile, Mix> = {
-  "all-delivered": { codes: { SMS: [[3, 1]], RCS: [[3, 1]], WHATSAPP: [[3, 1]] }, read: 0.5, silent: 0 },
+  "all-delivered": { codes: { SMS: [[3, 1]], RCS: [[3, 1]], WHATSAPP: [[3, 1]] }, read: 0.5, silent: 0, reply: 0.5 },
   realistic: {
     codes: {
       SMS: [
@@ -42,6 +44,7 @@ export const PROFILES: Record<Profile, Mix> = {
     },
     read: 0.4,
     silent: 0,
+    reply: 0.15,
   },
   flaky: {
     codes: {
@@ -67,6 +70,7 @@ export const PROFILES: Record<Profile, Mix> = {
     },
     read: 0.2,
     silent: 0.1,
+    reply: 0.1,
   },
 };
 
@@ -83,3 +87,9 @@ export function drawCode(mix: Mix, channel: Channel, r: number): number {
   }
   return table[0]![0];
 }
+
+/** The sender an end user writes to when the message named none (a campaign): per channel. */
+export const DEFAULT_SENDER = { RCS: "simulator-agent", WHATSAPP: "+351210000000" } as const;
+
+/** What simulated end users write back. */
+export const REPLY_TEXTS = ["Thanks!", "Yes, please", "Can you tell me more?", "STOP", "When does it start?", "👍"];

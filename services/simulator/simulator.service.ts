@@ -4,20 +4,24 @@
  * service's ingest action (the same code path as POST /internal/v1/messages; a repeated
  * customerMessageId is ignored there), splitting long SMS into parts as carriers do; then, after a
  * random delay up to SIMULATOR_MAX_DELAY_MS, it reports receipts with the SIMULATOR_PROFILE's mix of
- * outcomes (prices per SMS part; reads for some RCS/WhatsApp deliveries). Messages with
+ * outcomes (prices per SMS part; reads for some RCS/WhatsApp deliveries). It also plays the end
+ * users: some recipients of a delivered RCS/WhatsApp message (campaign or inbox reply) write back a
+ * little later, through `inbox.ingest` (the code path of POST /internal/v1/inbound/...). Messages with
  * `simulation: true` are registered as such and get no receipt (spec part 6 rule 6).
  *
  * Receipts wait in this process's memory: a simulator that stops loses the ones not yet reported
  * (those messages stay in flight), as a demo may. It belongs in a demo overlay, not in production.
  */
+import { randomUUID } from "node:crypto";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { Loops } from "../../lib/jobs";
 import { registrationOf, type OutboundMessage } from "../../lib/upstream";
+import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { simulatorSendIn, type SimulatorSendIn } from "./simulator.contract";
-import { drawCode, PROFILES, SMS_PART_PRICE } from "./simulator.outcomes";
+import { DEFAULT_SENDER, drawCode, PROFILES, REPLY_TEXTS, SMS_PART_PRICE } from "./simulator.outcomes";
 
 /** Receipts are reported in rounds this far apart, at most INGEST_CHUNK per call. */
 const FLUSH_MS = 100;
@@ -96,6 +100,21 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
           path: `receipts/${channel}`,
           body: { companyId: m.companyId, messageId: m.customerMessageId, destination: m.destination, statusCode: code, eventDate: "" },
         });
+        if (code === 3 && Math.random() < mix.reply) {
+          // The end user writes back a little after delivery, to the sender the message came from.
+          put(Math.max(at(config.simulatorMaxDelayMs / 2), round + 1), {
+            path: `inbound/${channel}`,
+            body: {
+              companyId: m.companyId,
+              messageId: `sim-in-${randomUUID()}`,
+              source: m.destination,
+              destination: m.senderId ?? DEFAULT_SENDER[m.channel],
+              receivedDate: "",
+              messageType: "TEXT",
+              text: REPLY_TEXTS[Math.floor(Math.random() * REPLY_TEXTS.length)]!,
+            },
+          });
+        }
         if (code === 3 && Math.random() < mix.read) {
           // Read a little after delivery: the next round at the earliest.
           put(Math.max(at(config.simulatorMaxDelayMs / 2), round + 1), {
@@ -119,6 +138,7 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
             for (const d of list) {
               // Dated when reported, so a read is never dated before its delivery.
               if ("DELIVERY_DATE" in d.body) d.body.DELIVERY_DATE = stamp;
+              else if ("receivedDate" in d.body) d.body.receivedDate = stamp;
               else d.body.eventDate = stamp;
               const bucket = byPath.get(d.path);
               if (bucket) bucket.push(d.body);
@@ -130,9 +150,16 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
           for (const path of paths) {
             const bodies = byPath.get(path)!;
             for (let i = 0; i < bodies.length; i += INGEST_CHUNK) {
-              await this.broker
-                .call("tracking.ingest", { path, body: bodies.slice(i, i + INGEST_CHUNK) })
-                .catch((err: unknown) => this.logger.warn({ err, path }, "simulator could not report receipts"));
+              const chunk = bodies.slice(i, i + INGEST_CHUNK);
+              // End users' messages go to inbox, as the ingress hands them over.
+              const call = path.startsWith("inbound/")
+                ? this.broker.call("inbox.ingest", { channel: path.slice("inbound/".length).toUpperCase(), items: chunk } as unknown as InboxIngestIn)
+                : this.broker.call("tracking.ingest", { path, body: chunk });
+              await call.catch((err: unknown) => {
+                // Without an inbox node the end users' messages have nowhere to go: a demo may run without it.
+                if ((err as { name?: string }).name === "ServiceNotFoundError" && path.startsWith("inbound/")) return;
+                this.logger.warn({ err, path }, "simulator could not report receipts");
+              });
             }
           }
         } finally {

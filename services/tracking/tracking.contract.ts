@@ -2,11 +2,78 @@
  * What other services may import from tracking: the payload of the events it emits and the history
  * filters (schema, range check, SQL conditions) that the exports of messages reuse.
  */
+import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { CHANNELS, statusByName, type Channel } from "../../lib/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
-import { historyFilterProperties, type HistoryIn } from "./tracking.schemas";
+import { historyFilterProperties, type HistoryIn, type InboundIn } from "./tracking.schemas";
 
 export { historyFilterProperties };
+export type { InboundIn };
+
+/**
+ * A row of `outbox_events`, the hand-over to the notifier: tracking writes DELIVERY and READ rows
+ * with each status change, inbox writes INBOUND rows with each inbound message (same transaction).
+ */
+export interface OutboxEvent {
+  company_id: string;
+  channel: Channel;
+  event_type: "DELIVERY" | "READ" | "INBOUND";
+  message_id: string;
+  num_part: number | null;
+  payload: Record<string, unknown>;
+  message_sent_at: string | null;
+}
+
+/** The insert of outbox rows given as a JSON array in `$1` (set-based, one statement). */
+export const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
+  SELECT x.company_id, x.channel, x.event_type, x.message_id, x.num_part, x.payload, x.message_sent_at
+    FROM jsonb_to_recordset($1::jsonb) AS x(company_id text, channel text, event_type text, message_id text, num_part smallint, payload jsonb, message_sent_at timestamptz)`;
+
+/** Writes outbox rows inside the caller's transaction (one statement). */
+export async function appendOutboxEvents(sequelize: Sequelize, transaction: Transaction, events: readonly OutboxEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  await sequelize.query(OUTBOX_INSERT, { bind: [JSON.stringify(events)], type: QueryTypes.INSERT, transaction });
+}
+
+/** Fields without a value are omitted (spec part 6). */
+export function withoutEmpty(payload: Record<string, unknown>): Record<string, unknown> {
+  for (const k of Object.keys(payload)) if (payload[k] === undefined || payload[k] === null) delete payload[k];
+  return payload;
+}
+
+/** The INBOUND event of spec part 6 for the first arrival of an inbound message. */
+export function inboundEvent(channel: "RCS" | "WHATSAPP", v: InboundIn): OutboxEvent {
+  const payload: Record<string, unknown> = {
+    eventType: "INBOUND",
+    channel,
+    messageId: v.messageId,
+    source: v.source,
+    destination: v.destination,
+    receivedDate: new Date(v.receivedDate).toISOString(),
+    messageType: v.messageType,
+    text: v.text,
+    mediaKey: v.mediaKey,
+  };
+  return {
+    company_id: v.companyId,
+    channel,
+    event_type: "INBOUND",
+    message_id: v.messageId,
+    num_part: null,
+    payload: withoutEmpty(payload),
+    message_sent_at: null,
+  };
+}
+
+/**
+ * The tracked status of messages another service sent through the upstream adapter (inbox replies):
+ * `LEFT JOIN messages <alias>` on the account, channel and customerMessageId given as SQL
+ * expressions, one probe of the unique index messages_key per row. `<alias>.status_code` is null
+ * for a message tracking has not heard of yet (UNKNOWN).
+ */
+export function trackedMessageJoin(alias: string, on: { companyId: string; channel: string; customerMessageId: string }): string {
+  return `LEFT JOIN messages ${alias} ON ${alias}.company_id = ${on.companyId} AND ${alias}.channel = ${on.channel} AND ${alias}.customer_message_id = ${on.customerMessageId}`;
+}
 
 /** RCS/WhatsApp reachability learnt from a receipt, for the contacts' communicationSupported. */
 export interface ChannelSupport {
@@ -86,12 +153,11 @@ export interface CampaignStatsFilters {
 }
 
 /**
- * Campaign statistics from the tracked statuses: one row per status code with the messages, reads,
- * SMS parts and summed SMS prices. Only messages sent for a campaign and not simulated are counted,
- * through the partial index messages_history_campaign (company, campaign, sentAt): never a scan of
- * every message of the account. Parameters $1 (account), then the filters given, in order.
+ * "A campaign's messages" as SQL conditions on `messages m`: sent for a campaign, not simulated,
+ * within the filters (the partial index messages_history_campaign serves them). Parameters $1
+ * (account), then the filters given, in order.
  */
-export function campaignStatsSql(companyId: string, q: CampaignStatsFilters): { sql: string; params: unknown[] } {
+export function campaignMessageConditions(companyId: string, q: CampaignStatsFilters): { where: string[]; params: unknown[] } {
   const params: unknown[] = [companyId];
   const p = (v: unknown) => `$${params.push(v)}`;
   const where = ["m.company_id = $1", "m.campaign_id IS NOT NULL", "m.sent_at IS NOT NULL", "NOT m.simulation"];
@@ -99,6 +165,17 @@ export function campaignStatsSql(companyId: string, q: CampaignStatsFilters): { 
   if (q.channel) where.push(`m.channel = ${p(q.channel)}`);
   if (q.from) where.push(`m.sent_at >= ${p(new Date(q.from).toISOString())}::timestamptz`);
   if (q.to) where.push(`m.sent_at < ${p(new Date(q.to).toISOString())}::timestamptz`);
+  return { where, params };
+}
+
+/**
+ * Campaign statistics from the tracked statuses: one row per status code with the messages, reads,
+ * SMS parts and summed SMS prices. Only messages sent for a campaign and not simulated are counted,
+ * through the partial index messages_history_campaign (company, campaign, sentAt): never a scan of
+ * every message of the account. Parameters $1 (account), then the filters given, in order.
+ */
+export function campaignStatsSql(companyId: string, q: CampaignStatsFilters): { sql: string; params: unknown[] } {
+  const { where, params } = campaignMessageConditions(companyId, q);
   return {
     sql: `SELECT m.status_code AS code, count(*)::bigint AS messages, count(m.read_at)::bigint AS reads,
                  coalesce(sum(m.total_parts), 0)::bigint AS parts, coalesce(sum(m.price), 0)::float8 AS price

@@ -5,8 +5,11 @@
  * database: tracking.writes.ts reads the rows, folds, and writes the result.
  */
 import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/channels";
-import type { ChannelSupport } from "./tracking.contract";
-import type { InboundIn, RegistrationIn } from "./tracking.schemas";
+import { withoutEmpty, type ChannelSupport, type OutboxEvent } from "./tracking.contract";
+import type { RegistrationIn } from "./tracking.schemas";
+
+export type { OutboxEvent };
+export { withoutEmpty };
 
 export interface ReceiptItem {
   kind: "receipt";
@@ -32,8 +35,7 @@ export interface ReadItem {
   date: string;
 }
 
-export type IngestItem =
-  { kind: "message"; message: RegistrationIn } | ReceiptItem | ReadItem | { kind: "inbound"; channel: "RCS" | "WHATSAPP"; inbound: InboundIn };
+export type IngestItem = { kind: "message"; message: RegistrationIn } | ReceiptItem | ReadItem;
 
 /** A message row as the fold sees it (tracking.models.ts reads it from a row). */
 export interface MessageState {
@@ -52,16 +54,6 @@ export interface MessageState {
   partCodes: Array<number | null> | null;
   lastPartDate: string | null;
   changed: boolean;
-}
-
-export interface OutboxEvent {
-  company_id: string;
-  channel: Channel;
-  event_type: "DELIVERY" | "READ" | "INBOUND";
-  message_id: string;
-  num_part: number | null;
-  payload: Record<string, unknown>;
-  message_sent_at: string | null;
 }
 
 const isFinal = (code: number) => statusByCode(code).final;
@@ -152,12 +144,6 @@ export function deliveryPayload(r: ReceiptItem, totalParts: number, numPart: num
   });
 }
 
-/** Fields without a value are omitted (spec part 6). */
-export function withoutEmpty(payload: Record<string, unknown>): Record<string, unknown> {
-  for (const k of Object.keys(payload)) if (payload[k] === undefined || payload[k] === null) delete payload[k];
-  return payload;
-}
-
 function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): OutboxEvent {
   return {
     company_id: s.companyId,
@@ -167,30 +153,6 @@ function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number
     num_part: numPart,
     payload: withoutEmpty(payload),
     message_sent_at: s.sentAt,
-  };
-}
-
-/** The INBOUND event of spec part 6 for the first arrival of an inbound message. */
-export function inboundEvent(channel: "RCS" | "WHATSAPP", v: InboundIn): OutboxEvent {
-  const payload: Record<string, unknown> = {
-    eventType: "INBOUND",
-    channel,
-    messageId: v.messageId,
-    source: v.source,
-    destination: v.destination,
-    receivedDate: new Date(v.receivedDate).toISOString(),
-    messageType: v.messageType,
-    text: v.text,
-    mediaKey: v.mediaKey,
-  };
-  return {
-    company_id: v.companyId,
-    channel,
-    event_type: "INBOUND",
-    message_id: v.messageId,
-    num_part: null,
-    payload: withoutEmpty(payload),
-    message_sent_at: null,
   };
 }
 

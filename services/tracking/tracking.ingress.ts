@@ -19,6 +19,7 @@ import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, wr
 import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
 import { toProblem } from "../../lib/problem";
+import { isE164, PHONE_ERROR } from "../../lib/phone";
 import { checkText } from "../../lib/text";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
 import {
@@ -62,10 +63,18 @@ function tokenGuard(token: string | null) {
   };
 }
 
+/** An inbound message, validated here and handed to inbox (`inbox.ingest`), which owns them. */
+export interface InboundItem {
+  kind: "inbound";
+  channel: "RCS" | "WHATSAPP";
+  inbound: InboundIn;
+}
+export type ParsedItem = IngestItem | InboundItem;
+
 /** What each path takes: its schema and how a valid object becomes an ingest item. */
 interface Kind {
   schema: { $id: string };
-  toItem(v: unknown): IngestItem;
+  toItem(v: unknown): ParsedItem;
   check?(v: unknown): FieldError | null;
 }
 
@@ -137,7 +146,8 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
     [`inbound/${lower}`]: {
       schema: inboundIn,
       toItem: (v) => ({ kind: "inbound", channel, inbound: v as InboundIn }),
-      check: (v) => dateError((v as InboundIn).receivedDate, "receivedDate"),
+      // The end user's number must be one (libphonenumber), not only look like E.164.
+      check: (v) => (isE164((v as InboundIn).source) ? dateError((v as InboundIn).receivedDate, "receivedDate") : { path: "source", message: PHONE_ERROR }),
     },
   };
 }
@@ -146,8 +156,13 @@ function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
  * Validates a posted body (object or array) against the path's schema and returns its items; any
  * error anywhere rejects the whole body (400, nothing stored), naming each bad field by its path.
  */
-export function parseIngest(path: string, body: unknown): IngestItem[] {
+export function parseIngest(path: string, body: unknown): ParsedItem[] {
   const kind = KINDS[path];
+  // An end user's message on a channel without conversations is a bad body, not a missing route (issue 18).
+  if (!kind && path.startsWith("inbound/"))
+    throw new ApiError("VALIDATION_ERROR", `Inbound messages come on rcs or whatsapp, not ${path.slice("inbound/".length)}; nothing was stored.`, {
+      errors: [{ path: "channel", message: "must be rcs or whatsapp" }],
+    });
   if (!kind) throw new ApiError("ROUTE_NOT_FOUND", `No route POST /internal/v1/${path}.`);
   const validate = compileSchema(kind.schema);
   checkText(body); // NUL and unpaired surrogates: a 400 here, not a failed statement later
@@ -156,7 +171,7 @@ export function parseIngest(path: string, body: unknown): IngestItem[] {
   if (list.length > MAX_INGEST_ITEMS)
     throw new ApiError("VALIDATION_ERROR", `An array holds at most ${MAX_INGEST_ITEMS} objects; this one has ${list.length}.`);
   const errors: FieldError[] = [];
-  const items: IngestItem[] = [];
+  const items: ParsedItem[] = [];
   list.forEach((v, i) => {
     const prefix = Array.isArray(body) ? `[${i}]` : "";
     const at = (p: string) => (prefix ? (p ? `${prefix}.${p}` : prefix) : p);
@@ -272,8 +287,14 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
       ],
       onError(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
         const problem = toProblem(err, req.$requestId ?? requestIdOf(undefined));
-        if (problem.status >= 500) withRequestId(req.$requestId, () => this.logger.error({ err, path: req.url }, "ingress request failed"));
-        writeProblem(res, problem, { "X-Request-Id": problem.requestId });
+        // A 503 (a service away, the database unreachable) is an outage the upstream retries, not a fault here.
+        if (problem.status === 503) withRequestId(req.$requestId, () => this.logger.warn({ err, path: req.url }, "ingress request refused: unavailable"));
+        else if (problem.status >= 500) withRequestId(req.$requestId, () => this.logger.error({ err, path: req.url }, "ingress request failed"));
+        const retryAfter = (problem as { retryAfter?: unknown }).retryAfter;
+        writeProblem(res, problem, {
+          "X-Request-Id": problem.requestId,
+          ...(problem.status === 503 && typeof retryAfter === "number" ? { "Retry-After": String(retryAfter) } : {}),
+        });
       },
     },
     actions: {

@@ -104,7 +104,7 @@ export async function historyPage(sequelize: Sequelize, companyId: string, chann
 }
 
 /**
- * Removes messages (and inbound messages) created before `cutoff`, `batchSize` rows per statement,
+ * Removes messages created before `cutoff`, `batchSize` rows per statement,
  * each its own short transaction, skipping rows another writer holds; returns how many went.
  */
 export async function purgeBefore(
@@ -112,12 +112,9 @@ export async function purgeBefore(
   cutoff: Date,
   batchSize: number,
   maxBatches = Infinity,
-): Promise<{ messages: number; inbound: number; batches: number }> {
-  const out = { messages: 0, inbound: 0, batches: 0 };
-  for (const [table, field] of [
-    ["messages", "messages"],
-    ["inbound_messages", "inbound"],
-  ] as const) {
+): Promise<{ messages: number; batches: number }> {
+  const out = { messages: 0, batches: 0 };
+  for (const [table, field] of [["messages", "messages"]] as const) {
     for (;;) {
       if (out.batches >= maxBatches) return out;
       const [row] = await sequelize.query<{ n: string }>(

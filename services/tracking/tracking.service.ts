@@ -1,7 +1,7 @@
 /**
  * tracking: messages and their delivery statuses (spec parts 2, 3 and 6; contract sections 4 and 6).
  * Upstreams report registrations, receipts, reads and inbound messages on the internal ingress
- * (tracking.ingress.ts); partners poll statuses and page through their message history through the
+ * (tracking.ingress.ts; inbound messages are validated there and handed to `inbox.ingest`, which owns them); partners poll statuses and page through their message history through the
  * gateway. Every event a status change produces is written to the outbox in the same transaction.
  * Old messages are removed in bounded batches (MESSAGE_RETENTION_DAYS).
  */
@@ -9,10 +9,13 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
-import { badRequest } from "../../lib/errors";
+import { ApiError, badRequest } from "../../lib/errors";
 import { Loops } from "../../lib/jobs";
-import { IngressMixin, parseIngest } from "./tracking.ingress";
-import { GroupCommitter, writeWithRetry } from "./tracking.committer";
+import { IngressMixin, parseIngest, type InboundItem } from "./tracking.ingress";
+import type { IngestItem } from "./tracking.fold";
+import type { InboxIngestIn } from "../inbox/inbox.contract";
+import { GroupCommitter } from "../../lib/group-commit";
+import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
 import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
@@ -35,9 +38,10 @@ import {
   type StatusIn,
 } from "./tracking.schemas";
 import type { IngestMetrics } from "./tracking.metrics";
+import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
 
 interface TrackingVars {
-  committer: GroupCommitter;
+  committer: GroupCommitter<IngestItem[]>;
   ingestMetrics: IngestMetrics;
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
   loops: Loops;
@@ -137,7 +141,21 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
     methods: {
       /** Validates a posted body (object or array) for one ingress path and resolves once it is committed. */
       async ingestBody(this: TrackingThis, path: string, body: unknown): Promise<IngestOut> {
-        const items = parseIngest(path, body);
+        const parsed = parseIngest(path, body);
+        if (path.startsWith("inbound/")) {
+          const inbound = parsed as InboundItem[];
+          const handed: InboxIngestIn = { channel: inbound[0]!.channel, items: inbound.map((i) => i.inbound) };
+          await this.broker.call("inbox.ingest", handed).catch((err: unknown) => {
+            const e = err as { name?: string; code?: number };
+            // No inbox node (yet, or any more): the upstream tries again later.
+            if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError")
+              throw new ApiError("SERVICE_UNAVAILABLE", "Inbound messages cannot be stored right now (no inbox node); try again.", { retryAfter: 5 });
+            throw err;
+          });
+          this.ingestMetrics.stored(path, inbound.length);
+          return { accepted: inbound.length };
+        }
+        const items = parsed as IngestItem[];
         await this.committer.submit(items);
         this.ingestMetrics.stored(path, items.length);
         return { accepted: items.length };
@@ -146,22 +164,34 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       /** One retention run (its failure is logged by the loop that runs it). */
       async purgeOld(this: TrackingThis) {
         const out = await this.actions.purge({});
-        if (out.messages + out.inbound > 0) this.logger.info(out, "old messages removed");
+        if (out.messages > 0) this.logger.info(out, "old messages removed");
       },
     },
 
     created(this: TrackingThis) {
-      this.committer = new GroupCommitter(async (items) => {
-        const started = process.hrtime.bigint();
-        const effects = await writeWithRetry(sequelize, items);
-        this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
-        if (effects.support.length > 0) {
-          // Best effort after the commit (contacts' communicationSupported); never fails the write.
-          Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
-            (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
-          );
-        }
-      });
+      // Each request's items are one submission (atomic); a group writes their concatenation.
+      this.committer = new GroupCommitter<IngestItem[]>(
+        async (submissions) => {
+          const items = submissions.length === 1 ? submissions[0]! : submissions.flat();
+          const started = process.hrtime.bigint();
+          const effects = await writeWithRetry(sequelize, items);
+          this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
+          if (effects.support.length > 0) {
+            // Best effort after the commit (contacts' communicationSupported); never fails the write.
+            Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
+              (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
+            );
+          }
+          if (effects.inboxCompanies.length > 0) {
+            // Wakes the inbox's live streams of these accounts (the events are rows: a lost broadcast only delays them).
+            Promise.resolve(this.broker.broadcast(INBOX_EVENTS_WRITTEN, { companyIds: effects.inboxCompanies } satisfies InboxEventsWritten)).catch(
+              (err: unknown) => this.logger.warn({ err }, "could not announce inbox events"),
+            );
+          }
+          return submissions.map(() => undefined);
+        },
+        { items: (s) => s.length, maxItems: 2000 },
+      );
     },
 
     started(this: TrackingThis) {

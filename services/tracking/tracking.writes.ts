@@ -2,16 +2,16 @@
  * Ingestion's writes: what upstreams report becomes message rows, statuses and outbox events,
  * set-based, in the one transaction the caller holds. Registrations first, then the common receipt
  * in one statement, then everything else folded (tracking.fold.ts) into the rows it concerns, then
- * inbound messages, then the outbox rows of exactly these changes.
+ * the outbox rows of exactly these changes. (Inbound messages belong to inbox: inbox.ingest.)
  */
 import type { Exec } from "../../lib/db";
 import { inFlightCode } from "../../lib/channels";
-import type { ChannelSupport } from "./tracking.contract";
+import { MESSAGE_STATUS_EVENTS_SQL, type StatusChangeKey } from "../inbox/inbox.contract";
+import { OUTBOX_INSERT, type ChannelSupport } from "./tracking.contract";
 import {
   channelSupportOf,
   deliveryPayload,
   fold,
-  inboundEvent,
   placeholder,
   type IngestItem,
   type MessageState,
@@ -20,21 +20,19 @@ import {
   type ReceiptItem,
 } from "./tracking.fold";
 import { MESSAGE_COLUMNS, stateOf, type MessageRow } from "./tracking.models";
-import type { InboundIn, RegistrationIn } from "./tracking.schemas";
+import type { RegistrationIn } from "./tracking.schemas";
 
 export interface WriteEffects {
   events: number;
   support: ChannelSupport[];
+  /** Accounts whose inbox replies changed status (their `message.status` events were written): announced after the commit. */
+  inboxCompanies: string[];
 }
 
 const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
 
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
 export class RetryWrite extends Error {}
-
-const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
-  SELECT x.company_id, x.channel, x.event_type, x.message_id, x.num_part, x.payload, x.message_sent_at
-    FROM jsonb_to_recordset($1::jsonb) AS x(company_id text, channel text, event_type text, message_id text, num_part smallint, payload jsonb, message_sent_at timestamptz)`;
 
 const STATE_COLUMNS = `status_code smallint, delivery_date timestamptz, read_at timestamptz, price numeric, part_codes smallint[], last_part_date timestamptz, total_parts smallint`;
 const stateJson = (s: MessageState) => ({
@@ -54,6 +52,11 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   let events: OutboxEvent[] = [];
   let eventCount = 0;
   const support: ChannelSupport[] = [];
+  // RCS/WhatsApp messages whose status or read changed here: the inbox's replies among them get a `message.status` event.
+  const statusChanged: StatusChangeKey[] = [];
+  const changedStatus = (u: ReceiptItem | ReadItem) => {
+    if (u.channel === "RCS" || u.channel === "WHATSAPP") statusChanged.push({ c: u.companyId, ch: u.channel, id: u.messageId });
+  };
 
   // 1. Registrations. A repeat changes nothing; a placeholder made by an early receipt gets the
   //    registration's data and keeps the status its receipts gave it.
@@ -142,6 +145,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       const simulated = new Set(applied.filter((a) => a.simulation).map((a) => Number(a.i)));
       eventCount += applied.length > 0 ? Number(applied[0]!.events) : 0;
       for (const { i, r } of fast) {
+        if (done.has(i)) changedStatus(r);
         if (!done.has(i) || simulated.has(i)) continue; // a simulated message was never sent: it proves nothing about the number
         const learnt = channelSupportOf(r);
         if (learnt) support.push(learnt);
@@ -170,6 +174,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       if (!s) states.set(k, (s = placeholder(u)));
       const ev = fold(s, u);
       if (ev) events.push(ev);
+      if (ev) changedStatus(u);
       const learnt = ev && u.kind === "receipt" ? channelSupportOf(u) : null;
       if (learnt) support.push(learnt);
     }
@@ -207,40 +212,10 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     }
   }
 
-  // 3. Inbound messages: stored once; the first arrival produces the INBOUND event.
-  const inbound = new Map<string, { channel: "RCS" | "WHATSAPP"; v: InboundIn }>();
-  for (const it of items) {
-    if (it.kind !== "inbound") continue;
-    const k = keyOf(it.inbound.companyId, it.channel, it.inbound.messageId);
-    if (!inbound.has(k)) inbound.set(k, { channel: it.channel, v: it.inbound });
-  }
-  if (inbound.size > 0) {
-    const rows = [...inbound.values()].map(({ channel, v }) => ({
-      c: v.companyId,
-      ch: channel,
-      id: v.messageId,
-      src: v.source,
-      dst: v.destination,
-      at: new Date(v.receivedDate).toISOString(),
-      ty: v.messageType,
-      tx: v.text ?? null,
-      mk: v.mediaKey ?? null,
-    }));
-    const created = await q<{ company_id: string; channel: string; message_id: string }>(
-      `INSERT INTO inbound_messages (company_id, channel, message_id, source, destination, received_at, message_type, text, media_key)
-       SELECT x.c, x.ch, x.id, x.src, x.dst, x.at, x.ty, x.tx, x.mk
-         FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, src text, dst text, at timestamptz, ty text, tx text, mk text)
-       ON CONFLICT (company_id, channel, message_id) DO NOTHING
-       RETURNING company_id, channel, message_id`,
-      [JSON.stringify(rows)],
-    );
-    for (const r of created) {
-      const { channel, v } = inbound.get(keyOf(r.company_id, r.channel, r.message_id))!;
-      events.push(inboundEvent(channel, v));
-    }
-  }
-
-  // 4. The outbox: the events of exactly these changes (those not written with the updates above).
+  // 3. The outbox: the events of exactly these changes (those not written with the updates above).
   if (events.length > 0) await run(OUTBOX_INSERT, [JSON.stringify(events)]);
-  return { events: eventCount + events.length, support };
+
+  // 4. The inbox's live view: a `message.status` event for each inbox reply among the changed messages (inbox.contract.ts).
+  const inbox = statusChanged.length > 0 ? await q<{ company_id: string }>(MESSAGE_STATUS_EVENTS_SQL, [JSON.stringify(statusChanged)]) : [];
+  return { events: eventCount + events.length, support, inboxCompanies: inbox.map((r) => r.company_id) };
 }

@@ -64,7 +64,7 @@ describe("a campaign sent end to end on the simulator", () => {
       expect(s.body).toMatchObject({ total: 5, pending: 0, byStatus: { DELIVERED: 5 } });
       return s.body;
     });
-    expect(stats).toEqual({ total: 5, byStatus: { DELIVERED: 5 }, read: 0, pending: 0, parts: 10, price: 0.075 });
+    expect(stats).toEqual({ total: 5, byStatus: { DELIVERED: 5 }, read: 0, pending: 0, parts: 10, price: 0.075, responded: 0 });
     expect((await a.api.get(`/campaigns/stats?channel=RCS`)).body.total).toBe(0);
     expect((await a.api.get(`/campaigns/stats?from=2001-01-01T00:00:00Z&to=2002-01-01T00:00:00Z`)).body.total).toBe(0);
     expectProblem(await a.api.get(`/campaigns/stats?from=2030-01-01T00:00:00Z&to=2002-01-01T00:00:00Z`), 400);

@@ -12,7 +12,7 @@ import { applyChannelSupport } from "../../services/contacts/contacts.support";
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking"] });
+  t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking", "inbox"] });
 });
 afterAll(() => t?.stop());
 
@@ -379,6 +379,36 @@ describe("inbound", () => {
         text: "Hi!",
       },
     ]);
+    // Handed to inbox, which owns inbound messages: stored once, in the end user's conversation.
+    const stored = await t.db.sequelize.query<{ message_id: string; sender_id: string; contact_number: string }>(
+      `SELECT m.message_id, c.sender_id, c.contact_number FROM conversation_messages m JOIN conversations c ON c.id = m.conversation_id WHERE m.company_id = $1`,
+      { bind: [companyId], type: QueryTypes.SELECT },
+    );
+    expect(stored).toEqual([{ message_id: body.messageId, sender_id: body.destination, contact_number: body.source }]);
+  });
+
+  it("answers 503 (retryable) when no inbox node runs, storing nothing", async () => {
+    const alone = await startTestApp({ services: ["tracking"] });
+    try {
+      const companyId = uid();
+      const res = await alone.ingress.post("/inbound/rcs", {
+        companyId,
+        messageId: mid(),
+        source: phone(),
+        destination: "agent",
+        receivedDate: "2026-11-20T11:00:00Z",
+        messageType: "TEXT",
+      });
+      expectProblem(res, 503);
+      expect(res.headers.get("retry-after")).toBe("5");
+      const [row] = await alone.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM outbox_events WHERE company_id = $1`, {
+        bind: [companyId],
+        type: QueryTypes.SELECT,
+      });
+      expect(Number(row!.n)).toBe(0);
+    } finally {
+      await alone.stop();
+    }
   });
 });
 

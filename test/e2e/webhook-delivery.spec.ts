@@ -22,7 +22,7 @@ const receivers: Receiver[] = [];
 beforeAll(async () => {
   const ca = await testCa();
   t = await startTestApp({
-    services: ["gateway", "auth", "tracking", "notifier"],
+    services: ["gateway", "auth", "tracking", "notifier", "inbox"],
     config: {
       webhookAllowPrivateTargets: true,
       extraCaCerts: ca.file,

@@ -59,7 +59,7 @@ export const uid = (prefix = "acme") => `${prefix}-${randomBytes(5).toString("he
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return loadConfig(
-    { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_PRETTY: "false" },
+    { LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn", LOG_FORMAT: "json" },
     {
       port: 0,
       internalPort: 0,

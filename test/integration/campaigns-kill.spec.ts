@@ -1,12 +1,15 @@
 /**
- * Exactly once across a crash: a real campaigns process (`npm start`, with the gateway, tracking,
- * contacts and the simulator) is SIGKILLed in the middle of a send, a fresh process takes the
- * campaign over when the dead one's lease ends, and in the end every recipient has exactly one
- * registered message (counted per number in the messages table), none missing, the progress
- * counters equal to the audience. The kill lands when a batch is registered at the ingress but its
- * outcome not yet recorded (the test holds the recipients' rows to make that moment last), so the
- * new process sends that batch again: only the derived customerMessageId keeps it from counting
- * twice (with a per-process id this test fails). Real processes on the real PostgreSQL.
+ * Exactly once across a crash: a real campaigns process (`npm start`: gateway, auth, contacts and
+ * campaigns, UPSTREAM_MODE=http) is SIGKILLed in the middle of a send, a fresh process takes the
+ * recipients over when the dead one's leases end, and the test counts what the upstream received:
+ * a local HTTP upstream records every request with its Idempotency-Key before any deduplication
+ * (the messages table cannot tell: its unique index folds repeats into one row). The kill lands
+ * while batches are handed over but not recorded: the upstream has answered some of their messages
+ * (taken) and holds the rest, so the new process sends them again. In the end every recipient was
+ * handed over under one key only, its own derived customerMessageId (with a per-process id the
+ * re-sent batch would arrive under new keys), no recipient recorded before the kill was handed over
+ * again, only messages in flight at the kill were, and the counters equal the audience. Real
+ * processes on the real PostgreSQL.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync } from "node:fs";
@@ -20,6 +23,7 @@ import { campaignIn } from "../helpers/campaigns";
 import { createTestDatabase, itWithPostgres, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { Http } from "../helpers/http";
+import { startUpstreamServer, type UpstreamServer } from "../helpers/upstream-server";
 
 const ROOT = path.join(__dirname, "../..");
 const LEASE_MS = 2000;
@@ -27,10 +31,12 @@ const AUDIENCE = 400;
 
 let tdb: TestDatabase;
 let t: TestApp;
+let upstream: UpstreamServer;
 const children: ChildProcess[] = [];
 
 beforeAll(async () => {
   if (!TEST_DATABASE_URL) return;
+  upstream = await startUpstreamServer();
   tdb = await createTestDatabase();
   t = await startTestApp({ services: ["auth"], db: tdb.db });
 });
@@ -38,6 +44,7 @@ afterAll(async () => {
   for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
   await t?.stop();
   await tdb?.drop();
+  await upstream?.close();
 });
 
 const freePort = () =>
@@ -58,7 +65,7 @@ async function node(port: number): Promise<ChildProcess> {
       ...clean,
       DATABASE_URL: tdb.url!,
       DATA_DIR: mkdtempSync(path.join(os.tmpdir(), "pgw-kill-")),
-      SERVICES: "gateway,auth,contacts,tracking,campaigns,simulator",
+      SERVICES: "gateway,auth,contacts,campaigns",
       PORT: String(port),
       HOST: "127.0.0.1",
       INTERNAL_PORT: "0",
@@ -66,8 +73,11 @@ async function node(port: number): Promise<ChildProcess> {
       CAMPAIGN_LEASE_MS: String(LEASE_MS),
       CAMPAIGN_POLL_MS: "100",
       CAMPAIGN_BATCH_SIZE: "25",
-      SIMULATOR_PROFILE: "all-delivered",
-      SIMULATOR_MAX_DELAY_MS: "50",
+      UPSTREAM_MODE: "http",
+      UPSTREAM_SMS_URL: `${upstream.base}/sms`,
+      UPSTREAM_RCS_URL: `${upstream.base}/rcs`,
+      UPSTREAM_WHATSAPP_URL: `${upstream.base}/whatsapp`,
+      UPSTREAM_TIMEOUT_MS: "60000",
     },
     stdio: "ignore",
   });
@@ -105,45 +115,36 @@ describe("a campaigns process killed mid-send", () => {
       const id = created.body.id as string;
       expect((await api.put(`/campaigns/${id}/confirm`)).status).toBe(202);
 
-      // Once a few batches are out, hold the PENDING recipients' rows: the sender's next batch is
-      // registered at the ingress, then its outcome waits on the lock. Killed right then, the
-      // process leaves a batch sent but not recorded: the one the next process sends again.
+      // Once a few batches are recorded, the upstream stops answering: the batches in flight are
+      // handed over (some of their messages taken before the hold) but never recorded.
       await eventually(async () => expect((await one<{ sent: number }>(`SELECT sent FROM campaigns WHERE id = $1`, [id])).sent).toBeGreaterThanOrEqual(50), {
         timeoutMs: 20_000,
-        intervalMs: 20,
+        intervalMs: 10,
       });
-      const hold = await t.db.sequelize.transaction();
-      await t.db.sequelize.query(`SELECT 1 FROM campaign_recipients WHERE campaign_id = $1 AND status = 'PENDING' FOR UPDATE`, {
-        bind: [id],
-        transaction: hold,
-      });
-      await eventually(
-        async () => {
-          const s = await one<{ sent: number; registered: number }>(
-            `SELECT c.sent, (SELECT count(*)::int FROM messages m WHERE m.campaign_id = $1::text) AS registered FROM campaigns c WHERE c.id = $1::uuid`,
-            [id],
-          );
-          expect(s.registered).toBeGreaterThan(s.sent);
-        },
-        { timeoutMs: 10_000, intervalMs: 20 },
-      );
+      upstream.hold();
+      await eventually(async () => expect(upstream.waiting()).toBeGreaterThan(0), { timeoutMs: 10_000, intervalMs: 10 });
+      await new Promise((r) => setTimeout(r, 200)); // the other batches in flight reach the upstream too
       sender.kill("SIGKILL");
       await exited(sender);
-      // The dead process's outcome statement still waits in its server backend (PostgreSQL learns of
-      // the lost client only when it answers): end it, as if the process had died before sending it.
-      await t.db.sequelize.query(
-        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`,
-        { transaction: hold },
+      upstream.release();
+
+      const prefix = `cmp-${id}-`;
+      const recordedAtKill = new Set(
+        (
+          await t.db.sequelize.query<{ contact_id: string }>(`SELECT contact_id FROM campaign_recipients WHERE campaign_id = $1 AND status = 'SENT'`, {
+            bind: [id],
+            type: QueryTypes.SELECT,
+          })
+        ).map((r) => `${prefix}${r.contact_id}`),
       );
-      await hold.rollback();
-      const atKill = await one<{ status: string; sent: number; node_id: string | null; registered: number }>(
-        `SELECT c.status, c.sent, c.node_id, (SELECT count(*)::int FROM messages m WHERE m.campaign_id = $1::text) AS registered FROM campaigns c WHERE c.id = $1::uuid`,
-        [id],
-      );
-      expect(atKill).toMatchObject({ status: "SENDING", node_id: expect.any(String) });
+      const handedAtKill = upstream.perKey(prefix);
+      const inFlightAtKill = [...handedAtKill.keys()].filter((k) => !recordedAtKill.has(k));
+      const atKill = await one<{ status: string; sent: number }>(`SELECT status, sent FROM campaigns WHERE id = $1`, [id]);
+      expect(atKill.status).toBe("SENDING");
+      expect(atKill.sent).toBe(recordedAtKill.size);
       expect(atKill.sent).toBeGreaterThan(0);
       expect(atKill.sent).toBeLessThan(AUDIENCE);
-      expect(atKill.registered).toBeGreaterThan(atKill.sent); // a batch registered, its outcome never written
+      expect(inFlightAtKill.length).toBeGreaterThan(0); // handed over, outcome never written
 
       await node(await freePort());
       await eventually(async () => expect((await one<{ status: string }>(`SELECT status FROM campaigns WHERE id = $1`, [id])).status).toBe("SENT"), {
@@ -156,18 +157,24 @@ describe("a campaigns process killed mid-send", () => {
         [id],
       );
       expect(end).toEqual({ sent: AUDIENCE, failed: 0, pending: 0, recipients: AUDIENCE });
-      const perNumber = await t.db.sequelize.query<{ destination: string; n: number }>(
-        `SELECT destination, count(*)::int AS n FROM messages WHERE company_id = $1 AND campaign_id = $2 GROUP BY destination`,
-        { bind: [companyId, id], type: QueryTypes.SELECT },
-      );
-      expect(perNumber).toHaveLength(AUDIENCE);
-      expect(perNumber.filter((r) => r.n !== 1)).toEqual([]);
-      const numbers = await one<{ n: number }>(
-        `SELECT count(*)::int AS n FROM contacts c JOIN messages m ON m.company_id = c.company_id AND m.destination = c.phone_number AND m.campaign_id = $2
-          WHERE c.company_id = $1`,
-        [companyId, id],
-      );
-      expect(numbers.n).toBe(AUDIENCE);
+
+      // What the upstream received, per recipient: one key per number, the derived one, for every contact.
+      const contacts = await t.db.sequelize.query<{ id: string; phone_number: string }>(`SELECT id, phone_number FROM contacts WHERE company_id = $1`, {
+        bind: [companyId],
+        type: QueryTypes.SELECT,
+      });
+      const keysPerNumber = new Map<string, Set<string>>();
+      for (const r of upstream.received.filter((x) => x.key.startsWith(prefix)))
+        keysPerNumber.set(r.destination, (keysPerNumber.get(r.destination) ?? new Set()).add(r.key));
+      expect(keysPerNumber.size).toBe(AUDIENCE);
+      expect(contacts.filter((c) => [...(keysPerNumber.get(c.phone_number) ?? [])].join() !== `${prefix}${c.id}`)).toEqual([]);
+      // Hand-overs per key: once, but for messages in flight at the kill (sent again, the same key:
+      // a repeat the upstream folds); none recorded before the kill went out again.
+      const perKey = upstream.perKey(prefix);
+      const inFlight = new Set(inFlightAtKill);
+      expect([...perKey.entries()].filter(([k, n]) => n !== 1 && !inFlight.has(k))).toEqual([]);
+      expect([...perKey.entries()].filter(([, n]) => n > 2)).toEqual([]);
+      expect([...perKey.entries()].filter(([, n]) => n === 2).length).toBeGreaterThan(0); // the crash's batch was handed over again
     },
     120_000,
   );

@@ -25,7 +25,7 @@ beforeAll(async () => {
   if (!TEST_DATABASE_URL) return;
   tdb = await createTestDatabase();
   // Ingress and API here; delivery only in the notifier processes.
-  t = await startTestApp({ services: ["gateway", "auth", "tracking"], db: tdb.db });
+  t = await startTestApp({ services: ["gateway", "auth", "tracking", "inbox"], db: tdb.db });
   r = await startReceiver();
 });
 afterAll(async () => {

@@ -125,10 +125,13 @@ describe("stopping", () => {
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
     await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true);
+    expect(fs.existsSync(path.join(dir, "repl.json"))).toBe(true);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
     expect(fs.existsSync(path.join(dir, "embedded.lock"))).toBe(false);
+    // The REPL's socket (lib/repl-link.ts) is closed too: nothing left for a REPL to find.
+    expect(fs.existsSync(path.join(dir, "repl.json"))).toBe(false);
   });
 });
 

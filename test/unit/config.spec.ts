@@ -29,6 +29,7 @@ describe("loadConfig", () => {
       simulatorProfile: "realistic",
       simulatorMaxDelayMs: 3000,
       campaignBatchSize: 500,
+      campaignConcurrency: 4,
       campaignLeaseMs: 30000,
       campaignPollMs: 1000,
       logLevel: "info",
@@ -38,6 +39,10 @@ describe("loadConfig", () => {
       exportSigningKey: null,
       exportUrlTtlS: 900,
       exportRetentionS: 86400,
+      sseHeartbeatMs: 15000,
+      sseMaxStreams: 10000,
+      sseMaxStreamsPerAccount: 200,
+      inboxEventRetentionHours: 72,
       exportLeaseMs: 60000,
     });
     expect(c.exportWorkers).toBe(Math.max(1, os.availableParallelism() - 1));
@@ -97,6 +102,9 @@ describe("loadConfig", () => {
     [{ TRUSTED_PROXIES: "proxy.internal" }, /TRUSTED_PROXIES/],
     [{ MAX_KEYS_PER_ACCOUNT: "0" }, /MAX_KEYS_PER_ACCOUNT/],
     [{ HEAVY_OPS_PER_ACCOUNT: "0" }, /HEAVY_OPS_PER_ACCOUNT/],
+    [{ SSE_HEARTBEAT_MS: "5" }, /SSE_HEARTBEAT_MS/],
+    [{ SSE_HEARTBEAT_MS: "soon" }, /SSE_HEARTBEAT_MS/],
+    [{ SSE_MAX_STREAMS_PER_ACCOUNT: "0" }, /SSE_MAX_STREAMS_PER_ACCOUNT/],
     // A lease shorter than an attempt's own limits (3 s + 5 s) could let a slow attempt be taken twice.
     [{ NOTIFIER_LEASE_MS: "8000" }, /NOTIFIER_LEASE_MS/],
     [{ NOTIFIER_ENDPOINT_CONCURRENCY: "0" }, /NOTIFIER_ENDPOINT_CONCURRENCY/],
@@ -243,5 +251,19 @@ describe("the upstream adapter's settings", () => {
     );
     expect(loadConfig({ UPSTREAM_MODE: "http", SERVICES: "gateway" }).upstreamMode).toBe("http");
     expect(() => loadConfig({ SIMULATOR_PROFILE: "chaotic" })).toThrow(/SIMULATOR_PROFILE/);
+  });
+});
+
+describe("LOG_FORMAT", () => {
+  it("is pretty or json as set, and json by default when stdout is not a terminal", () => {
+    expect(loadConfig({ LOG_FORMAT: "pretty" }).logFormat).toBe("pretty");
+    expect(loadConfig({ LOG_FORMAT: "json" }).logFormat).toBe("json");
+    expect(process.stdout.isTTY).toBeFalsy(); // jest's workers write to a pipe
+    expect(loadConfig({}).logFormat).toBe("json");
+  });
+
+  it("refuses another value, naming the variable", () => {
+    expect(() => loadConfig({ LOG_FORMAT: "colour" })).toThrow(ConfigError);
+    expect(() => loadConfig({ LOG_FORMAT: "colour" })).toThrow(/LOG_FORMAT="colour"/);
   });
 });

@@ -104,6 +104,24 @@ describe("lease statements", () => {
     expect(() => giveBackSql(beating, { ids: ["a"], owner: null }, {})).toThrow(/must set something/);
   });
 
+  it("reaches the rows of a table keyed by two columns by both: the claim matches both, held rows name their group", () => {
+    const grouped: JobTable = { ...leased, table: "recipients", alias: "r", key: "contact_id", group: { column: "campaign_id", type: "uuid" } };
+    const claim = claimSql(grouped, {
+      candidates: "SELECT r.campaign_id, r.contact_id FROM recipients r FOR UPDATE OF r SKIP LOCKED",
+      owner: "$1",
+      leaseMs: "$2",
+      returning: "r.contact_id",
+    });
+    expect(oneLine(claim)).toContain("FROM next WHERE r.contact_id = next.contact_id AND r.campaign_id = next.campaign_id RETURNING");
+    const s = renewSql(grouped, { group: "c1", ids: ["a"], owner: "tok" }, { leaseMs: 10 });
+    expect(oneLine(s.sql)).toBe(
+      "UPDATE recipients r SET leased_until = now() + make_interval(secs => $1::float8 / 1000) WHERE (r.campaign_id = $2::uuid AND r.contact_id = ANY ($3::uuid[]) AND r.node_id = $4) RETURNING r.contact_id",
+    );
+    expect(s.params).toEqual([10, "c1", ["a"], "tok"]);
+    expect(() => renewSql(grouped, { ids: ["a"], owner: "tok" }, { leaseMs: 10 })).toThrow(/group/);
+    expect(() => renewSql(leased, { group: "c1", ids: ["a"], owner: "tok" }, { leaseMs: 10 })).toThrow(/group/);
+  });
+
   it("sweeps the rows whose lease is gone", () => {
     const s = sweepSql(leased, { set: "status = 'FAILED'", where: "j.attempts >= 3" });
     expect(oneLine(s.sql)).toBe(

@@ -1,0 +1,149 @@
+/**
+ * Inbound messages arrive here, and only here: from tracking's internal ingress (which validates
+ * the HTTP body and hands the items over, whichever node runs inbox) and from the simulator's end
+ * users. A call's messages are stored all or none, in a transaction it shares with the calls that
+ * arrived while the previous one committed (a group commit, as tracking's ingress does for receipts):
+ * conversations found or created (an archived one reopens), messages stored once, the INBOUND outbox
+ * rows (the notifier's hand-over, built by tracking's contract) and the live view's
+ * `message.created` / `conversation.unarchived` rows; the events are announced after the commit.
+ *
+ * The grouping lives here, in the inbox node, not in tracking's ingress: it then serves every caller
+ * (the ingress on any number of tracking nodes, the simulator) and gathers all of one inbox node's
+ * concurrent calls, where an ingress committer would only gather one ingress node's requests and
+ * would put a whole group (up to its bounds) in one bus message to inbox. Each call still travels
+ * alone and is answered alone, so a request and its answer stay the size of one call.
+ */
+import type { Context, Service } from "moleculer";
+import type { Sequelize } from "sequelize";
+import type { ApiServiceSettings } from "../../lib/api";
+import { ApiError, type FieldError } from "../../lib/errors";
+import { GroupCommitter } from "../../lib/group-commit";
+import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs";
+import { isE164, PHONE_ERROR } from "../../lib/phone";
+import { appendOutboxEvents, inboundEvent, type OutboxEvent } from "../tracking/tracking.contract";
+import { announceInboxEvents, appendInboxEvents, type InboxEvent } from "./inbox.events";
+import type { InboxMetrics } from "./inbox.metrics";
+import { toConversationOut, toThreadMessageOut } from "./inbox.models";
+import { ingestInbound } from "./inbox.queries";
+import { INBOX_CHANNELS, ingestIn, type InboundMessageIn, type IngestIn, type IngestOut } from "./inbox.schemas";
+
+export interface IngestThis extends Service<ApiServiceSettings> {
+  sequelize: Sequelize;
+  metrics: InboxMetrics;
+  ingestCommitter: GroupCommitter<IngestIn, IngestOut>;
+}
+
+/** An end user's number that is no valid number, or a date-time that is no instant PostgreSQL can store. */
+function badItems(items: IngestIn["items"]): FieldError[] {
+  const errors: FieldError[] = [];
+  items.forEach((it, i) => {
+    if (!isE164(it.source)) errors.push({ path: `items[${i}].source`, message: PHONE_ERROR });
+    const t = Date.parse(it.receivedDate);
+    if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1))
+      errors.push({ path: `items[${i}].receivedDate`, message: "must be a date-time between 1970 and 9999" });
+  });
+  return errors;
+}
+
+/** A group holds at most this many messages (one submission above it still goes, alone). */
+export const GROUP_MAX_MESSAGES = 2000;
+/** ... and at most this many bytes of them (as {@link ingestBytes} estimates them): the statements' JSON parameters stay a few MiB. */
+export const GROUP_MAX_BYTES = 4 * 1024 * 1024;
+
+/** A call's size in bytes, about as its rows travel to PostgreSQL as JSON (strings as UTF-8, plus each row's fixed part). */
+export function ingestBytes(p: IngestIn): number {
+  let n = 0;
+  for (const it of p.items) {
+    n += 200 + Buffer.byteLength(it.companyId) + Buffer.byteLength(it.messageId) + Buffer.byteLength(it.destination);
+    if (it.text !== undefined) n += Buffer.byteLength(it.text);
+    if (it.mediaKey !== undefined) n += Buffer.byteLength(it.mediaKey);
+  }
+  return n;
+}
+
+/**
+ * Writes a group of calls in one transaction (again after a deadlock or a lost race): per channel,
+ * their messages together (conversations found or created once per number, a messageId stored once
+ * however many calls carry it: the first call in the group to carry it stores it), then the group's
+ * INBOUND outbox rows and, last before the commit (the account event lock, inbox.events.ts), its
+ * live-view events. Answers per call how many of its messages were new, and the events to announce.
+ */
+async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ created: number[]; live: InboxEvent[] }> {
+  // Which call each message is of (a message object given twice counts for the first call).
+  const callOf = new Map<InboundMessageIn, number>();
+  calls.forEach((c, i) => c.items.forEach((it) => callOf.has(it) || callOf.set(it, i)));
+  return retryOn(
+    RETRYABLE_SQLSTATES,
+    5,
+    () =>
+      sequelize.transaction(async (tx) => {
+        const created = calls.map(() => 0);
+        const live: InboxEvent[] = [];
+        const outbox: OutboxEvent[] = [];
+        for (const channel of INBOX_CHANNELS) {
+          const items =
+            calls.length === 1 ? (calls[0]!.channel === channel ? calls[0]!.items : []) : calls.flatMap((c) => (c.channel === channel ? c.items : []));
+          if (items.length === 0) continue;
+          const out = await ingestInbound({ sequelize, tx }, channel, items);
+          for (const c of out.conversations)
+            if (c.was_archived)
+              live.push({ companyId: c.company_id, conversationId: c.id, type: "conversation.unarchived", data: { ...toConversationOut(c) } });
+          for (const { message, item } of out.created) {
+            created[callOf.get(item)!]!++;
+            outbox.push(inboundEvent(channel, item));
+            live.push({
+              companyId: item.companyId,
+              conversationId: message.conversation_id,
+              type: "message.created",
+              data: { chatId: message.conversation_id, ...toThreadMessageOut(message) },
+            });
+          }
+        }
+        await appendOutboxEvents(sequelize, tx, outbox);
+        await appendInboxEvents(sequelize, tx, live);
+        return { created, live };
+      }),
+    { delayMs: (n) => 5 * n + Math.random() * 10 },
+  );
+}
+
+/**
+ * The inbox node's group committer (lib/group-commit.ts): concurrent `inbox.ingest` calls, whoever
+ * makes them (tracking's ingress on any node, the simulator), share transactions. After each commit
+ * the group's events are announced (one broadcast) and each call answered with its own count.
+ */
+export function createIngestCommitter(svc: Pick<IngestThis, "sequelize" | "metrics" | "broker">): GroupCommitter<IngestIn, IngestOut> {
+  return new GroupCommitter<IngestIn, IngestOut>(
+    async (calls) => {
+      const started = process.hrtime.bigint();
+      const out = await writeGroup(svc.sequelize, calls);
+      svc.metrics.transaction(
+        calls.reduce((n, c) => n + c.items.length, 0),
+        Number(process.hrtime.bigint() - started) / 1e9,
+      );
+      announceInboxEvents(svc.broker, out.live);
+      calls.forEach((c, i) => svc.metrics.stored(c.channel, out.created[i]!));
+      return out.created.map((created) => ({ created }));
+    },
+    { maxConcurrent: 2, maxItems: GROUP_MAX_MESSAGES, maxBytes: GROUP_MAX_BYTES, items: (c) => c.items.length, bytes: ingestBytes },
+  );
+}
+
+/** Stores one channel's inbound messages, all or none, in a transaction shared with concurrent calls; answers how many were new. */
+export async function ingest(svc: IngestThis, p: IngestIn): Promise<IngestOut> {
+  const bad = badItems(p.items);
+  if (bad.length > 0)
+    throw new ApiError("VALIDATION_ERROR", `${bad.length} inbound message field(s) are invalid; nothing was stored.`, { errors: bad.slice(0, 50) });
+  return svc.ingestCommitter.submit(p);
+}
+
+export const ingestActions = {
+  /** Stores inbound messages (tracking's ingress, the simulator's end users): conversations found, created or reopened; INBOUND outbox rows. */
+  ingest: {
+    visibility: "public" as const,
+    params: ingestIn,
+    handler(this: IngestThis, ctx: Context<IngestIn>): Promise<IngestOut> {
+      return ingest(this, ctx.params);
+    },
+  },
+};

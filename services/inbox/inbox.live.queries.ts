@@ -1,0 +1,129 @@
+/** SQL of the live view: where a stream starts, pages of events, windows closed, retention. */
+import type { Sequelize } from "sequelize";
+import { rawQuery } from "../../lib/db";
+import { INBOX_EVENTS_BARRIER_SQL } from "./inbox.contract";
+import { appendInboxEvents, type InboxEvent } from "./inbox.events";
+import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
+
+/** Bytes of event data in one page: well under NATS's payload limit, whatever the texts. */
+export const PAGE_BYTES = 256 * 1024;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Whether the conversation exists in the account (anything that is not a uuid does not). */
+export async function conversationExists(sequelize: Sequelize, companyId: string, chatId: string): Promise<boolean> {
+  if (!UUID.test(chatId)) return false;
+  const rows = await rawQuery(sequelize, `SELECT 1 FROM conversations WHERE id = $1 AND company_id = $2`, [chatId, companyId]);
+  return rows.length > 0;
+}
+
+/**
+ * Where the account's settled events end (inbox.contract.ts): waits for the account's writers in
+ * flight, then answers the last id drawn; every event of the account up to it is committed (or was
+ * rolled back), and any later one has a higher id. A stream without Last-Event-ID starts here.
+ */
+export async function accountHorizon(sequelize: Sequelize, companyId: string): Promise<number> {
+  const [row] = await rawQuery<{ horizon: string }>(sequelize, INBOX_EVENTS_BARRIER_SQL, [companyId]);
+  return Number(row!.horizon);
+}
+
+/**
+ * The account's (or one conversation's) events after `after` and up to its horizon, at most `limit`
+ * and about PAGE_BYTES of data (at least one), in id order, with where the next read starts (see
+ * EventsSinceOut). Two statements: the barrier, then the page (its snapshot taken after the barrier,
+ * so it sees every event up to the horizon).
+ */
+export async function eventsSince(sequelize: Sequelize, companyId: string, o: { chatId?: string; after: number; limit: number }): Promise<EventsSinceOut> {
+  const horizon = await accountHorizon(sequelize, companyId);
+  if (horizon <= o.after) return { events: [], more: false, next: o.after };
+  const params: unknown[] = [companyId, o.after, o.limit, horizon];
+  if (o.chatId) params.push(o.chatId);
+  const rows = await rawQuery<{ id: string; chat_id: string; type: string; data: string; bytes: string }>(
+    sequelize,
+    `SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
+       FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
+               FROM inbox_events
+              WHERE company_id = $1 AND id > $2 AND id <= $4 ${o.chatId ? "AND conversation_id = $5" : ""}
+              ORDER BY id LIMIT $3) e
+      ORDER BY e.id`,
+    params,
+  );
+  const events: LiveEvent[] = [];
+  let cut = false;
+  for (const r of rows) {
+    if (events.length > 0 && Number(r.bytes) > PAGE_BYTES) {
+      cut = true;
+      break;
+    }
+    events.push({ id: Number(r.id), chatId: r.chat_id, type: r.type, data: r.data });
+  }
+  const more = cut || rows.length === o.limit;
+  const last = events.at(-1)?.id ?? o.after;
+  // Not `more`: the page holds every event of the account up to the horizon.
+  return { events, more, next: more ? last : Math.max(last, horizon) };
+}
+
+/** Conversations whose WhatsApp service window (24 h after the last inbound message) has closed. */
+export const WINDOW_HOURS = 24;
+
+/**
+ * Writes one `conversation.windowClosed` event for each WhatsApp conversation whose window closed
+ * and has no such event for its current last inbound message, at most `batch` of them, in one
+ * transaction (rows locked FOR UPDATE SKIP LOCKED: several inbox nodes never write one twice).
+ * Answers the events written.
+ */
+export async function closeWindows(sequelize: Sequelize, batch: number): Promise<InboxEvent[]> {
+  const t = await sequelize.transaction();
+  try {
+    const [rows] = (await sequelize.query(
+      `WITH due AS (
+         SELECT c.id FROM conversations c
+          WHERE c.channel = 'WHATSAPP' AND c.last_inbound_at IS NOT NULL
+            AND c.window_closed_for IS DISTINCT FROM c.last_inbound_at
+            AND c.last_inbound_at < now() - make_interval(hours => ${WINDOW_HOURS})
+          ORDER BY c.last_inbound_at
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED)
+       UPDATE conversations c SET window_closed_for = c.last_inbound_at
+         FROM due WHERE c.id = due.id
+       RETURNING c.id, c.company_id, c.status, c.last_inbound_at`,
+      { bind: [batch], transaction: t },
+    )) as unknown as [Array<{ id: string; company_id: string; status: string; last_inbound_at: Date }>];
+    const events: InboxEvent[] = rows.map((r) => ({
+      companyId: r.company_id,
+      conversationId: r.id,
+      type: "conversation.windowClosed",
+      data: {
+        chatId: r.id,
+        status: r.status,
+        canReply: false,
+        serviceWindowExpiresAt: new Date(new Date(r.last_inbound_at).getTime() + WINDOW_HOURS * 3600_000).toISOString(),
+      },
+    }));
+    await appendInboxEvents(sequelize, t, events);
+    await t.commit();
+    return events;
+  } catch (err) {
+    await t.rollback().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** Deletes events older than `hours`, `batch` rows a statement, at most `batches` statements; answers how many went. */
+export async function purgeEvents(sequelize: Sequelize, hours: number, batch: number, batches: number): Promise<number> {
+  let purged = 0;
+  for (let i = 0; i < batches; i++) {
+    const [row] = await rawQuery<{ n: number }>(
+      sequelize,
+      `WITH gone AS (
+         DELETE FROM inbox_events WHERE id IN (
+           SELECT id FROM inbox_events WHERE created_at < now() - make_interval(hours => $1) ORDER BY id LIMIT $2)
+         RETURNING 1)
+       SELECT count(*)::int AS n FROM gone`,
+      [hours, batch],
+    );
+    purged += Number(row?.n ?? 0);
+    if (Number(row?.n ?? 0) < batch) break;
+  }
+  return purged;
+}

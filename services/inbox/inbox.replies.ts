@@ -1,0 +1,118 @@
+/**
+ * Replies (`POST /inbox/conversations/{chatId}/messages`): `{ text }` or `{ mediaId }`, sent through
+ * the upstream adapter (lib/upstream.ts) under a customerMessageId of its own (`inbox-<uuid>`), so
+ * tracking follows it like any message (status polling, history, DELIVERY and READ events) and the
+ * thread shows its status. On WhatsApp outside the 24-hour window nothing is sent: the reply is
+ * registered at tracking and gets the final receipt CONVERSATION_CLOSED (12) through tracking's
+ * ingest, so its status and DELIVERY event take the normal path.
+ */
+import { randomUUID } from "node:crypto";
+import type { Context, Service } from "moleculer";
+import type { Sequelize } from "sequelize";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { ApiError } from "../../lib/errors";
+import { registrationOf, type OutboundMessage, type Upstream } from "../../lib/upstream";
+import type { ResolveMediaIn, ResolveMediaOut } from "../media/media.contract";
+import { announceInboxEvents, appendInboxEvents } from "./inbox.events";
+import { conversationNotFound } from "./inbox.conversations";
+import type { InboxMetrics } from "./inbox.metrics";
+import { canReply, toThreadMessageOut } from "./inbox.models";
+import { findConversation, insertReply } from "./inbox.queries";
+import { MAX_REPLY_TEXT, replyIn, threadMessageOut, type ReplyIn, type ThreadMessageOut } from "./inbox.schemas";
+
+/** WhatsApp's final code for a message outside the customer-service window (spec part 2). */
+export const CONVERSATION_CLOSED = 12;
+
+export interface RepliesThis extends Service<ApiServiceSettings> {
+  sequelize: Sequelize;
+  upstream: Upstream;
+  metrics: InboxMetrics;
+}
+
+const bad = (path: string, message: string, detail: string) => new ApiError("VALIDATION_ERROR", detail, { errors: [{ path, message }] });
+
+export const replyActions = {
+  /** Replies in a conversation (text or one media); 202 with the message, then tracked like any message. */
+  reply: apiAction({
+    rest: "POST /inbox/conversations/:chatId/messages",
+    operation: "INBOX",
+    summary: "Reply in a conversation",
+    description: `Exactly one of \`text\` (at most ${MAX_REPLY_TEXT.RCS} characters on RCS, ${MAX_REPLY_TEXT.WHATSAPP} on WhatsApp) and \`mediaId\` (a media of the account). Answers 202 with the message; its \`id\` is the customerMessageId under which \`GET /messages/status\`, the history and the DELIVERY/READ events know it. On WhatsApp more than 24 hours after the last inbound message, nothing is sent and the reply ends CONVERSATION_CLOSED (12). An upstream that refuses the reply is a 502 (nothing stored).`,
+    tag: "inbox",
+    params: replyIn,
+    responses: { 202: threadMessageOut },
+    errors: [400, 404, 502, 503],
+    async handler(this: RepliesThis, ctx: Context<ReplyIn, AuthMeta>): Promise<ThreadMessageOut> {
+      const { companyId } = ctx.meta;
+      const { chatId, text, mediaId } = ctx.params;
+      if ((text === undefined) === (mediaId === undefined))
+        throw bad(text === undefined ? "text" : "mediaId", "give exactly one of text and mediaId", "A reply carries exactly one of `text` and `mediaId`.");
+      const conv = await findConversation({ sequelize: this.sequelize }, companyId, chatId);
+      if (!conv) throw conversationNotFound(chatId);
+      if (text !== undefined) {
+        const length = [...text].length;
+        const max = MAX_REPLY_TEXT[conv.channel];
+        if (length > max)
+          throw bad(
+            "text",
+            `must have at most ${max} characters on ${conv.channel}`,
+            `The text has ${length} characters; ${conv.channel} allows at most ${max}.`,
+          );
+      }
+      let mediaKey: string | null = null;
+      if (mediaId !== undefined) {
+        const out = await ctx.call<ResolveMediaOut, ResolveMediaIn>("media.resolve", { ids: [mediaId] }, { meta: { companyId } });
+        if (out.found.length === 0) throw bad("mediaId", "must be a media of this account", `No media ${mediaId} in this account.`);
+        mediaKey = out.found[0]!.mediaKey;
+      }
+
+      const customerMessageId = `inbox-${randomUUID()}`;
+      const message: OutboundMessage = {
+        companyId,
+        channel: conv.channel,
+        customerMessageId,
+        destination: conv.contact_number,
+        senderId: conv.sender_id,
+        text: text ?? "",
+        ...(mediaId ? { mediaIds: [mediaId] } : {}),
+      };
+      const open = canReply(conv);
+      if (open) {
+        const outcome = await this.upstream.send([message]);
+        if (outcome.failed.length > 0) {
+          this.metrics.replied(conv.channel, "failed");
+          this.logger.warn({ chatId: conv.id, customerMessageId, error: outcome.failed[0]!.error }, "the upstream refused a reply");
+          throw new ApiError("UPSTREAM_ERROR", "The upstream did not take the reply; nothing was stored. Try again.");
+        }
+      }
+
+      const sequelize = this.sequelize;
+      const stored = await sequelize.transaction(async (tx) => {
+        const r = await insertReply({ sequelize, tx }, conv, {
+          messageId: customerMessageId,
+          messageType: mediaId ? "MEDIA" : "TEXT",
+          text: text ?? null,
+          mediaKey,
+        });
+        const out = toThreadMessageOut({ ...r.message, status_code: open ? null : CONVERSATION_CLOSED });
+        const event = { companyId, conversationId: conv.id, type: "message.created" as const, data: { chatId: conv.id, ...out } };
+        await appendInboxEvents(sequelize, tx, [event]);
+        return { out, event };
+      });
+      announceInboxEvents(this.broker, [stored.event]);
+
+      if (!open) {
+        // Never sent: registered, then its final receipt, so status, history and the DELIVERY event follow the normal path.
+        const now = new Date().toISOString();
+        await ctx.call("tracking.ingest", { path: "messages", body: registrationOf(message, now) });
+        await ctx.call("tracking.ingest", {
+          path: "receipts/whatsapp",
+          body: { companyId, messageId: customerMessageId, destination: conv.contact_number, statusCode: CONVERSATION_CLOSED, eventDate: now },
+        });
+      }
+      this.metrics.replied(conv.channel, open ? "sent" : "closed");
+      ctx.meta.$statusCode = 202;
+      return stored.out;
+    },
+  }),
+};

@@ -1,0 +1,295 @@
+/**
+ * `npm run repl` beside a running single-process `npm start`: the REPL joins it over the loopback
+ * socket with DATA_DIR's secret (lib/loopback-transporter.ts, lib/repl-link.ts), driven through
+ * stdin as a person would; every refusal is one line. Then the socket itself, in-process: nobody
+ * without the secret gets a packet to the broker, a hub without the secret is not believed, and
+ * calls to local actions never cross it.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { ServiceBroker } from "moleculer";
+import { brokerOptions } from "../../moleculer.config";
+import { LoopbackClient, LoopbackHub, openLoopback } from "../../lib/loopback-transporter";
+import { replInfoOf } from "../../lib/repl-link";
+import { testConfig, waitForRoutes } from "../helpers/app";
+import { eventually } from "../helpers/eventually";
+
+const ROOT = path.join(__dirname, "../..");
+const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
+const tmpDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "pgw-repl-"));
+
+/** The environment of a user's shell: nothing of the test run's own configuration. */
+const cleanEnv = () =>
+  Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NODE_ID)/.test(k)));
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** A process of ours whose output is kept, killed at the end whatever happens. */
+interface Proc {
+  child: ChildProcessWithoutNullStreams;
+  out(): string;
+  err(): string;
+  exited: Promise<number | null>;
+  /** The exit code, or a failure naming the output if it does not exit within `ms`. */
+  exitCode(ms?: number): Promise<number | null>;
+  /** Resolves with the output once it matches `re` (from the start of the output). */
+  waitFor(re: RegExp, ms?: number): Promise<string>;
+  kill(): Promise<void>;
+}
+
+const running = new Set<Proc>();
+
+function run(args: string[], env: Record<string, string>): Proc {
+  const child = spawn(process.execPath, args, { cwd: ROOT, env: { ...cleanEnv(), ...env } });
+  let out = "";
+  let err = "";
+  child.stdout.on("data", (d) => (out += String(d).replace(/\u001b\[[0-9;]*m/g, "")));
+  child.stderr.on("data", (d) => (err += d));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const proc: Proc = {
+    child,
+    out: () => out,
+    err: () => err,
+    exited,
+    async exitCode(ms = 20000) {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`still running after ${ms} ms:\n${out}\nstderr:\n${err}`)), ms);
+      });
+      try {
+        return await Promise.race([exited, late]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    async waitFor(re, ms = 20000) {
+      const deadline = Date.now() + ms;
+      while (!re.test(out)) {
+        if (Date.now() > deadline) throw new Error(`waited ${ms} ms for ${re} in:\n${out}\nstderr:\n${err}`);
+        if (child.exitCode !== null) throw new Error(`exited ${child.exitCode} before ${re}:\n${out}\nstderr:\n${err}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      return out;
+    },
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGTERM");
+        const timer = setTimeout(() => child.kill("SIGKILL"), 10000);
+        await exited;
+        clearTimeout(timer);
+      }
+      running.delete(proc);
+    },
+  };
+  running.add(proc);
+  void exited.then(() => running.delete(proc));
+  return proc;
+}
+
+afterAll(async () => {
+  await Promise.all([...running].map((p) => p.kill()));
+});
+
+const repl = (env: Record<string, string>) => run([TSX, path.join(ROOT, "scripts/repl.ts")], { LOG_LEVEL: "warn", ...env });
+
+describe("npm run repl beside a running npm start", () => {
+  let dir: string;
+  let service: Proc;
+  const nodeId = `svc-${process.pid}`;
+  let apiKey: string;
+
+  beforeAll(async () => {
+    dir = tmpDir();
+    const port = await freePort();
+    const internalPort = await freePort();
+    service = run(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      DATA_DIR: dir,
+      PORT: String(port),
+      INTERNAL_PORT: String(internalPort),
+      NODE_ID: nodeId,
+      LOG_LEVEL: "warn",
+      HOME: dir,
+    });
+    await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
+    await eventually(() => expect(fs.existsSync(replInfoOf(dir))).toBe(true));
+    const admin = run([TSX, path.join(ROOT, "scripts/admin.ts"), "keys:create", "--company", "repl-co", "--operations", "AUTHENTICATION"], { DATA_DIR: dir });
+    expect(await admin.exitCode(60000)).toBe(0);
+    apiKey = JSON.parse(admin.out()).apiKey;
+  }, 90000);
+
+  afterAll(async () => {
+    await service?.kill();
+  });
+
+  it("keeps its secret in DATA_DIR, readable by its owner only, and listens on 127.0.0.1 only", () => {
+    expect(fs.statSync(path.join(dir, "repl.secret")).mode & 0o777).toBe(0o600);
+    const info = JSON.parse(fs.readFileSync(replInfoOf(dir), "utf8"));
+    expect(info).toMatchObject({ pid: service.child.pid, nodeID: nodeId, port: expect.any(Number) });
+    // Linux: the socket's local address in /proc/net/tcp (hex, little-endian); 0100007F is 127.0.0.1.
+    const tcp = fs.readFileSync("/proc/net/tcp", "utf8");
+    const port = info.port.toString(16).toUpperCase().padStart(4, "0");
+    const listening = tcp.split("\n").filter((l) => l.split(/\s+/)[2]?.endsWith(`:${port}`) && l.split(/\s+/)[4] === "0A");
+    expect(listening.map((l) => l.split(/\s+/)[2])).toEqual([`0100007F:${port}`]);
+  });
+
+  it("joins it through stdin: nodes lists both, call answers from the live service, quit leaves", async () => {
+    const r = repl({ DATA_DIR: dir, HOME: dir });
+    await r.waitFor(/mol \$/);
+    r.child.stdin.write("nodes\n");
+    await r.waitFor(new RegExp(`${nodeId}[\\s\\S]*ONLINE|ONLINE[\\s\\S]*${nodeId}`));
+    expect(r.out()).toMatch(/║ repl-\S+ \(\*\)/);
+    const keyHash = createHash("sha256").update(apiKey).digest("hex");
+    r.child.stdin.write(`call auth.verify --keyHash ${keyHash}\n`);
+    await r.waitFor(/companyId: '?repl-co'?/);
+    // dcall: the service's own $node.health, answered by its process.
+    r.child.stdin.write(`dcall ${nodeId} $node.health\n`);
+    await r.waitFor(new RegExp(`process: \\{\\s+pid: ${service.child.pid},`));
+    r.child.stdin.write("services\n");
+    await r.waitFor(/║ campaigns\s/);
+    r.child.stdin.write("quit\n");
+    expect(await r.exitCode()).toBe(0);
+    expect(r.err()).not.toMatch(/\n\s+at /);
+    // The service goes on serving.
+    expect(service.child.exitCode).toBeNull();
+  });
+
+  it("refuses, in one line, a REPL whose DATA_DIR holds another secret", async () => {
+    const other = tmpDir();
+    fs.copyFileSync(replInfoOf(dir), replInfoOf(other));
+    fs.writeFileSync(path.join(other, "repl.secret"), "not-the-secret-of-the-running-service", { mode: 0o600 });
+    const r = repl({ DATA_DIR: other, HOME: other });
+    expect(await r.exitCode()).toBe(1);
+    const lines = r.err().trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/refused the REPL: .*repl\.secret is not the secret it started with.*restart the service/);
+    expect(r.out()).not.toMatch(/mol \$/);
+  });
+
+  it("closes a connection that sends packets without the secret, before any reaches the broker", async () => {
+    const { port } = JSON.parse(fs.readFileSync(replInfoOf(dir), "utf8"));
+    const socket = net.connect({ host: "127.0.0.1", port });
+    let closed = false;
+    let answer = "";
+    socket.on("data", (d: Buffer) => (answer += d.toString("latin1")));
+    socket.on("close", () => (closed = true));
+    socket.on("error", () => undefined);
+    // A well-formed packet frame (a DISCOVER) where the proof should be.
+    const topic = Buffer.from("MOL-pgw.DISCOVER");
+    const body = Buffer.concat([Buffer.from([0, topic.length]), topic, Buffer.from(JSON.stringify({ ver: "5", sender: "intruder" }))]);
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(body.length + 1, 0);
+    head.writeUInt8(5, 4);
+    socket.write(Buffer.concat([head, body]));
+    await eventually(() => expect(closed).toBe(true));
+    expect(answer).toMatch(/the secret does not match/);
+    // A REPL that joins now sees only the service and itself: the intruder never became a node.
+    const r = repl({ DATA_DIR: dir, HOME: dir });
+    await r.waitFor(/mol \$/);
+    r.child.stdin.write("nodes\n");
+    await r.waitFor(/╚/);
+    expect(r.out()).not.toMatch(/intruder/);
+    r.child.stdin.end();
+    expect(await r.exitCode()).toBe(0);
+  });
+});
+
+describe("npm run repl with nothing to join", () => {
+  it("says in one line how to start the service", async () => {
+    const dir = tmpDir();
+    const r = repl({ DATA_DIR: dir, HOME: dir });
+    expect(await r.exitCode()).toBe(1);
+    const lines = r.err().trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/Nothing is running on DATA_DIR .*: start the service first \(`npm start`/);
+  });
+
+  it("treats a repl.json left by a process that died as nothing running", async () => {
+    const dir = tmpDir();
+    fs.writeFileSync(replInfoOf(dir), JSON.stringify({ pid: 2 ** 22 + 4321, nodeID: "gone", port: 1, startedAt: "x" }));
+    fs.writeFileSync(path.join(dir, "repl.secret"), "whatever", { mode: 0o600 });
+    const r = repl({ DATA_DIR: dir, HOME: dir });
+    expect(await r.exitCode()).toBe(1);
+    expect(r.err().trim().split("\n")).toEqual([expect.stringMatching(/^Nothing is running on DATA_DIR/)]);
+  });
+});
+
+describe("the loopback transporter", () => {
+  const config = testConfig({ dataDir: "/nonexistent" });
+  const SECRET = "a-secret-of-this-test-only-0123456789";
+
+  async function pair(secret = SECRET) {
+    let hubPort = 0;
+    const hubTx = new LoopbackHub({ secret: SECRET, onListening: (p) => (hubPort = p) });
+    const hub = new ServiceBroker(brokerOptions(config, { nodeID: "hub", transporter: hubTx as never }));
+    const where = { name: "probe", actions: { where: (ctx: { broker: ServiceBroker }) => ctx.broker.nodeID } };
+    hub.createService(where as never);
+    await hub.start();
+    const link = await openLoopback(hubPort, secret);
+    const client = new ServiceBroker(brokerOptions(config, { nodeID: "client", transporter: new LoopbackClient({ link }) as never }));
+    client.createService({ name: "probe", actions: { where: () => "client" } } as never);
+    await client.start();
+    return { hub, hubTx, hubPort, client };
+  }
+
+  it("carries calls both ways once joined, and keeps a node's calls to its own actions local", async () => {
+    const { hub, hubTx, client } = await pair();
+    try {
+      await eventually(() => expect(hub.registry.nodes.get("client")?.available).toBe(true));
+      const sent: string[] = [];
+      const send = hubTx.send.bind(hubTx);
+      hubTx.send = (topic: string, data: Buffer) => {
+        sent.push(topic);
+        return send(topic, data);
+      };
+      for (let i = 0; i < 20; i++) expect(await hub.call("probe.where")).toBe("hub");
+      expect(sent.filter((t) => /\.(REQ|RES)\./.test(t))).toEqual([]);
+      expect(await client.call("probe.where", {}, { nodeID: "hub" })).toBe("hub");
+      expect(await hub.call("probe.where", {}, { nodeID: "client" })).toBe("client");
+    } finally {
+      await client.stop();
+      await hub.stop();
+    }
+  });
+
+  it("refuses a client with another secret, and a hub that cannot prove the secret", async () => {
+    const { hub, hubPort, client } = await pair();
+    try {
+      await expect(openLoopback(hubPort, "another-secret")).rejects.toMatchObject({ reason: "denied" });
+    } finally {
+      await client.stop();
+      await hub.stop();
+    }
+    // An impostor listening where the REPL looks: it says hello and welcomes anyone, but its proof is not the secret's.
+    const impostor = net.createServer((s) => {
+      const hello = Buffer.alloc(5 + 32);
+      hello.writeUInt32BE(33, 0);
+      hello.writeUInt8(1, 4);
+      s.write(hello);
+      s.once("data", () => {
+        const welcome = Buffer.alloc(5 + 32, 7);
+        welcome.writeUInt32BE(33, 0);
+        welcome.writeUInt8(3, 4);
+        s.write(welcome);
+      });
+    });
+    await new Promise<void>((r) => impostor.listen(0, "127.0.0.1", () => r()));
+    try {
+      await expect(openLoopback((impostor.address() as net.AddressInfo).port, SECRET)).rejects.toMatchObject({ reason: "protocol" });
+    } finally {
+      impostor.close();
+    }
+  });
+});

@@ -1,0 +1,99 @@
+/**
+ * What `npm start` writes to stdout, as a person or a log collector sees it: JSON lines when stdout
+ * is not a terminal (every line parses), human lines with LOG_FORMAT=pretty, and one start-up
+ * banner with the URLs of the ports it really listens on.
+ */
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { waitForRoutes } from "../helpers/app";
+
+const ROOT = path.join(__dirname, "../..");
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts `npm start`'s script with stdout on a pipe, sends one request, stops it; answers its stdout. */
+async function startAndStop(env: Record<string, string>): Promise<{ stdout: string; port: number; internalPort: number; code: number | null }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-start-out-"));
+  const port = await freePort();
+  const internalPort = await freePort();
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NODE_ID)/.test(k)),
+  );
+  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+    cwd: ROOT,
+    env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(internalPort), LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.resume();
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  try {
+    await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
+    await fetch(`http://127.0.0.1:${port}/api/partner-gateway/v1/authentication/me`);
+    await new Promise((r) => setTimeout(r, 500)); // the buffered log is flushed at least every 250 ms
+  } finally {
+    child.kill("SIGTERM");
+    const timer = setTimeout(() => child.kill("SIGKILL"), 15000);
+    await exited;
+    clearTimeout(timer);
+  }
+  return { stdout, port, internalPort, code: await exited };
+}
+
+describe("npm start's output", () => {
+  let json: Awaited<ReturnType<typeof startAndStop>>;
+  let pretty: Awaited<ReturnType<typeof startAndStop>>;
+
+  beforeAll(async () => {
+    [json, pretty] = await Promise.all([startAndStop({}), startAndStop({ LOG_FORMAT: "pretty" })]);
+  }, 120000);
+
+  it("is JSON lines when stdout is not a terminal, the banner one record carrying the real ports", () => {
+    expect(json.code).toBe(0);
+    const lines = json.stdout.split("\n").filter(Boolean);
+    expect(lines.length).toBeGreaterThan(10);
+    const records = lines.map((l) => JSON.parse(l) as Record<string, any>);
+    const banners = records.filter((r) => /^Partner gateway running/.test(r.msg));
+    expect(banners).toHaveLength(1);
+    expect(banners[0]!.urls).toEqual({
+      api: `http://localhost:${json.port}/api/partner-gateway/v1`,
+      docs: `http://localhost:${json.port}/docs`,
+      metrics: `http://localhost:${json.port}/metrics`,
+      ingress: `http://127.0.0.1:${json.internalPort}/internal/v1`,
+    });
+    expect(banners[0]!.firstKey).toBe("npm run admin -- keys:create --company <companyId> --operations ALL");
+    // The access log stays a record with its fields.
+    expect(records).toContainEqual(expect.objectContaining({ msg: "request", method: "GET", status: 401, path: "/api/partner-gateway/v1/authentication/me" }));
+  });
+
+  it("is human lines with LOG_FORMAT=pretty (no colours on a pipe), with the banner once", () => {
+    expect(pretty.code).toBe(0);
+    const out = pretty.stdout;
+    expect(out).not.toMatch(/\u001b\[/);
+    const lines = out.split("\n").filter(Boolean);
+    for (const line of lines) expect(() => JSON.parse(line)).toThrow();
+    expect(out).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: broker: ✔ ServiceBroker with \d+ service\(s\) started/m);
+    expect(out).toMatch(
+      /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: gateway: request GET \/api\/partner-gateway\/v1\/authentication\/me 401 [\d.]+ms \[[0-9a-f-]{36}\]$/m,
+    );
+    expect(out.match(/Partner gateway running/g)).toHaveLength(1);
+    expect(out).toMatch(new RegExp(`^ {2}API +http://localhost:${pretty.port}/api/partner-gateway/v1$`, "m"));
+    expect(out).toMatch(new RegExp(`^ {2}Docs +http://localhost:${pretty.port}/docs$`, "m"));
+    expect(out).toMatch(new RegExp(`^ {2}Metrics +http://localhost:${pretty.port}/metrics$`, "m"));
+    expect(out).toMatch(new RegExp(`^ {2}Ingress +http://127\\.0\\.0\\.1:${pretty.internalPort}/internal/v1 `, "m"));
+    expect(out).toMatch(/^ {2}First key +npm run admin -- keys:create --company <companyId> --operations ALL$/m);
+  });
+});
