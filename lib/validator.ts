@@ -7,6 +7,12 @@ import addFormats from "ajv-formats";
 import { Validators } from "moleculer";
 import type { FieldError } from "./errors";
 
+/** A UUID in either case, as an ajv `pattern` (every id the API hands out is one). */
+export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+const UUID_RE = new RegExp(UUID_PATTERN);
+/** Whether `s` has the shape of a UUID (a column of type uuid would refuse anything else with an error). */
+export const isUuid = (s: string): boolean => UUID_RE.test(s);
+
 /** One ajv for the whole process: schemas are registered by `$id` once and shared. */
 export const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, useDefaults: true, allowUnionTypes: true });
 addFormats(ajv);

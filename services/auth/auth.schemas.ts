@@ -3,6 +3,7 @@
  */
 import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../../lib/api";
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
+import { UUID_PATTERN } from "../../lib/validator";
 
 export const ID_PATTERN = "^[A-Za-z0-9._@:-]{1,128}$";
 
@@ -119,7 +120,7 @@ export const keyIdIn = {
   properties: {
     id: {
       type: "string",
-      pattern: "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+      pattern: UUID_PATTERN,
       examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"],
     },
   },

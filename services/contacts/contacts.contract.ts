@@ -8,13 +8,14 @@ import { CHANNELS, type Channel } from "../../lib/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
 import { channelRefusedSql } from "../tracking/tracking.contract";
+import { UUID_PATTERN } from "../../lib/validator";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
 export const CUSTOM_FIELD_TYPES = ["TEXT", "NUMBER", "DATE", "BOOLEAN"] as const;
 export type CustomFieldType = (typeof CUSTOM_FIELD_TYPES)[number];
 
-export const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+export const UUID = UUID_PATTERN;
 /** A contact list's id, as a schema. */
 export const listId = { type: "integer", minimum: 1, maximum: 9007199254740991, examples: [42] };
 

@@ -5,6 +5,7 @@
  */
 import { STATUS_NAMES, type DeliveryStatusName } from "../../lib/channels";
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
+import { UUID_PATTERN } from "../../lib/validator";
 
 export const INBOX_CHANNELS = ["RCS", "WHATSAPP"] as const;
 export type InboxChannel = (typeof INBOX_CHANNELS)[number];
@@ -14,7 +15,6 @@ export const MAX_REPLY_TEXT: Record<InboxChannel, number> = { RCS: 3072, WHATSAP
 /** An inbound or reply batch given to `inbox.ingest` holds at most this many messages (one transaction). */
 export const MAX_INGEST_MESSAGES = 1000;
 
-const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 const E164 = "^\\+[1-9][0-9]{6,14}$";
 const dateTime = { type: "string", format: "date-time" };
 const chatId = { type: "string", pattern: UUID_PATTERN, description: "The conversation's id.", examples: ["0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e"] };

@@ -11,13 +11,13 @@
  * be deleted (409 MEDIA_IN_USE naming the owners), so release an owner once it is final (a
  * campaign SENT, FAILED or CANCELLED, a reply sent or failed) or deleted.
  */
+import { UUID_PATTERN } from "../../lib/validator";
 
 export type MediaKind = "image" | "video";
 
 /** What an upstream or a partner uses to name a file: `media/<id>` (stable for the media's life, the same on every node). */
 export const mediaKeyOf = (id: string) => `media/${id}`;
 
-const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 export const MEDIA_ID_RE = new RegExp(UUID_PATTERN);
 
 /** `media.resolve`: which of these ids are media of the caller's account. */

@@ -7,6 +7,7 @@ import { RANGE_BYTES } from "../../lib/remote-file";
 import { uploadedFileSchema, type UploadedFile } from "../../lib/upload";
 import { MAGIC_CONTENT_TYPES } from "../../lib/magic";
 import type { MediaKind } from "./media.contract";
+import { UUID_PATTERN } from "../../lib/validator";
 
 export const MIB = 1024 * 1024;
 /** Largest image (JPEG, PNG, GIF, WEBP) and video (MP4). */
@@ -15,7 +16,7 @@ export const MAX_VIDEO_BYTES = 16 * MIB;
 export const MEDIA_KINDS = ["jpeg", "png", "gif", "webp", "mp4"] as const;
 export const CONTENT_TYPES = MEDIA_KINDS.map((k) => MAGIC_CONTENT_TYPES[k]);
 
-const UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+const UUID = UUID_PATTERN;
 const mediaId = { type: "string", pattern: UUID, examples: ["3c9d8e7f-1a2b-4c5d-8e9f-0a1b2c3d4e5f"] };
 
 export interface UploadMediaIn {

@@ -3,6 +3,7 @@
  * never answered: `writeOnly`, and no example value anywhere in the OpenAPI document.
  */
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
+import { UUID_PATTERN } from "../../lib/validator";
 
 export const NETWORKS = ["FACEBOOK", "INSTAGRAM", "X", "LINKEDIN", "TIKTOK"] as const;
 export type Network = (typeof NETWORKS)[number];
@@ -13,7 +14,6 @@ export type ProfileStatus = (typeof PROFILE_STATUSES)[number];
 export const MAX_TOKEN_LENGTH = 8192;
 /** No control characters (C0, DEL, C1) in any text of a profile. */
 const PRINTABLE = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
-const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 
 export interface ProfileOut {
   id: string;
