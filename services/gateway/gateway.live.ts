@@ -71,6 +71,8 @@ export class LiveMetrics {
 interface Stream {
   companyId: string;
   chatId: string | null;
+  /** The key the stream was opened with: its deletion ends the stream. */
+  keyId: string;
   /** Every event of the account up to here was written to this stream (or was not its conversation's). */
   after: number;
   res: ServerResponse;
@@ -167,7 +169,7 @@ export class LiveStreams {
   }
 
   /** Starts the stream on `res` (headers now, events from `start.after`), holding the place `release` frees when it closes. */
-  open(req: IncomingMessage & { $requestId?: string }, res: ServerResponse, start: EventStreamStart["$eventStream"], release: () => void): void {
+  open(req: IncomingMessage & { $requestId?: string }, res: ServerResponse, start: EventStreamStart["$eventStream"], keyId: string, release: () => void): void {
     res.writeHead(200, {
       "Content-Type": "text/event-stream; charset=utf-8",
       "Cache-Control": "no-cache",
@@ -181,6 +183,7 @@ export class LiveStreams {
     const s: Stream = {
       companyId: start.companyId,
       chatId: start.chatId,
+      keyId,
       after: start.after,
       res,
       blocked: false,
@@ -208,6 +211,25 @@ export class LiveStreams {
       const feed = this.feeds.get(id);
       if (feed) void this.pullFeed(feed);
     }
+  }
+
+  /**
+   * Ends the streams opened with a key that was just deleted (`auth.keyDeleted`): a key checked only
+   * when its stream opened must not keep reading the account's inbox for hours after. The client's
+   * reconnection is then refused with 401 like any request with that key. Answers how many ended.
+   */
+  endKey(keyId: string): number {
+    let n = 0;
+    for (const feed of this.feeds.values()) {
+      for (const s of feed.streams) {
+        if (s.keyId !== keyId || s.closed) continue;
+        n++;
+        s.res.end();
+        setTimeout(() => s.res.destroy(), CLOSE_GRACE_MS).unref();
+      }
+    }
+    if (n > 0) this.logger.info({ keyId, streams: n }, "event streams of a deleted key ended");
+    return n;
   }
 
   /** Ends every stream (the gateway stops): clients reconnect elsewhere with their Last-Event-ID. */

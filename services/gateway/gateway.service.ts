@@ -177,6 +177,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       /** A deleted key is forgotten at once, on every replica. */
       "auth.keyDeleted"(this: GatewayThis, ctx: Context<KeyDeletedEvent>) {
         this.keys.evict(ctx.params.keyId);
+        this.live.endKey(ctx.params.keyId);
       },
       /** Inbox events were committed (any node): the live streams of those accounts read them. */
       [INBOX_EVENTS_WRITTEN](this: GatewayThis, ctx: Context<InboxEventsWritten>) {
@@ -388,7 +389,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           release(); // the client left while the stream was being opened
           return true;
         }
-        this.live.open(req, res, start.$eventStream, release);
+        this.live.open(req, res, start.$eventStream, String(req.$ctx.meta.keyId), release);
         req.$logAccess?.();
         return true;
       },

@@ -48,6 +48,8 @@ type LiveThis = Service & LiveVars;
 async function streamStart(deps: Deps, ctx: Context<{ lastEventId?: string }, AuthMeta>, chatId: string | null): Promise<EventStreamStart> {
   const { sequelize } = deps.db;
   const companyId = ctx.meta.companyId;
+  // Ids are compared as text by the gateway's streams, which see events' lower-case ids.
+  if (chatId !== null) chatId = chatId.toLowerCase();
   if (chatId !== null && !(await conversationExists(sequelize, companyId, chatId))) {
     throw new ApiError("CONVERSATION_NOT_FOUND", `No conversation ${chatId} in this account.`);
   }

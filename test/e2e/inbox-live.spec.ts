@@ -124,6 +124,38 @@ describe("events", () => {
     expect(mine.map((e) => e.id)).toEqual([got[0]!.id, got[2]!.id, got[3]!.id]);
   });
 
+  it("delivers to a conversation's stream opened with its chatId in upper case", async () => {
+    const a = await t.newAccount(["INBOX"]);
+    const chat = await conversation(a);
+    const one = await stream(a, `/inbox/conversations/${chat.toUpperCase()}/events`);
+    expect(one.status).toBe(200);
+    await write(a, chat, "message.created", "conversation.archived");
+    const got = await one.waitForEvents(2);
+    expect(got.map((e) => [e.event, e.json.chatId])).toEqual([
+      ["message.created", chat],
+      ["conversation.archived", chat],
+    ]);
+  });
+
+  it("ends the streams of a key when the key is deleted; the key cannot open another", async () => {
+    const a = await t.newAccount(["INBOX", "AUTHENTICATION"]);
+    const admin = await t.newAccount(["AUTHENTICATION"], { companyId: a.companyId });
+    const chat = await conversation(a);
+    const doomed = await stream(a, "/inbox/events");
+    const alsoDoomed = await stream(a, `/inbox/conversations/${chat}/events`);
+    const b = await t.newAccount(["INBOX"], { companyId: a.companyId });
+    const kept = await stream(b, "/inbox/events");
+    expect([doomed.status, alsoDoomed.status, kept.status]).toEqual([200, 200, 200]);
+    expect((await admin.api.delete(`/authentication/${a.key.id}`)).status).toBe(204);
+    await eventually(() => expect([doomed.ended, alsoDoomed.ended]).toEqual([true, true]));
+    expect(kept.ended).toBe(false);
+    await write(a, chat, "message.created");
+    expect((await kept.waitForEvents(1)).map((e) => e.event)).toEqual(["message.created"]);
+    expectProblem(await a.api.get("/inbox/conversations"), 401);
+    const again = await stream(a, "/inbox/events");
+    expect(again.status).toBe(401);
+  });
+
   it("never shows one account's events to another", async () => {
     const a = await t.newAccount(["INBOX"]);
     const b = await t.newAccount(["INBOX"]);
