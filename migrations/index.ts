@@ -19,6 +19,7 @@ import * as m0013 from "./20261126-0013-inbox";
 import * as m0014 from "./20261126-0014-inbox-live";
 import * as m0015 from "./20261126-0015-campaign-claims";
 import * as m0016 from "./20261126-0016-campaign-contact-marks";
+import * as m0017 from "./20261127-0017-inbox-reply-media";
 
 export interface Migration {
   name: string;
@@ -43,4 +44,5 @@ export const migrations: Migration[] = [
   { name: "20261126-0014-inbox-live", ...m0014 },
   { name: "20261126-0015-campaign-claims", ...m0015 },
   { name: "20261126-0016-campaign-contact-marks", ...m0016 },
+  { name: "20261127-0017-inbox-reply-media", ...m0017 },
 ];

@@ -6,7 +6,15 @@ import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
 import { trackedMessageJoin } from "../tracking/tracking.contract";
-import { CONVERSATION_COLUMNS, previewOf, toConversationOut, toThreadMessageOut, type ConversationRow, type MessageRow } from "./inbox.models";
+import {
+  CONVERSATION_COLUMNS,
+  previewOf,
+  SERVICE_WINDOW_MS,
+  toConversationOut,
+  toThreadMessageOut,
+  type ConversationRow,
+  type MessageRow,
+} from "./inbox.models";
 import type { ConversationOut, InboundMessageIn, InboxChannel, ListConversationsIn, ThreadIn, ThreadMessageOut } from "./inbox.schemas";
 
 type Q = { sequelize: Sequelize; tx?: Transaction };
@@ -76,6 +84,11 @@ export async function setStatus(q: Q, companyId: string, chatId: string, status:
  * the conversation.
  */
 export async function markRead(q: Q, companyId: string, chatId: string, upTo: string): Promise<ConversationRow | null> {
+  // The row first, in a statement of its own: an inbound message being stored holds it until its
+  // commit, and the count below (a new statement, so a new snapshot) then sees that message. Counted
+  // in the same statement as the wait, it would miss the message and its unread increment be lost.
+  if (!q.tx) throw new Error("markRead runs in a transaction");
+  await select(q, `SELECT 1 FROM conversations WHERE company_id = $1 AND id = $2 FOR UPDATE`, [companyId, chatId.toLowerCase()]);
   const [row] = await select<ConversationRow>(
     q,
     `WITH mark AS (
@@ -97,14 +110,14 @@ export async function markRead(q: Q, companyId: string, chatId: string, upTo: st
 export async function insertReply(
   q: Q,
   conv: ConversationRow,
-  r: { messageId: string; messageType: string; text: string | null; mediaKey: string | null },
+  r: { messageId: string; messageType: string; text: string | null; mediaKey: string | null; holdsMedia: boolean },
 ): Promise<{ message: MessageRow; conversation: ConversationRow }> {
   const [message] = await select<MessageRow>(
     q,
-    `INSERT INTO conversation_messages (id, company_id, conversation_id, channel, direction, message_id, message_type, text, media_key, created_at)
-     VALUES ($1, $2, $3, $4, 'OUTBOUND', $5, $6, $7, $8, date_trunc('milliseconds', now()))
+    `INSERT INTO conversation_messages (id, company_id, conversation_id, channel, direction, message_id, message_type, text, media_key, created_at, media_released)
+     VALUES ($1, $2, $3, $4, 'OUTBOUND', $5, $6, $7, $8, date_trunc('milliseconds', now()), $9)
      RETURNING id, conversation_id, direction, message_id, message_type, text, media_key, created_at`,
-    [randomUUID(), conv.company_id, conv.id, conv.channel, r.messageId, r.messageType, r.text, r.mediaKey],
+    [randomUUID(), conv.company_id, conv.id, conv.channel, r.messageId, r.messageType, r.text, r.mediaKey, !r.holdsMedia],
   );
   const [conversation] = await select<ConversationRow>(
     q,
@@ -132,11 +145,15 @@ export async function ingestInbound(
   channel: InboxChannel,
   items: InboundMessageIn[],
 ): Promise<{ created: IngestedMessage[]; conversations: Array<ConversationRow & { was_archived: boolean }> }> {
+  // A date ahead of our clock is taken as now: a conversation dated in the future would head the
+  // list and keep its WhatsApp reply window open until then.
+  const now = Date.now();
+  const receivedAt = (it: InboundMessageIn) => new Date(Math.min(Date.parse(it.receivedDate), now)).toISOString();
   // Conversations, in key order (two concurrent batches lock them in the same order).
   const keys = new Map<string, { c: string; s: string; n: string; at: string }>();
   for (const it of items) {
     const k = `${it.companyId}\u0000${it.destination}\u0000${it.source}`;
-    const at = new Date(it.receivedDate).toISOString();
+    const at = receivedAt(it);
     const prev = keys.get(k);
     if (!prev || at < prev.at) keys.set(k, { c: it.companyId, s: it.destination, n: it.source, at });
   }
@@ -165,7 +182,7 @@ export async function ingestInbound(
     ty: it.messageType,
     tx: it.text ?? null,
     mk: it.mediaKey ?? null,
-    at: new Date(it.receivedDate).toISOString(),
+    at: receivedAt(it),
   }));
   const inserted = await select<MessageRow & { i: number }>(
     q,
@@ -202,7 +219,14 @@ export async function ingestInbound(
         SET unread_count = c.unread_count + x.n, status = 'ACTIVE',
             last_message_preview = CASE WHEN x.last >= c.last_message_at THEN x.preview ELSE c.last_message_preview END,
             last_message_at = greatest(c.last_message_at, x.last),
-            last_inbound_at = greatest(c.last_inbound_at, x.last), updated_at = now()
+            last_inbound_at = greatest(c.last_inbound_at, x.last),
+            -- A late message whose window had ended before it arrived never opened one: when the
+            -- previous window's close was announced, this one counts as announced too (one
+            -- conversation.windowClosed per window the partner could reply in).
+            window_closed_for = CASE WHEN c.window_closed_for IS NOT DISTINCT FROM c.last_inbound_at
+                                      AND greatest(c.last_inbound_at, x.last) <= now() - make_interval(secs => ${SERVICE_WINDOW_MS / 1000})
+                                     THEN greatest(c.last_inbound_at, x.last) ELSE c.window_closed_for END,
+            updated_at = now()
        FROM jsonb_to_recordset($1::jsonb) AS x(v uuid, n int, last timestamptz, preview text),
             LATERAL (SELECT status = 'ARCHIVED' AS was_archived FROM conversations o WHERE o.id = x.v) before
       WHERE c.id = x.v
@@ -210,4 +234,31 @@ export async function ingestInbound(
     [JSON.stringify([...touched.values()])],
   );
   return { created, conversations };
+}
+
+/** How long a reply holds its media at most when no final status comes (the upstream's retries are long over). */
+export const REPLY_MEDIA_HOLD_DAYS = 10;
+
+/**
+ * Replies whose media reference can go: their tracked status is final, or they are older than
+ * {@link REPLY_MEDIA_HOLD_DAYS}. Oldest first, at most `limit`.
+ */
+export function repliesToRelease(
+  sequelize: Sequelize,
+  finalCodes: readonly number[],
+  limit: number,
+): Promise<Array<{ id: string; company_id: string; message_id: string }>> {
+  return sequelize.query(
+    `SELECT cm.id, cm.company_id, cm.message_id FROM conversation_messages cm
+       ${trackedMessageJoin("m", { companyId: "cm.company_id", channel: "cm.channel", customerMessageId: "cm.message_id" })}
+      WHERE NOT cm.media_released
+        AND (m.status_code = ANY($1::int[]) OR cm.created_at < now() - make_interval(days => ${REPLY_MEDIA_HOLD_DAYS}))
+      ORDER BY cm.created_at LIMIT $2`,
+    { bind: [finalCodes, limit], type: QueryTypes.SELECT },
+  );
+}
+
+/** The reply's media reference was dropped. */
+export async function markReplyMediaReleased(sequelize: Sequelize, id: string): Promise<void> {
+  await sequelize.query(`UPDATE conversation_messages SET media_released = true WHERE id = $1`, { bind: [id] });
 }

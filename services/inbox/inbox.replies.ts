@@ -10,14 +10,15 @@ import { randomUUID } from "node:crypto";
 import type { Context, Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { DELIVERY_STATUSES } from "../../lib/channels";
 import { ApiError } from "../../lib/errors";
 import { registrationOf, type OutboundMessage, type Upstream } from "../../lib/upstream";
-import type { ResolveMediaIn, ResolveMediaOut } from "../media/media.contract";
+import type { ReferenceMediaIn, ReferenceMediaOut, ReleaseMediaIn, ReleaseMediaOut, ResolveMediaIn, ResolveMediaOut } from "../media/media.contract";
 import { announceInboxEvents, appendInboxEvents } from "./inbox.events";
 import { conversationNotFound } from "./inbox.conversations";
 import type { InboxMetrics } from "./inbox.metrics";
 import { canReply, toThreadMessageOut } from "./inbox.models";
-import { findConversation, insertReply } from "./inbox.queries";
+import { findConversation, insertReply, markReplyMediaReleased, repliesToRelease } from "./inbox.queries";
 import { MAX_REPLY_TEXT, replyIn, threadMessageOut, type ReplyIn, type ThreadMessageOut } from "./inbox.schemas";
 
 /** WhatsApp's final code for a message outside the customer-service window (spec part 2). */
@@ -27,7 +28,36 @@ export interface RepliesThis extends Service<ApiServiceSettings> {
   sequelize: Sequelize;
   upstream: Upstream;
   metrics: InboxMetrics;
+  releaseMediaOf(companyId: string, owner: string): Promise<void>;
+  releaseReplyMedia(): Promise<number>;
 }
+
+/** Final statuses on RCS and WhatsApp: a reply in one of them no longer needs its media. */
+const FINAL_CODES = DELIVERY_STATUSES.filter((s) => s.final).map((s) => s.code);
+/** Replies whose media is released per round. */
+const RELEASE_BATCH = 200;
+
+export const replyMethods = {
+  /** Drops a reply's hold on its media (idempotent). */
+  async releaseMediaOf(this: RepliesThis, companyId: string, owner: string): Promise<void> {
+    await this.broker.call<ReleaseMediaOut, ReleaseMediaIn>("media.release", { owner }, { meta: { companyId } });
+  },
+
+  /** One round: the media of replies whose status is final (or that are too old to wait for one) is released. */
+  async releaseReplyMedia(this: RepliesThis): Promise<number> {
+    let n = 0;
+    for (let round = 0; round < 10; round++) {
+      const due = await repliesToRelease(this.sequelize, FINAL_CODES, RELEASE_BATCH);
+      for (const r of due) {
+        await this.releaseMediaOf(r.company_id, `reply:${r.message_id}`);
+        await markReplyMediaReleased(this.sequelize, r.id);
+      }
+      n += due.length;
+      if (due.length < RELEASE_BATCH) break;
+    }
+    return n;
+  },
+};
 
 const bad = (path: string, message: string, detail: string) => new ApiError("VALIDATION_ERROR", detail, { errors: [{ path, message }] });
 
@@ -77,9 +107,18 @@ export const replyActions = {
         ...(mediaId ? { mediaIds: [mediaId] } : {}),
       };
       const open = canReply(conv);
+      // The upstream may fetch the media after taking the reply: it is held (DELETE /media answers
+      // 409 meanwhile) until the reply's status is final (releaseReplyMedia).
+      const holdsMedia = open && mediaId !== undefined;
+      const owner = `reply:${customerMessageId}`;
+      if (holdsMedia) await ctx.call<ReferenceMediaOut, ReferenceMediaIn>("media.reference", { owner, mediaIds: [mediaId] }, { meta: { companyId } });
       if (open) {
-        const outcome = await this.upstream.send([message]);
+        const outcome = await this.upstream.send([message]).catch(async (err: unknown) => {
+          if (holdsMedia) await this.releaseMediaOf(companyId, owner);
+          throw err;
+        });
         if (outcome.failed.length > 0) {
+          if (holdsMedia) await this.releaseMediaOf(companyId, owner);
           this.metrics.replied(conv.channel, "failed");
           this.logger.warn({ chatId: conv.id, customerMessageId, error: outcome.failed[0]!.error }, "the upstream refused a reply");
           throw new ApiError("UPSTREAM_ERROR", "The upstream did not take the reply; nothing was stored. Try again.");
@@ -93,6 +132,7 @@ export const replyActions = {
           messageType: mediaId ? "MEDIA" : "TEXT",
           text: text ?? null,
           mediaKey,
+          holdsMedia,
         });
         const out = toThreadMessageOut({ ...r.message, status_code: open ? null : CONVERSATION_CLOSED });
         const event = { companyId, conversationId: conv.id, type: "message.created" as const, data: { chatId: conv.id, ...out } };

@@ -16,10 +16,16 @@ import { conversationActions } from "./inbox.conversations";
 import { createIngestCommitter, ingestActions } from "./inbox.ingest";
 import { InboxLiveMixin } from "./inbox.live";
 import { InboxMetrics } from "./inbox.metrics";
-import { replyActions } from "./inbox.replies";
+import { replyActions, replyMethods } from "./inbox.replies";
+import { Loops } from "../../lib/jobs";
 import type { IngestIn, IngestOut } from "./inbox.schemas";
 
+/** How often an inbox node releases the media of replies that became final. */
+const REPLY_MEDIA_LOOP_MS = 30_000;
+
 interface InboxVars {
+  loops: Loops;
+  releaseReplyMedia(): Promise<number>;
   sequelize: Sequelize;
   ingestCommitter: GroupCommitter<IngestIn, IngestOut>;
   upstream: Upstream;
@@ -38,6 +44,7 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
       ...conversationActions,
       ...replyActions,
     },
+    methods: { ...replyMethods },
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
       this.metrics = new InboxMetrics();
@@ -49,7 +56,12 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
         (registrations) => this.broker.call("tracking.ingest", { path: "messages", body: registrations }),
       );
     },
+    started(this: InboxThis) {
+      this.loops = new Loops(this.logger);
+      this.loops.every(REPLY_MEDIA_LOOP_MS, "reply media release", () => this.releaseReplyMedia(), { firstAfterMs: 5000 });
+    },
     async stopped(this: InboxThis) {
+      this.loops?.stop();
       await this.upstream?.close();
     },
   };

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { inboundIn, phone, uniqueId } from "../helpers/builders";
+import { itWithPostgres } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { png, uploadMedia } from "../helpers/media";
@@ -240,6 +241,69 @@ describe("conversations", () => {
     expectProblem(await a.api.post(`/inbox/conversations/${chat.chatId}/read`, {}), 400);
   });
 
+  it("dates a message from the future (the upstream's clock ahead) when it arrives: its WhatsApp window is 24 hours from now, not from then", async () => {
+    const before = Date.now();
+    const { chat } = await open(a, "whatsapp", { receivedDate: "2999-01-01T00:00:00Z" });
+    const after = Date.now();
+    expect(Date.parse(chat.lastMessageAt)).toBeGreaterThanOrEqual(before - 1000);
+    expect(Date.parse(chat.lastMessageAt)).toBeLessThanOrEqual(after);
+    expect(Date.parse(chat.serviceWindowExpiresAt)).toBeLessThanOrEqual(after + 24 * 3600_000);
+    const thread = await a.api.get(`/inbox/conversations/${chat.chatId}/messages`);
+    expect(Date.parse(thread.body.data[0].createdAt)).toBeLessThanOrEqual(after);
+  });
+
+  it("announces one conversation.windowClosed per WhatsApp window: a late message dated inside a closed window opens none", async () => {
+    const hoursAgo = (h: number) => new Date(Date.now() - h * 3600_000).toISOString();
+    const inbox = t.app.broker.getLocalService("inbox") as unknown as { closeWindows(): Promise<number> };
+    const { body, chat } = await open(a, "whatsapp", { receivedDate: hoursAgo(23.99) });
+    await t.db.sequelize.query(`UPDATE conversations SET last_inbound_at = last_inbound_at - interval '16 hours' WHERE id = $1`, { bind: [chat.chatId] });
+    await inbox.closeWindows();
+    const closedEvents = async () => (await liveOf(a.companyId)).filter((e) => e.conversation_id === chat.chatId && e.type === "conversation.windowClosed");
+    expect(await closedEvents()).toHaveLength(1);
+    // Late: dated 30 hours ago, after the last inbound message (40 hours ago) but its window long gone.
+    await inbound("whatsapp", inboundIn(a.companyId, { source: body.source, destination: body.destination, receivedDate: hoursAgo(30) }));
+    expect((await a.api.get(`/inbox/conversations/${chat.chatId}`)).body.canReply).toBe(false);
+    await inbox.closeWindows();
+    expect(await closedEvents()).toHaveLength(1);
+    // A message now opens a window; once it has closed, a second event.
+    await inbound("whatsapp", inboundIn(a.companyId, { source: body.source, destination: body.destination, receivedDate: new Date().toISOString() }));
+    expect((await a.api.get(`/inbox/conversations/${chat.chatId}`)).body.canReply).toBe(true);
+    await t.db.sequelize.query(`UPDATE conversations SET last_inbound_at = now() - interval '24 hours 1 minute' WHERE id = $1`, { bind: [chat.chatId] });
+    await inbox.closeWindows();
+    expect(await closedEvents()).toHaveLength(2);
+  });
+
+  // Needs PostgreSQL: on embedded PGlite every connection shares one backend session, so the open
+  // transaction below would hold the only session the mark-read and the lock query need.
+  itWithPostgres("keeps the unread count of a message stored while a mark-read waits for it (the count is taken after the message's commit)", async () => {
+    const { body, chat } = await open(a, "rcs", { receivedDate: new Date(Date.now() - 3000).toISOString() });
+    // An inbound message being stored as inbox.ingest stores it: the conversation locked, the message
+    // inserted and unread raised, not yet committed while the partner marks read up to the first one.
+    const tx = await t.db.sequelize.transaction();
+    let marked: Promise<{ status: number; body: { unreadCount: number } }> | null = null;
+    try {
+      await t.db.sequelize.query(`SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE`, { bind: [chat.chatId], transaction: tx });
+      await t.db.sequelize.query(
+        `INSERT INTO conversation_messages (id, company_id, conversation_id, channel, direction, message_id, message_type, text, created_at)
+         VALUES (gen_random_uuid(), $1, $2, 'RCS', 'INBOUND', $3, 'TEXT', 'late', now())`,
+        { bind: [a.companyId, chat.chatId, uniqueId("race")], transaction: tx },
+      );
+      await t.db.sequelize.query(`UPDATE conversations SET unread_count = unread_count + 1 WHERE id = $1`, { bind: [chat.chatId], transaction: tx });
+      marked = a.api.post(`/inbox/conversations/${chat.chatId}/read`, { upToMessageId: body.messageId });
+      // The mark-read is waiting for the conversation's row.
+      await eventually(async () => {
+        const [w] = await rows<{ n: string }>(`SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid')`, []);
+        expect(Number(w!.n)).toBeGreaterThan(0);
+      });
+    } finally {
+      await tx.commit();
+    }
+    const res = await marked!;
+    expect(res.status).toBe(200);
+    expect(res.body.unreadCount).toBe(1);
+    expect((await a.api.get(`/inbox/conversations/${chat.chatId}`)).body.unreadCount).toBe(1);
+  });
+
   it("answers 404 for another account's chat and an unknown one on every route, and 401 without a valid key", async () => {
     const { chat } = await open(a);
     const unknown = "00000000-0000-4000-8000-000000000000";
@@ -316,6 +380,35 @@ describe("replies", () => {
     expect(res.status).toBe(202);
     expect(res.body).toMatchObject({ messageType: "MEDIA", text: null, mediaKey: media.body.mediaKey, deliveryStatus: "UNKNOWN" });
     expect(sent.find((s) => s.body.customerMessageId === res.body.id)).toMatchObject({ path: "/rcs", body: { mediaIds: [media.body.id] } });
+  });
+
+  it("holds a reply's media until the reply's status is final (DELETE /media answers 409 meanwhile); a refused reply holds nothing", async () => {
+    const { body, chat } = await open(a, "rcs");
+    const media = await uploadMedia(a, png(), "held.png");
+    const res = await a.api.post(`/inbox/conversations/${chat.chatId}/messages`, { mediaId: media.body.id });
+    expect(res.status).toBe(202);
+    const id = res.body.id as string;
+    const inbox = t.app.broker.getLocalService("inbox") as unknown as { releaseReplyMedia(): Promise<number> };
+    await inbox.releaseReplyMedia();
+    expectProblem(await a.api.delete(`/media/${media.body.id}`), 409); // not final yet: the upstream may still fetch it
+    expect((await t.ingress.post("/messages", { companyId: a.companyId, channel: "RCS", customerMessageId: id, destination: body.source })).status).toBe(202);
+    const receipt = { companyId: a.companyId, messageId: id, destination: body.source, statusCode: 3, eventDate: new Date().toISOString() };
+    expect((await t.ingress.post("/receipts/rcs", receipt)).status).toBe(202);
+    await eventually(async () => {
+      const thread = await a.api.get(`/inbox/conversations/${chat.chatId}/messages`);
+      expect(thread.body.data.find((m: { id: string }) => m.id === id)?.deliveryStatus).toBe("DELIVERED");
+    });
+    expect(await inbox.releaseReplyMedia()).toBeGreaterThanOrEqual(1);
+    expect((await a.api.delete(`/media/${media.body.id}`)).status).toBe(204);
+
+    const other = await uploadMedia(a, png(), "refused.png");
+    upstreamStatus = 503;
+    try {
+      expectProblem(await a.api.post(`/inbox/conversations/${chat.chatId}/messages`, { mediaId: other.body.id }), 502);
+    } finally {
+      upstreamStatus = 202;
+    }
+    expect((await a.api.delete(`/media/${other.body.id}`)).status).toBe(204);
   });
 
   it("ends a WhatsApp reply outside the 24-hour window CONVERSATION_CLOSED (12) without sending it, with its DELIVERY event", async () => {
