@@ -66,6 +66,9 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     // internal middlewares are listed here in Moleculer's own order with that one swapped.
     metrics: { enabled: true, reporter: [], collectProcessMetrics: true },
     tracing: { enabled: false },
+    // A stopping node waits for the calls it is serving (lib/app.ts narrows the wait to what is
+    // left of SHUTDOWN_TIMEOUT_MS once its HTTP listeners have drained).
+    tracking: { enabled: true, shutdownTimeout: config.shutdownTimeoutMs },
     internalMiddlewares: false,
     middlewares: [
       RequestScope,

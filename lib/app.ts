@@ -8,6 +8,7 @@ import { brokerOptions } from "../moleculer.config";
 import { SERVICE_FACTORIES } from "../services";
 import type { Config, ServiceName } from "./config";
 import { openDatabase, type Database } from "./db";
+import { drainOf } from "./drain";
 import { startOpsServer } from "./ops-server";
 import { replHub } from "./repl-link";
 
@@ -80,10 +81,16 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     internalPort: internal && typeof internal === "object" ? internal.port : null,
     stop() {
       stopping ??= (async () => {
-        if (opsServer) {
-          opsServer.closeAllConnections();
-          await new Promise((resolve) => opsServer!.close(resolve));
-        }
+        // Graceful within SHUTDOWN_TIMEOUT_MS: readiness off and the listeners drained (lib/drain.ts),
+        // then the broker: others stop sending here, the calls being served finish (Moleculer's
+        // context tracking, given what is left of the bound), each service's stopped() finishes or
+        // hands back its work (deliveries, exports, send batches), and the node leaves the cluster.
+        const deadline = Date.now() + config.shutdownTimeoutMs;
+        const { cut } = await drainOf(broker).drain(config.shutdownTimeoutMs);
+        if (cut > 0) broker.logger.warn(`${cut} HTTP request(s) still open after SHUTDOWN_TIMEOUT_MS (${config.shutdownTimeoutMs} ms): cut`);
+        if (opsServer?.listening) await new Promise((resolve) => opsServer!.close(resolve));
+        const tracking = broker.options.tracking as { shutdownTimeout?: number } | undefined;
+        if (tracking) tracking.shutdownTimeout = Math.max(1000, deadline - Date.now());
         await broker.stop();
         if (!opts.db) await db.close();
       })();

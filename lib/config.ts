@@ -80,6 +80,8 @@ export interface Config {
   readonly authCacheTtlMs: number;
   /** How long the gateway waits for an action that declares no `timeout` of its own. */
   readonly requestTimeoutMs: number;
+  /** How long a stopping node waits for its in-flight work (HTTP requests, calls, attempts) before cutting it. */
+  readonly shutdownTimeoutMs: number;
   readonly nodeId: string | null;
   /** Where the contacts service keeps uploaded files until they are imported (default DATA_DIR/imports). */
   readonly importDir: string;
@@ -176,6 +178,7 @@ export const VARIABLES = {
   MAX_KEYS_PER_ACCOUNT: { field: "maxKeysPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 500 },
   HEAVY_OPS_PER_ACCOUNT: { field: "heavyOpsPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 2 },
   REQUEST_TIMEOUT_MS: { field: "requestTimeoutMs", schema: { type: "integer", minimum: 100 }, default: 30000 },
+  SHUTDOWN_TIMEOUT_MS: { field: "shutdownTimeoutMs", schema: { type: "integer", minimum: 0, maximum: 600000 }, default: 20000 },
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },

@@ -9,6 +9,7 @@ import { createServer, type Server } from "node:http";
 import type { ServiceBroker } from "moleculer";
 import type { Database } from "./db";
 import { ApiError } from "./errors";
+import { drainOf } from "./drain";
 import { HttpMetrics } from "./http-metrics";
 import { answerClientError, tagRequest, writeProblem } from "./http";
 import { toProblem } from "./problem";
@@ -46,6 +47,7 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
       return res.end(text);
     }
     const checks: Record<string, string> = {};
+    if (drainOf(broker).draining) checks.node = "stopping";
     checks.database = await db.ping().then(
       () => "ok",
       () => "unreachable",
@@ -60,6 +62,7 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
     writeProblem(res, toProblem(new ApiError("SERVICE_UNAVAILABLE", `Not ready: ${why}`, { checks }), requestId));
   };
   server.on("clientError", answerClientError);
+  drainOf(broker).track(server);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(port, host, () => resolve());

@@ -8,7 +8,7 @@
  *   runs it, they all then work on it), and every SENDING campaign it does not yet work on (up to
  *   MAX_ACTIVE) gets a CampaignSend;
  * - renews the leases of its batches in flight for a third of CAMPAIGN_LEASE_MS or more;
- * - at stop (SIGTERM) claims no more, waits (at most STOP_WAIT_MS) for the batches in flight to be
+ * - at stop (SIGTERM) claims no more, waits (at most SHUTDOWN_TIMEOUT_MS) for the batches in flight to be
  *   handed over and recorded, then gives back whatever it still holds.
  * A node killed with SIGKILL gives nothing back: its batches' leases run out and any node claims
  * those recipients again. Their customerMessageId is derived from campaign and contact, so a batch
@@ -28,9 +28,6 @@ export { MAX_ATTEMPTS, PAUSE_WINDOW, RETRY_BASE_MS } from "./campaigns.sender";
 
 /** Campaigns one node sends at once. */
 const MAX_ACTIVE = 4;
-/** How long stop() waits for batches in flight before giving back what is left. */
-export const STOP_WAIT_MS = 10_000;
-
 type Log = SenderDeps["log"] & { error(o: object, m: string): void };
 
 export interface RunnerHooks extends Pick<SenderDeps, "ended"> {
@@ -181,7 +178,7 @@ export class CampaignRunner {
     const sends = [...this.sends.values()];
     for (const s of sends) s.stopClaiming();
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(sends.map((s) => s.done)), new Promise((r) => (timer = setTimeout(r, STOP_WAIT_MS)))]);
+    await Promise.race([Promise.all(sends.map((s) => s.done)), new Promise((r) => (timer = setTimeout(r, this.config.shutdownTimeoutMs)))]);
     clearTimeout(timer);
     this.loops.stop();
     await this.marking.close();

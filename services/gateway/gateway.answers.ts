@@ -158,8 +158,16 @@ export function exposedActions(broker: ServiceBroker): ExposedAction[] {
 }
 
 /** Readiness: the database answers, the transporter (if any) is connected, the partner routes are built. */
-export async function readinessChecks(db: Database, broker: ServiceBroker, withTransporter: boolean, routesReady: boolean): Promise<Record<string, string>> {
+export async function readinessChecks(
+  db: Database,
+  broker: ServiceBroker,
+  withTransporter: boolean,
+  routesReady: boolean,
+  stopping = false,
+): Promise<Record<string, string>> {
   const checks: Record<string, string> = {};
+  // A node that began to stop takes no new traffic, whatever else holds.
+  if (stopping) checks.node = "stopping";
   try {
     await db.ping(1000);
     checks.database = "ok";

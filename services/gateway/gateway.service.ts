@@ -43,6 +43,7 @@ import { TokenBuckets } from "./gateway.ratelimit";
 import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
+import { drainOf } from "../../lib/drain";
 import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
@@ -415,7 +416,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       },
 
       readiness(this: GatewayThis) {
-        return readinessChecks(db, this.broker, !!config.transporter, this.aliasesReady);
+        return readinessChecks(db, this.broker, !!config.transporter, this.aliasesReady, drainOf(this.broker).draining);
       },
     },
 
@@ -431,6 +432,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.aliasesReady = false;
       this.localServicesStarted = false;
       this.server.on("clientError", answerClientError);
+      drainOf(this.broker).track(this.server);
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
       this.spoolBudget = new DiskBudget(config.spoolMaxBytes, Math.floor(config.spoolMaxBytes * config.uploadAccountShare));
       this.spoolTokens = new SpoolTokens();
@@ -447,6 +449,8 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         },
         liveMetrics,
       );
+      // A stopping gateway ends its event streams first: they would hold the drain to its limit.
+      drainOf(this.broker).onDrain(() => this.live.closeAll());
     },
 
     started(this: GatewayThis) {

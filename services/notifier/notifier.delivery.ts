@@ -151,15 +151,26 @@ export class Deliverer {
     this.wake();
   }
 
-  /** Stops claiming, abandons attempts in flight and queued events (they fall due again at once), records what finished. */
+  /**
+   * Stops claiming and hands queued events back (due again at once, for any replica); lets the
+   * attempts in flight finish within SHUTDOWN_TIMEOUT_MS (an attempt cut short may already have
+   * reached the partner, who would get it twice), then cuts the rest and hands them back too;
+   * records every outcome.
+   */
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
     this.loops.stop();
     if (this.soonTimer) clearTimeout(this.soonTimer);
     await this.claims.close();
-    const abandoned = [...this.aborts.entries()].map(([id, a]) => ({ id, token: a.token }));
+    const abandoned: { id: string; token: string }[] = [];
     for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
+    if (this.attempts.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.all(this.attempts), new Promise((r) => (timer = setTimeout(r, this.o.config.shutdownTimeoutMs)))]);
+      clearTimeout(timer);
+    }
+    for (const [id, a] of this.aborts) abandoned.push({ id, token: a.token });
     for (const a of this.aborts.values()) a.abort.abort();
     await Promise.all(this.attempts);
     // The last outcomes: a few tries (an outcome not written means the event is sent again).

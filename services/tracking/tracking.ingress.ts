@@ -40,6 +40,7 @@ import {
 import { dateError } from "./tracking.contract";
 import type { IngestItem } from "./tracking.fold";
 import { IngestMetrics } from "./tracking.metrics";
+import { drainOf } from "../../lib/drain";
 
 /** Bodies up to 8 MiB: 1000 registrations with long texts fit. */
 export const MAX_INGEST_BODY = 8 * 1024 * 1024;
@@ -260,7 +261,13 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
               res.writeHead(200, { "Content-Type": "application/json; charset=utf-8" });
               res.end(JSON.stringify({ status: "live" }));
             },
-            async "GET /ready"(req: IngressRequest, res: ServerResponse) {
+            async "GET /ready"(this: IngressThis, req: IngressRequest, res: ServerResponse) {
+              if (drainOf(this.broker).draining) {
+                return writeProblem(
+                  res,
+                  toProblem(new ApiError("SERVICE_UNAVAILABLE", "Not ready: node stopping", { checks: { node: "stopping" } }), req.$requestId),
+                );
+              }
               const ok = await db.ping(1000).then(
                 () => true,
                 () => false,
@@ -325,6 +332,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
     },
     created(this: IngressThis) {
       this.server.on("clientError", answerClientError);
+      drainOf(this.broker).track(this.server);
       this.ingestMetrics = new IngestMetrics();
       addNodeRegistry(this.broker, this.ingestMetrics.registry);
       this.httpMetrics = new HttpMetrics(this.broker);

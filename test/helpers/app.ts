@@ -70,6 +70,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
       exportSigningKey: TEST_SIGNING_KEY,
       mediaDir: mkdtempSync(path.join(os.tmpdir(), "pgw-test-media-")),
       secretsKey: TEST_SECRETS_KEY,
+      // A test's app stops at once unless the test is about stopping.
+      shutdownTimeoutMs: 2000,
       ...overrides,
     },
   );

@@ -35,7 +35,7 @@ afterAll(async () => {
   await tdb?.drop();
 });
 
-async function notifier(): Promise<ChildProcess> {
+async function notifier(env: Record<string, string> = {}): Promise<ChildProcess> {
   const ca = await testCa();
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NOTIFIER_)/.test(k)),
@@ -52,6 +52,7 @@ async function notifier(): Promise<ChildProcess> {
       NODE_EXTRA_CA_CERTS: ca.file,
       NOTIFIER_LEASE_MS: String(LEASE_MS),
       NOTIFIER_POLL_MS: "50",
+      ...env,
     },
     stdio: "ignore",
   });
@@ -98,7 +99,8 @@ describe("a notifier process that dies", () => {
       expect(row!.due_in_ms).toBeGreaterThan(0);
       expect(row!.due_in_ms).toBeLessThanOrEqual(LEASE_MS);
 
-      const second = await notifier();
+      // Its stop waits at most 1 s for an attempt in flight (below the attempt's own 5 s limit).
+      const second = await notifier({ SHUTDOWN_TIMEOUT_MS: "1000" });
       const [got] = await r.waitFor(1, LEASE_MS + 30_000);
       expect(got!.json).toMatchObject({ eventType: "DELIVERY", messageId: id, statusCode: 3 });
       expect(r.seen).toBe(2);
@@ -109,7 +111,8 @@ describe("a notifier process that dies", () => {
       });
       expect(log).toEqual([{ attempt: 1, outcome: "DELIVERED" }]);
 
-      // Stopped cleanly (SIGTERM) mid-attempt, a notifier hands the event back at once.
+      // Stopped cleanly (SIGTERM) mid-attempt past SHUTDOWN_TIMEOUT_MS, a notifier cuts the attempt
+      // and hands the event back at once.
       const other = uid();
       await t.db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, { bind: [other, r.url("/other")] });
       let hungAgain!: () => void;
@@ -123,13 +126,47 @@ describe("a notifier process that dies", () => {
       const stoppedAt = Date.now();
       second.kill("SIGTERM");
       expect(await exited(second)).toBe(0);
-      // "At once": it did not wait for the attempt's 5 s limit (that would have recorded attempt 1)
-      // nor leave the claim to its lease; the bound only keeps a wedged stop from passing.
+      // "At once": it waited SHUTDOWN_TIMEOUT_MS, not the attempt's 5 s limit (that would have
+      // recorded attempt 1), nor left the claim to its lease.
       expect(Date.now() - stoppedAt).toBeLessThan(LEASE_MS);
       const [released] = await outboxRow(other);
       expect(released).toMatchObject({ claim_token: null, attempts: 0 });
       expect(released!.due_in_ms).toBeLessThanOrEqual(0);
     },
     90_000,
+  );
+  itWithPostgres(
+    "stopped (SIGTERM) mid-attempt finishes the attempt within SHUTDOWN_TIMEOUT_MS: delivered once, recorded, exit 0",
+    async () => {
+      const companyId = uid();
+      await t.db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, { bind: [companyId, r.url("/slow")] });
+      let began!: () => void;
+      const attemptBegan = new Promise<void>((resolve) => (began = resolve));
+      // Counted by path: the event the test before handed back is delivered by this process too.
+      let slowSeen = 0;
+      r.behave((req) => {
+        if (!req.url?.startsWith("/slow")) return { status: 200 };
+        slowSeen++;
+        began();
+        return { status: 200, delayMs: 1500 };
+      });
+      const child = await notifier({ SHUTDOWN_TIMEOUT_MS: "15000" });
+      const id = uid("slow");
+      const m = messageIn(companyId, { customerMessageId: id });
+      await t.ingress.post("/messages", m);
+      await t.ingress.post("/receipts/sms", smsReceiptIn(m));
+      await attemptBegan;
+      child.kill("SIGTERM");
+      expect(await exited(child)).toBe(0);
+      // The attempt in flight was answered and recorded before the process left: nothing to send again.
+      expect(slowSeen).toBe(1);
+      expect(await outboxRow(companyId)).toEqual([]);
+      const log = await t.db.sequelize.query(`SELECT attempt, outcome FROM webhook_attempts WHERE company_id = $1`, {
+        bind: [companyId],
+        type: QueryTypes.SELECT,
+      });
+      expect(log).toEqual([{ attempt: 1, outcome: "DELIVERED" }]);
+    },
+    60_000,
   );
 });

@@ -315,10 +315,8 @@ describe.each(["production", "demo"] as const)("the %s overlay", (overlay) => {
       const c = podSpec(w).containers[0];
       const [cmd, seconds] = c.lifecycle?.preStop?.exec?.command ?? [];
       expect({ w: w.metadata.name, cmd }).toEqual({ w: w.metadata.name, cmd: "sleep" });
-      // SHUTDOWN_TIMEOUT_MS bounds the stop once lib/config.ts reads it; until then an in-flight
-      // request may take REQUEST_TIMEOUT_MS.
-      const bound = "SHUTDOWN_TIMEOUT_MS" in VARIABLES ? "SHUTDOWN_TIMEOUT_MS" : "REQUEST_TIMEOUT_MS";
-      const stopMs = Number(seconds) * 1000 + Number(valueIn(objs(), c, bound));
+      // SHUTDOWN_TIMEOUT_MS bounds the node's own stop (lib/app.ts).
+      const stopMs = Number(seconds) * 1000 + Number(valueIn(objs(), c, "SHUTDOWN_TIMEOUT_MS"));
       const graceMs = Number(podSpec(w).terminationGracePeriodSeconds) * 1000;
       expect({ w: w.metadata.name, longer: graceMs > stopMs + 5000 }).toEqual({ w: w.metadata.name, longer: true });
     }
