@@ -77,6 +77,8 @@ export interface AuthMeta {
   username: string | null;
   keyId: string;
   keyCreatedAt: string;
+  /** The key that created the calling key; set by the gateway (absent on a call made by hand, from the REPL say). */
+  keyCreatedByKeyId?: string | null;
   operations: Operation[];
   trafficType: TrafficType;
   $statusCode?: number;

@@ -63,5 +63,6 @@ export function toPrincipal(row: ApiKey): Principal {
     operations: row.operations,
     trafficType: row.trafficType,
     keyCreatedAt: row.createdAt.toISOString(),
+    keyCreatedByKeyId: row.createdByKeyId,
   };
 }

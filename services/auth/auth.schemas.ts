@@ -41,6 +41,8 @@ export interface Principal {
   operations: Operation[];
   trafficType: TrafficType;
   keyCreatedAt: string;
+  /** The key that created this one (null: made by the admin command). */
+  keyCreatedByKeyId: string | null;
 }
 
 const operationsSchema = {

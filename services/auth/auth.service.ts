@@ -102,8 +102,22 @@ export function createAuthService(deps: Deps): ServiceSchema<ApiServiceSettings>
         operation: "AUTHENTICATION",
         summary: "Describe the calling key",
         responses: { 200: apiKeyOut },
-        // The gateway has just verified the key; its row also names the key that made it (createdByKeyId).
+        // The gateway has just verified the key and passes all of it on (its cache forgets a deleted
+        // key on every replica at once): no database read. A call without the gateway reads the row.
         async handler(this: AuthThis, ctx: Context<unknown, AuthMeta>): Promise<ApiKeyOut> {
+          const m = ctx.meta;
+          if (m.keyCreatedByKeyId !== undefined) {
+            return {
+              id: m.keyId,
+              companyId: m.companyId,
+              userId: m.userId,
+              username: m.username,
+              operations: m.operations,
+              trafficType: m.trafficType,
+              createdAt: m.keyCreatedAt,
+              createdByKeyId: m.keyCreatedByKeyId,
+            };
+          }
           const row = await findOwnKey(this.models, ctx.meta.companyId, ctx.meta.keyId);
           // Deleted between the gateway's check and here: as if the gateway had already forgotten it.
           if (!row) throw new ApiError("UNAUTHORIZED", "The API key is not valid.");

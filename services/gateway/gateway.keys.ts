@@ -87,6 +87,7 @@ export const authMetaOf = (principal: Principal): Omit<AuthMeta, "$statusCode" |
   username: principal.username,
   keyId: principal.keyId,
   keyCreatedAt: principal.keyCreatedAt,
+  keyCreatedByKeyId: principal.keyCreatedByKeyId,
   operations: principal.operations,
   trafficType: principal.trafficType,
 });
