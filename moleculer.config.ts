@@ -48,7 +48,7 @@ const DatabaseOutage = {
 
 export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
   return {
-    namespace: "pgw",
+    namespace: config.namespace,
     nodeID: config.nodeId ?? undefined,
     // Built from our config, never from Moleculer's own env parsing.
     // Credentials and TLS from NATS_* (or the URL); a publish that fails fails its call, not the process.

@@ -83,6 +83,8 @@ export interface Config {
   /** How long a stopping node waits for its in-flight work (HTTP requests, calls, attempts) before cutting it. */
   readonly shutdownTimeoutMs: number;
   readonly nodeId: string | null;
+  /** The cluster's namespace: nodes (and the REPL) see only nodes of the same one on a transporter. */
+  readonly namespace: string;
   /** Where the contacts service keeps uploaded files until they are imported (default DATA_DIR/imports). */
   readonly importDir: string;
   /** Worker threads (piscina) that parse imports on a contacts node. */
@@ -182,6 +184,7 @@ export const VARIABLES = {
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },
+  NAMESPACE: { field: "namespace", schema: { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$" }, default: "pgw" },
   IMPORT_DIR: { field: "importDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
   IMPORT_QUEUE_MAX_BYTES: { field: "importQueueMaxBytes", schema: { type: "integer", minimum: 1 }, default: 1073741824 },

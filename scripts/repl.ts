@@ -13,6 +13,7 @@ import { ServiceBroker } from "moleculer";
 import { brokerOptions } from "../moleculer.config";
 import { ConfigError, loadConfig, type Config } from "../lib/config";
 import { LoopbackClient } from "../lib/loopback-transporter";
+import { operatorCommands } from "../lib/repl-commands";
 import { joinRunningService, ReplRefusal } from "../lib/repl-link";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -40,12 +41,14 @@ async function main() {
     throw e;
   }
   const nodeID = `repl-${os.hostname()}-${process.pid}`;
-  const replOptions = { delimiter: "mol $" };
+  const replOptions = { delimiter: "mol $", customCommands: operatorCommands() };
   let broker: ServiceBroker;
   if (config.transporter) {
     broker = new ServiceBroker({ ...brokerOptions(config, { nodeID }), replOptions } as ConstructorParameters<typeof ServiceBroker>[0]);
     await broker.start();
-    broker.logger.info(`Joined the cluster at ${config.transporter} as ${broker.nodeID}; no services run here. Try: nodes, services, actions`);
+    broker.logger.info(
+      `Joined the cluster at ${config.transporter} as ${broker.nodeID}; no services run here. Try: cluster, outbox, exports, campaigns, keys, services, call`,
+    );
   } else {
     const { link, info } = await joinRunningService(config.dataDir).catch((e: unknown) => {
       if (e instanceof ReplRefusal) refuse(e.message, 1);
@@ -66,7 +69,7 @@ async function main() {
       refuse(`The service on DATA_DIR ${config.dataDir} (pid ${info.pid}) accepted the REPL but did not introduce itself; try again.`, 1);
     }
     broker.logger.info(
-      `Joined the service ${info.nodeID} (pid ${info.pid}) on DATA_DIR ${config.dataDir} as ${broker.nodeID}. Try: nodes, services, actions, call`,
+      `Joined the service ${info.nodeID} (pid ${info.pid}) on DATA_DIR ${config.dataDir} as ${broker.nodeID}. Try: cluster, outbox, exports, campaigns, keys, services, call`,
     );
   }
   await broker.repl();

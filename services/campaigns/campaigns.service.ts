@@ -11,6 +11,7 @@ import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
+import { OPS_ROWS, type OpsTable } from "../../lib/ops";
 import { rawQuery } from "../../lib/db";
 import { createUpstream, type OutboundMessage } from "../../lib/upstream";
 import { checkHistoryRange } from "../tracking/tracking.contract";
@@ -60,6 +61,32 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
       }),
 
       ...campaignActions,
+
+      /** The REPL's `campaigns`: the campaigns sending now (at most 50, oldest confirmed first), with their progress. */
+      opsSending: {
+        visibility: "public",
+        async handler(): Promise<OpsTable> {
+          const rows = await rawQuery<{ id: string; company_id: string; channel: string; audience: number; sent: number; failed: number; total: number }>(
+            sequelize,
+            `SELECT id, company_id, channel, audience, sent, failed, count(*) OVER ()::int AS total
+               FROM campaigns WHERE status = 'SENDING' ORDER BY confirmed_at NULLS LAST, id LIMIT ${OPS_ROWS}`,
+          );
+          const total = rows[0]?.total ?? 0;
+          return {
+            columns: ["campaignId", "account", "channel", "audience", "sent", "failed", "done"],
+            rows: rows.map((r) => [
+              r.id,
+              r.company_id,
+              r.channel,
+              r.audience,
+              r.sent,
+              r.failed,
+              r.audience > 0 ? `${Math.floor((100 * (r.sent + r.failed)) / r.audience)} %` : "-",
+            ]),
+            note: total > rows.length ? `and ${total - rows.length} more` : undefined,
+          };
+        },
+      },
 
       /** The dry run: audience, messages, SMS parts and encodings, a few rendered texts; nothing sent or stored. */
       preview: apiAction({

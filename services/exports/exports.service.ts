@@ -21,6 +21,7 @@ import { queryPage, type Page } from "../../lib/paging";
 import { iso } from "../../lib/time";
 import type { RemoteFile } from "../../lib/remote-file";
 import { checkHistoryRange } from "../tracking/tracking.contract";
+import { OPS_ROWS, seconds, type OpsTable } from "../../lib/ops";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { ExportMetrics } from "./exports.metrics";
 import { ExportRunner, FILE_RE } from "./exports.runner";
@@ -266,6 +267,32 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
           } finally {
             await fh.close();
           }
+        },
+      },
+
+      /** The REPL's `exports`: the jobs waiting and running (oldest first, at most 50), with their age and node. */
+      opsQueue: {
+        visibility: "public",
+        async handler(): Promise<OpsTable> {
+          const rows = await sequelize.query<{
+            id: string;
+            company_id: string;
+            type: string;
+            status: string;
+            age: number;
+            node_id: string | null;
+            total: number;
+          }>(
+            `SELECT id, company_id, type, status, EXTRACT(EPOCH FROM now() - created_at)::float8 AS age, node_id, count(*) OVER ()::int AS total
+               FROM export_jobs WHERE status IN ('QUEUED', 'PROCESSING') ORDER BY created_at LIMIT ${OPS_ROWS}`,
+            { type: QueryTypes.SELECT },
+          );
+          const total = rows[0]?.total ?? 0;
+          return {
+            columns: ["exportId", "account", "type", "status", "age", "node"],
+            rows: rows.map((r) => [r.id, r.company_id, r.type, r.status, seconds(r.age), r.node_id]),
+            note: total > rows.length ? `and ${total - rows.length} more` : undefined,
+          };
         },
       },
 

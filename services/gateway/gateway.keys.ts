@@ -26,6 +26,11 @@ export class PrincipalCache {
 
   constructor(private readonly ttlMs: number) {}
 
+  /** Keys held now (some may have expired and not yet been dropped). */
+  get size(): number {
+    return this.byHash.size;
+  }
+
   /** The principal of a key while it is cached. */
   get(hash: string): Principal | null {
     const hit = this.byHash.get(hash);

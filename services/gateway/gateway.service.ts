@@ -154,6 +154,14 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
 
       /** The OpenAPI 3.1 document of every operation the cluster exposes right now. */
       /** A range of an upload's spool file, raw bytes (lib/serializer.ts), while its action runs: what the action pulls (uploadedBytes of lib/remote-file.ts). */
+      /** The REPL's `keys`: the keys this gateway holds in its cache. */
+      opsKeyCache: {
+        visibility: "public",
+        handler(this: GatewayThis): { nodeID: string; size: number } {
+          return { nodeID: this.broker.nodeID, size: this.keys.size };
+        },
+      },
+
       uploadRange: {
         visibility: "public",
         params: uploadRangeIn,

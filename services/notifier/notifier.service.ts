@@ -5,10 +5,12 @@
  * (notifier.client.ts), and partners read the attempts log.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
+import { QueryTypes } from "sequelize";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
+import { seconds, type OpsTable } from "../../lib/ops";
 import type { Page } from "../../lib/paging";
 import { CallbackClient } from "./notifier.client";
 import { Deliverer } from "./notifier.delivery";
@@ -137,6 +139,24 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
           return attemptsPage(sequelize, ctx.meta.companyId, ctx.params);
         },
       }),
+
+      /** The REPL's `outbox`: per channel, events waiting, claimed by a notifier now, and how long the oldest due one has waited. */
+      opsOutbox: {
+        visibility: "public",
+        async handler(): Promise<OpsTable> {
+          const rows = await sequelize.query<{ channel: string; depth: number; claimed: number; oldest: number | null }>(
+            `SELECT channel, count(*)::int AS depth,
+                    count(*) FILTER (WHERE leased_until > now())::int AS claimed,
+                    EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest
+               FROM outbox_events GROUP BY channel ORDER BY channel`,
+            { type: QueryTypes.SELECT },
+          );
+          return {
+            columns: ["channel", "depth", "claimed", "oldest due"],
+            rows: rows.map((r) => [r.channel, r.depth, r.claimed, seconds(r.oldest)]),
+          };
+        },
+      },
 
       /** Housekeeping now (the REPL; it also runs every minute): attempts past 7 days, events of accounts without a webhook. */
       housekeep: {

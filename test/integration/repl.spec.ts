@@ -6,7 +6,7 @@
  * calls to local actions never cross it.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -15,7 +15,9 @@ import { ServiceBroker } from "moleculer";
 import { brokerOptions } from "../../moleculer.config";
 import { LoopbackClient, LoopbackHub, openLoopback } from "../../lib/loopback-transporter";
 import { replInfoOf } from "../../lib/repl-link";
-import { testConfig, waitForRoutes } from "../helpers/app";
+import { startTestApp, testConfig, uid, waitForRoutes, type TestApp } from "../helpers/app";
+import { messageIn, smsReceiptIn } from "../helpers/builders";
+import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 
 const ROOT = path.join(__dirname, "../..");
@@ -159,6 +161,11 @@ describe("npm run repl beside a running npm start", () => {
     await r.waitFor(new RegExp(`process: \\{\\s+pid: ${service.child.pid},`));
     r.child.stdin.write("services\n");
     await r.waitFor(/║ campaigns\s/);
+    // The operator's commands ask the live process too.
+    r.child.stdin.write("cluster\n");
+    await r.waitFor(new RegExp(`^${nodeId}\\s+auth, campaigns, contacts, exports, gateway, inbox, media, notifier, profiles, simulator, tracking$`, "m"));
+    r.child.stdin.write("keys\n");
+    await r.waitFor(new RegExp(`gateway node\\s+cached keys\\n${nodeId}\\s+\\d+$`, "m"));
     r.child.stdin.write("quit\n");
     expect(await r.exitCode()).toBe(0);
     expect(r.err()).not.toMatch(/\n\s+at /);
@@ -204,6 +211,123 @@ describe("npm run repl beside a running npm start", () => {
     r.child.stdin.end();
     expect(await r.exitCode()).toBe(0);
   });
+});
+
+describeOverNats("the operator's commands, on a cluster over NATS", () => {
+  let tdb: TestDatabase;
+  let node: TestApp;
+  const namespace = uid("repl");
+  const nodeID = `${namespace}-all`;
+  const company = uid("ops");
+  let campaignId: string;
+  let exportIds: { processing: string; queued: string };
+
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    // Campaigns polled once a minute: the SENDING row the test writes stays as written meanwhile.
+    node = await startTestApp({
+      services: ["gateway", "auth", "tracking", "notifier", "exports", "campaigns", "contacts"],
+      db: tdb.db,
+      config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url, campaignPollMs: 60000 },
+      broker: { namespace, nodeID },
+    });
+    // State to see. An event due in the outbox (the account has no webhook: no notifier claims it).
+    const m = messageIn(company);
+    expect((await node.ingress.post("/messages", m)).status).toBe(202);
+    expect((await node.ingress.post("/receipts/sms", smsReceiptIn(m))).status).toBe(202);
+    // An export running on a node elsewhere, so the account's next one waits QUEUED.
+    const [processing, queued] = [randomUUID(), randomUUID()];
+    exportIds = { processing, queued };
+    await tdb.db.sequelize.query(
+      `INSERT INTO export_jobs (id, company_id, type, filters, status, node_id, leased_until, created_at)
+       VALUES ($1, $3, 'CONTACTS', '{}', 'PROCESSING', 'elsewhere', now() + interval '1 hour', now() - interval '90 seconds'),
+              ($2, $3, 'CONTACTS', '{}', 'QUEUED', NULL, NULL, now() - interval '30 seconds')`,
+      { bind: [processing, queued, company] },
+    );
+    // A campaign sending: 10 recipients, 4 sent, 1 failed.
+    const [c] = (await tdb.db.sequelize.query(
+      `INSERT INTO campaigns (id, company_id, name, channel, status, contact_list_ids, text, audience, sent, failed, confirmed_at)
+       VALUES (gen_random_uuid(), $1, 'ops', 'SMS', 'SENDING', '{}', 'hi', 10, 4, 1, now()) RETURNING id`,
+      { bind: [company] },
+    )) as unknown as [{ id: string }[]];
+    campaignId = c[0]!.id;
+    // One key used once: the gateway caches it.
+    const a = await node.newAccount(["AUTHENTICATION"]);
+    expect((await a.api.get("/authentication/me")).status).toBe(200);
+  }, 90000);
+
+  afterAll(async () => {
+    await node?.stop();
+    await tdb?.drop();
+  });
+
+  const join = async () => {
+    const dir = tmpDir();
+    const r = repl({ TRANSPORTER: TEST_NATS_URL!, NAMESPACE: namespace, HOME: dir });
+    await r.waitFor(/mol \$/, 30000);
+    return r;
+  };
+
+  /** Sends `command` until the output (from `from` on) matches `re`: the registry may still be filling. */
+  async function ask(r: Proc, command: string, re: RegExp): Promise<string> {
+    const from = r.out().length;
+    r.child.stdin.write(`${command}\n`);
+    let tries = 0;
+    await eventually(
+      () => {
+        const seen = r.out().slice(from);
+        if (!re.test(seen) && ++tries % 20 === 0) r.child.stdin.write(`${command}\n`);
+        expect(seen).toMatch(re);
+      },
+      { timeoutMs: 15000 },
+    );
+    return r.out().slice(from);
+  }
+
+  it("cluster, outbox, exports, campaigns and keys answer from the live nodes", async () => {
+    const r = await join();
+    try {
+      const cluster = await ask(r, "cluster", new RegExp(`${nodeID}\\s+auth, campaigns, contacts, exports, gateway, notifier, tracking`));
+      expect(cluster).toMatch(/^node\s+services$/m);
+      expect(cluster).toMatch(/^repl-\S+ \(this REPL\)\s+-$/m);
+
+      const outbox = await ask(r, "outbox", /^SMS\s+1\s+0\s+\d+\.\d s$/m);
+      expect(outbox).toMatch(/^channel\s+depth\s+claimed\s+oldest due$/m);
+
+      const exports = await ask(r, "exports", new RegExp(`${exportIds.queued}\\s+${company}\\s+CONTACTS\\s+QUEUED\\s+\\d+\\.\\d s\\s+-`));
+      expect(exports).toMatch(new RegExp(`^${exportIds.processing}\\s+${company}\\s+CONTACTS\\s+PROCESSING\\s+9\\d\\.\\d s\\s+elsewhere$`, "m"));
+      // Oldest first.
+      expect(exports.indexOf(exportIds.processing)).toBeLessThan(exports.indexOf(exportIds.queued));
+
+      await ask(r, "campaigns", new RegExp(`^${campaignId}\\s+${company}\\s+SMS\\s+10\\s+4\\s+1\\s+50 %$`, "m"));
+      await ask(r, "keys", new RegExp(`^${nodeID}\\s+1$`, "m"));
+      r.child.stdin.write("quit\n");
+      expect(await r.exitCode()).toBe(0);
+      expect(r.err()).not.toMatch(/\n\s+at /);
+    } finally {
+      await r.kill();
+    }
+  }, 90000);
+
+  it("says in one line that no node runs a service, in a namespace where none runs", async () => {
+    const dir = tmpDir();
+    const r = repl({ TRANSPORTER: TEST_NATS_URL!, NAMESPACE: uid("empty"), HOME: dir });
+    try {
+      await r.waitFor(/mol \$/, 30000);
+      for (const [command, service] of [
+        ["outbox", "notifier"],
+        ["exports", "exports"],
+        ["campaigns", "campaigns"],
+        ["keys", "gateway"],
+      ]) {
+        await ask(r, command!, new RegExp(`^no ${service} node is running$`, "m"));
+      }
+      r.child.stdin.write("quit\n");
+      expect(await r.exitCode()).toBe(0);
+    } finally {
+      await r.kill();
+    }
+  }, 60000);
 });
 
 describe("npm run repl with nothing to join", () => {
