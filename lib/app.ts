@@ -10,6 +10,7 @@ import type { Config, ServiceName } from "./config";
 import { openDatabase, type Database } from "./db";
 import { drainOf } from "./drain";
 import { startOpsServer } from "./ops-server";
+import { addRuntimeMetrics } from "./runtime-metrics";
 import { replHub } from "./repl-link";
 
 export interface App {
@@ -45,6 +46,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const hub = opts.replSocket && !config.transporter ? replHub(config.dataDir).transporter : undefined;
   const broker = new ServiceBroker(brokerOptions(config, { ...(hub ? { transporter: hub } : {}), ...opts.broker }));
   const deps = { config, db };
+  addRuntimeMetrics(broker, db);
   for (const name of opts.services ?? config.services) broker.createService(SERVICE_FACTORIES[name](deps));
   for (const schema of opts.extraServices ?? []) broker.createService(schema);
   try {

@@ -6,6 +6,7 @@
  */
 import path from "node:path";
 import { Piscina } from "piscina";
+import { trackPool } from "./runtime-metrics";
 
 export function workerPool(
   dir: string,
@@ -19,7 +20,7 @@ export function workerPool(
 ): Piscina {
   const filename = path.resolve(dir, `${name}${path.extname(__filename)}`);
   const tsx = filename.endsWith(".ts") && !process.execArgv.some((a) => a.includes("tsx")) ? ["--import", "tsx"] : [];
-  return new Piscina({ filename, minThreads: 0, execArgv: [...process.execArgv, ...tsx], ...options });
+  return trackPool(new Piscina({ filename, minThreads: 0, execArgv: [...process.execArgv, ...tsx], ...options }), name);
 }
 
 /** A task's time budget in words, for the reason a job ends with ("2 hours 10 minutes", "30 minutes", "5 seconds"). */

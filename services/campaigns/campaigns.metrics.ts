@@ -1,10 +1,14 @@
 /**
  * What an operator watches on a campaigns node (GET /metrics of its listener): recipients handed to
  * the upstream, failed and retried, by channel; the send lag (from when a recipient was due, the
- * campaign's start or its retry time, to the upstream taking it); how long a batch takes.
+ * campaign's start or its retry time, to the upstream taking it); how long a batch takes; and, from
+ * the database on each scrape, the campaigns sending (all nodes) and how long the one that has gone
+ * longest without progress has been still (the "campaign stalled" alert, k8s/base/monitoring).
  */
-import { Counter, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { QueryTypes, type Sequelize } from "sequelize";
 import type { Channel } from "../../lib/channels";
+import { onePerScrape } from "../../lib/http-metrics";
 
 export class CampaignMetrics {
   readonly registry = new Registry();
@@ -28,6 +32,36 @@ export class CampaignMetrics {
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [this.registry],
   });
+
+  constructor(sequelize: Sequelize) {
+    const read = onePerScrape(
+      () =>
+        sequelize
+          .query<{ sending: number; still: number | null }>(
+            `SELECT count(*)::int AS sending, EXTRACT(EPOCH FROM now() - min(updated_at))::float8 AS still FROM campaigns WHERE status = 'SENDING'`,
+            { type: QueryTypes.SELECT },
+          )
+          .then((r) => r[0]!),
+      { sending: Number.NaN, still: Number.NaN },
+    );
+    const sending: Gauge = new Gauge({
+      name: "campaigns_sending",
+      help: "Campaigns in SENDING (all nodes)",
+      registers: [this.registry],
+      async collect() {
+        sending.set(Number((await read()).sending));
+      },
+    });
+    const still: Gauge = new Gauge({
+      name: "campaign_sending_still_seconds",
+      help: "How long the SENDING campaign longest without progress has made none (0 when none sends)",
+      registers: [this.registry],
+      async collect() {
+        const s = (await read()).still;
+        still.set(s === null ? 0 : Number.isNaN(s) ? Number.NaN : Math.max(0, s));
+      },
+    });
+  }
 
   counted(channel: Channel, outcome: "sent" | "retried" | "failed", n: number): void {
     if (n > 0) this.recipients.labels(channel, outcome).inc(n);

@@ -127,7 +127,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
 
     created(this: This) {
       this.sequelize = sequelize;
-      const metrics = new CampaignMetrics();
+      const metrics = new CampaignMetrics(sequelize);
       addNodeRegistry(this.broker, metrics.registry);
       const upstream = createUpstream(
         config,

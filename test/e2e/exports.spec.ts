@@ -747,6 +747,22 @@ describe("metrics", () => {
     expect(after).toMatch(/^export_run_duration_seconds_count\{type="MESSAGE_HISTORY"\} \d+$/m);
     expect(after).toMatch(/^export_jobs\{status="QUEUED"\} \d+$/m);
     expect(after).toMatch(/^export_queue_oldest_age_seconds \d/m);
+    // The node's runtime: the worker pool that wrote the file, the database pool, Node's event loop.
+    expect(value(after, 'worker_pool_threads{pool="exports.worker"}')).toBeGreaterThanOrEqual(1);
+    expect(after).toMatch(/^worker_pool_queue_size\{pool="exports.worker"\} 0$/m);
+    const utilization = value(after, 'worker_pool_utilization{pool="exports.worker"}');
+    expect(utilization).toBeGreaterThan(0);
+    expect(utilization).toBeLessThanOrEqual(1);
+    expect(value(after, "db_pool_max")).toBe(10);
+    expect(value(after, 'db_pool_connections{state="used"}') + value(after, 'db_pool_connections{state="idle"}')).toBeGreaterThanOrEqual(1);
+    expect(after).toMatch(/^db_pool_waiting \d+$/m);
+    expect(after).toMatch(/^nodejs_eventloop_lag_p99_seconds \d/m);
+    // Every series once: one exposition, no name registered twice.
+    const names = after
+      .split("\n")
+      .filter((l) => l.startsWith("# TYPE "))
+      .map((l) => l.split(" ")[2]);
+    expect(names.filter((n, i) => names.indexOf(n) !== i)).toEqual([]);
   });
 });
 

@@ -246,8 +246,8 @@ describeOverNats("the operator's commands, on a cluster over NATS", () => {
     );
     // A campaign sending: 10 recipients, 4 sent, 1 failed.
     const [c] = (await tdb.db.sequelize.query(
-      `INSERT INTO campaigns (id, company_id, name, channel, status, contact_list_ids, text, audience, sent, failed, confirmed_at)
-       VALUES (gen_random_uuid(), $1, 'ops', 'SMS', 'SENDING', '{}', 'hi', 10, 4, 1, now()) RETURNING id`,
+      `INSERT INTO campaigns (id, company_id, name, channel, status, contact_list_ids, text, audience, sent, failed, confirmed_at, updated_at)
+       VALUES (gen_random_uuid(), $1, 'ops', 'SMS', 'SENDING', '{}', 'hi', 10, 4, 1, now(), now() - interval '5 minutes') RETURNING id`,
       { bind: [company] },
     )) as unknown as [{ id: string }[]];
     campaignId = c[0]!.id;
@@ -308,6 +308,17 @@ describeOverNats("the operator's commands, on a cluster over NATS", () => {
       await r.kill();
     }
   }, 90000);
+
+  it("shows the same state on /metrics, for the alerts: outbox, export queue, a campaign still for 5 minutes", async () => {
+    const text = (await node.root.get("/metrics")).text;
+    const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, "\\$&")} (\\S+)$`, "m").exec(text)?.[1] ?? "NaN");
+    expect(value("webhook_outbox_depth")).toBe(1);
+    expect(value('export_jobs{status="QUEUED"}')).toBe(1);
+    expect(value("export_queue_oldest_age_seconds")).toBeGreaterThanOrEqual(30);
+    expect(value("campaigns_sending")).toBe(1);
+    expect(value("campaign_sending_still_seconds")).toBeGreaterThanOrEqual(300);
+    expect(value("campaign_sending_still_seconds")).toBeLessThan(400);
+  });
 
   it("says in one line that no node runs a service, in a namespace where none runs", async () => {
     const dir = tmpDir();
