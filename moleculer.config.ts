@@ -46,6 +46,25 @@ const DatabaseOutage = {
   },
 } as unknown as Middleware;
 
+/**
+ * Moleculer's tracer, off unless TRACING_EXPORTER names where spans go: a span per call, the trace id
+ * being the request id (X-Request-Id), so a trace is found from any log line or problem answer.
+ * Zipkin's format is what OpenTelemetry collectors take on their Zipkin receiver; "event" emits
+ * `$tracing.spans` locally (tests, or a service of your own that forwards them).
+ */
+function tracingOptions(config: Config): BrokerOptions["tracing"] {
+  switch (config.tracingExporter) {
+    case "none":
+      return { enabled: false };
+    case "console":
+      return { enabled: true, exporter: [{ type: "Console" }] };
+    case "zipkin":
+      return { enabled: true, exporter: [{ type: "Zipkin", options: { baseURL: config.tracingZipkinUrl } }] };
+    case "event":
+      return { enabled: true, exporter: [{ type: "Event", options: { eventName: "$tracing.spans", interval: 1, broadcast: false } }] };
+  }
+}
+
 export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
   return {
     namespace: config.namespace,
@@ -64,7 +83,7 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     // Moleculer's registry stays on (process, OS, event loop, transporter metrics), but its per-call
     // Metrics middleware is replaced by RequestMetrics (see lib/request-metrics.ts for why).
     metrics: { enabled: true, reporter: [], collectProcessMetrics: true },
-    tracing: { enabled: false },
+    tracing: tracingOptions(config),
     // A stopping node waits for the calls it is serving (lib/app.ts narrows the wait to what is
     // left of SHUTDOWN_TIMEOUT_MS once its HTTP listeners have drained).
     tracking: { enabled: true, shutdownTimeout: config.shutdownTimeoutMs },
@@ -74,7 +93,17 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     // Debounce and Throttle (no handler declares them). Adding one of those features means adding
     // its middleware here.
     internalMiddlewares: false,
-    middlewares: [RequestScope, DatabaseOutage, "ActionHook", "Validator", "ContextTracker", "Timeout", "ErrorHandler", RequestMetrics()],
+    middlewares: [
+      RequestScope,
+      DatabaseOutage,
+      "ActionHook",
+      "Validator",
+      "ContextTracker",
+      "Timeout",
+      "ErrorHandler",
+      ...(config.tracingExporter === "none" ? [] : ["Tracing"]),
+      RequestMetrics(),
+    ],
     // Our scripts stop the broker and then close the database; Moleculer's own signal handler would
     // exit the process in between.
     skipProcessEventRegistration: true,

@@ -85,6 +85,10 @@ export interface Config {
   readonly nodeId: string | null;
   /** The cluster's namespace: nodes (and the REPL) see only nodes of the same one on a transporter. */
   readonly namespace: string;
+  /** Where Moleculer's tracer sends spans (the trace id is the request id); "none" turns tracing off. */
+  readonly tracingExporter: "none" | "console" | "zipkin" | "event";
+  /** The Zipkin (or OpenTelemetry collector's Zipkin receiver) base URL for TRACING_EXPORTER=zipkin. */
+  readonly tracingZipkinUrl: string;
   /** Where the contacts service keeps uploaded files until they are imported (default DATA_DIR/imports). */
   readonly importDir: string;
   /** Worker threads (piscina) that parse imports on a contacts node. */
@@ -184,6 +188,8 @@ export const VARIABLES = {
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
   VALIDATE_RESPONSES: { field: "validateResponses", schema: { type: "boolean" }, default: false },
   NODE_ID: { field: "nodeId", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9._-]{1,64}$" }, default: null },
+  TRACING_EXPORTER: { field: "tracingExporter", schema: { enum: ["none", "console", "zipkin", "event"] }, default: "none" },
+  TRACING_ZIPKIN_URL: { field: "tracingZipkinUrl", schema: { type: "string", pattern: "^https?://" }, default: "http://127.0.0.1:9411" },
   NAMESPACE: { field: "namespace", schema: { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$" }, default: "pgw" },
   IMPORT_DIR: { field: "importDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
