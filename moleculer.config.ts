@@ -3,11 +3,11 @@
  * from TRANSPORTER (NATS) or none (in-process), pino as the logger, ajv as the validator, and the
  * middleware that carries the request id into every log line.
  */
-import type { BrokerOptions, Middleware } from "moleculer";
+import type { BrokerOptions, Middleware, ServiceBroker } from "moleculer";
 import type { Config } from "./lib/config";
-import { databaseUnavailable, isDatabaseUnavailable } from "./lib/errors";
+import { ApiError, databaseUnavailable, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S } from "./lib/errors";
 import { loggerOptions, withRequestId } from "./lib/logger";
-import { natsTransporter } from "./lib/nats-transporter";
+import { natsTransporter, transporterUp } from "./lib/nats-transporter";
 import { RequestMetrics } from "./lib/request-metrics";
 import { BinaryAnswerSerializer } from "./lib/serializer";
 import { SchemaValidator } from "./lib/validator";
@@ -65,6 +65,25 @@ function tracingOptions(config: Config): BrokerOptions["tracing"] {
   }
 }
 
+/**
+ * A call for another node while NATS is away answers a 503 SERVICE_UNAVAILABLE with retryAfter at
+ * once, instead of waiting for the request time-out (the NATS client would hold the request until
+ * it reconnects). Calls to this node's own services go on.
+ */
+const TransporterOutage = {
+  name: "TransporterOutage",
+  remoteAction(handler: Handler) {
+    return (ctx: { broker: ServiceBroker; requestID?: string | null }) => {
+      if (!transporterUp(ctx.broker)) {
+        throw new ApiError("SERVICE_UNAVAILABLE", "The message bus between the nodes is not reachable right now; try again shortly.", {
+          retryAfter: UNAVAILABLE_RETRY_AFTER_S,
+        });
+      }
+      return handler(ctx);
+    };
+  },
+} as unknown as Middleware;
+
 export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
   return {
     namespace: config.namespace,
@@ -96,6 +115,7 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     middlewares: [
       RequestScope,
       DatabaseOutage,
+      TransporterOutage,
       "ActionHook",
       "Validator",
       "ContextTracker",

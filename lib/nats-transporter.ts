@@ -9,7 +9,7 @@
  * below what the product is sized for (NATS_MAX_PAYLOAD). Every node of a cluster must run this
  * transporter (a node without it cannot read an answer in parts).
  */
-import { Errors, Transporters, type BrokerOptions } from "moleculer";
+import { Errors, Transporters, type BrokerOptions, type ServiceBroker } from "moleculer";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import type { Config } from "./config";
@@ -21,16 +21,20 @@ interface PacketLike {
 }
 
 interface TransitLike {
-  pendingRequests: Map<string, { reject(err: Error): void }>;
+  pendingRequests: Map<string, { reject(err: Error): void; action?: { name?: string }; nodeID?: string }>;
   removePendingRequest(id: string): void;
   _createPayloadErrorField(err: Error, payload: Record<string, unknown>): unknown;
 }
 
 interface NatsBase {
   opts: Record<string, unknown>;
-  logger: { warn(msg: string): void; error(msg: string): void };
+  logger: { info(msg: string): void; warn(msg: string): void; error(msg: string): void };
   transit: TransitLike;
-  client: { publish(topic: string, data: Buffer): void; info?: { max_payload?: number } } | null;
+  client: {
+    publish(topic: string, data: Buffer, opts?: { reply?: string }): void;
+    subscribe(subject: string, opts: { callback(err: Error | null, msg: { subject: string; headers?: { code?: number } }): void }): unknown;
+    info?: { max_payload?: number; headers?: boolean };
+  } | null;
   broker: { Promise: PromiseConstructor };
   connect(): Promise<void>;
   send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void>;
@@ -77,6 +81,13 @@ export function natsOptions(config: Config): Record<string, unknown> {
 }
 
 /** The transporter of a cluster node. */
+/** The broker can reach other nodes now: no transporter (one process), or one connected to its server. */
+export function transporterUp(broker: ServiceBroker): boolean {
+  const transit = (broker as unknown as { transit?: { connected?: boolean; tx?: { linkUp?: boolean } } }).transit;
+  if (!transit) return true;
+  return transit.connected === true && transit.tx?.linkUp !== false;
+}
+
 export function natsTransporter(config: Config): BrokerOptions["transporter"] {
   return new SafeNatsTransporter(natsOptions(config), config.natsMaxPayload) as unknown as BrokerOptions["transporter"];
 }
@@ -96,8 +107,48 @@ export class SafeNatsTransporter extends Base {
   private announced = 1024 * 1024;
   private readonly assembling = new Map<string, { chunks: Buffer[]; got: number; timer: NodeJS.Timeout }>();
 
+  /**
+   * False from the moment the NATS client loses its server until it is back. Moleculer's transit
+   * still says "connected" then (it only notices a client closed for good), so readiness and the
+   * calls to other nodes read this instead (transporterUp).
+   */
+  linkUp = true;
+
+  /**
+   * The inbox NATS answers "no responders" on: a request to a node is published with a reply
+   * subject here, so that when nothing subscribes to that node's subject any more (the process was
+   * killed: no goodbye, and the registry learns it only when its heartbeats stop) the server says so
+   * at once and the call fails then (503), not at its time-out. A live node ignores the reply
+   * subject. Null when the server does not speak headers (no such status then).
+   */
+  private noResponders: string | null = null;
+
   override async connect(): Promise<void> {
     await super.connect();
+    this.linkUp = true;
+    if (this.client?.info?.headers) {
+      const prefix = `_INBOX.pgw-nr.${randomBytes(12).toString("hex")}`;
+      this.client.subscribe(`${prefix}.*`, {
+        callback: (err, msg) => {
+          if (!err && msg.headers?.code === 503) this.nobodyListened(msg.subject.slice(prefix.length + 1));
+        },
+      });
+      this.noResponders = prefix;
+    }
+    const client = this.client as unknown as { status?(): AsyncIterable<{ type: string }> } | undefined;
+    if (client?.status) {
+      void (async () => {
+        for await (const s of client.status!()) {
+          if (s.type === "disconnect" && this.linkUp) {
+            this.linkUp = false;
+            this.logger.warn("NATS is not reachable: calls to other nodes answer 503 and readiness is off until it is back");
+          } else if (s.type === "reconnect" && !this.linkUp) {
+            this.linkUp = true;
+            this.logger.info("NATS is reachable again");
+          }
+        }
+      })().catch(() => undefined);
+    }
     const announced = this.client?.info?.max_payload;
     if (typeof announced === "number" && announced > 0) this.announced = announced;
     const wanted = this.maxPayload;
@@ -127,11 +178,23 @@ export class SafeNatsTransporter extends Base {
         }
         return this.broker.Promise.resolve();
       }
+      if (packet?.type === "REQ" && packet.target && this.noResponders && this.client && typeof packet.payload.id === "string") {
+        this.client.publish(topic, data, { reply: `${this.noResponders}.${packet.payload.id}` });
+        return this.broker.Promise.resolve();
+      }
       return super.send(topic, data, meta);
     } catch (err) {
       this.failed(topic, data, meta?.packet, err as Error);
       return this.broker.Promise.resolve();
     }
+  }
+
+  /** The request `id` reached no subscriber: its node is gone. The call fails now, as rejected. */
+  private nobodyListened(id: string): void {
+    const req = this.transit.pendingRequests.get(id);
+    if (!req) return;
+    this.transit.removePendingRequest(id);
+    req.reject(new Errors.RequestRejectedError({ action: req.action?.name ?? "", nodeID: req.nodeID ?? "" }));
   }
 
   /** Puts an answer sent in parts together again; anything else goes straight on. */

@@ -10,6 +10,7 @@ import type { ServiceBroker } from "moleculer";
 import type { Database } from "./db";
 import { ApiError } from "./errors";
 import { drainOf } from "./drain";
+import { transporterUp } from "./nats-transporter";
 import { HttpMetrics } from "./http-metrics";
 import { answerClientError, tagRequest, writeProblem } from "./http";
 import { toProblem } from "./problem";
@@ -52,8 +53,7 @@ export async function startOpsServer(broker: ServiceBroker, db: Database, port: 
       () => "ok",
       () => "unreachable",
     );
-    const transit = (broker as unknown as { transit?: { connected?: boolean } }).transit;
-    if (transit) checks.transporter = transit.connected ? "ok" : "disconnected";
+    if ((broker as unknown as { transit?: unknown }).transit) checks.transporter = transporterUp(broker) ? "ok" : "disconnected";
     if (Object.values(checks).every((v) => v === "ok")) return json(res, { status: "ready", checks });
     const why = Object.entries(checks)
       .filter(([, v]) => v !== "ok")

@@ -9,7 +9,9 @@ import { Readable } from "node:stream";
 import type { Context, Service, ServiceBroker } from "moleculer";
 import { API_PREFIX, type AuthMeta } from "../../lib/api";
 import type { Database } from "../../lib/db";
-import { ApiError } from "../../lib/errors";
+import { API_ROUTES } from "../../lib/api-routes";
+import { transporterUp } from "../../lib/nats-transporter";
+import { ApiError, UNAVAILABLE_RETRY_AFTER_S } from "../../lib/errors";
 import { requestIdOf, writeProblem } from "../../lib/http";
 import type { HttpMetrics } from "../../lib/http-metrics";
 import { withRequestId } from "../../lib/logger";
@@ -32,6 +34,18 @@ export function loggedPath(url: string | undefined): string {
 }
 
 /** The methods routed on a path (empty: no such path). */
+/** The API's fixed routes (lib/api-routes.ts, from openapi.json), as patterns over the full path. */
+const FIXED_ROUTES = API_ROUTES.map(([method, template]) => ({
+  method,
+  re: new RegExp(`^${API_PREFIX}${template.replace(/[.*+?^$()|[\]\\]/g, "\\$&").replace(/\\\{[^/]+?\\\}|\{[^/]+?\}/g, "[^/]+")}$`),
+}));
+
+/** The methods the API defines for `url`, whether or not a node serves them right now. */
+export function apiMethods(url: string): string[] {
+  const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
+  return [...new Set(FIXED_ROUTES.filter((r) => r.re.test(path)).map((r) => r.method))].sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
+}
+
 export function allowedMethods(aliases: Alias[], url: string): string[] {
   const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
   return [...new Set(aliases.filter((a) => a.match(path)).map((a) => a.method))]
@@ -74,17 +88,32 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
 
 /** OPTIONS: 204 with Allow on a known path, 404 otherwise (no CORS: this API is server to server). */
 export function answerOptions(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
-  const allowed = allowedMethods(aliases, req.url?.split("?")[0] ?? "");
+  const url = req.url?.split("?")[0] ?? "";
+  const allowed = [...new Set([...allowedMethods(aliases, url), ...apiMethods(url)])].sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
   if (allowed.length === 0) return sendProblem(host, req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.url?.split("?")[0]}.`));
   res.setHeader("Allow", [...allowed, "OPTIONS"].join(", "));
   res.statusCode = 204;
   res.end();
 }
 
-/** Unknown path: 404; known path with another method: 405 with Allow. */
+/**
+ * Unknown path: 404; known path with another method: 405 with Allow. A route of the API that no node
+ * serves right now (its service's nodes all gone, or not yet known to this gateway) is a 503 with
+ * Retry-After: the API's routes are fixed, whatever node serves them, and a partner must read
+ * "down, try again", not "gone".
+ */
 export function answerNoRoute(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
   const url = req.parsedUrl ?? req.url?.split("?")[0] ?? "";
-  const allowed = allowedMethods(aliases, url);
+  const fixed = apiMethods(url);
+  if (req.method && fixed.includes(req.method)) {
+    return sendProblem(
+      host,
+      req,
+      res,
+      new ApiError("SERVICE_UNAVAILABLE", `No node serves ${req.method} ${url} right now; try again shortly.`, { retryAfter: UNAVAILABLE_RETRY_AFTER_S }),
+    );
+  }
+  const allowed = [...new Set([...allowedMethods(aliases, url), ...fixed])].sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
   if (allowed.length > 0) {
     res.setHeader("Allow", allowed.join(", "));
     return sendProblem(host, req, res, new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${url}; allowed: ${allowed.join(", ")}.`));
@@ -174,7 +203,7 @@ export async function readinessChecks(
   } catch {
     checks.database = "unreachable";
   }
-  if (withTransporter) checks.transporter = broker.transit?.connected ? "ok" : "disconnected";
+  if (withTransporter) checks.transporter = transporterUp(broker) ? "ok" : "disconnected";
   checks.routes = routesReady ? "ok" : "loading";
   return checks;
 }

@@ -1,6 +1,8 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import fs from "node:fs";
+import { API_ROUTES } from "../../lib/api-routes";
+import { API_ROUTES_FILE, apiRoutesSource } from "../../lib/api-routes-source";
 import os from "node:os";
 import path from "node:path";
 import { ALL_SERVICES } from "../../lib/config";
@@ -71,6 +73,12 @@ it("groups every operation under one of its listed tags, in the reference's fixe
   expect(doc.paths["/contacts/list"].post.tags).toEqual(["lists"]);
   expect(doc.paths["/contacts/list"].post.operationId).toBe("contacts_createList");
   expect(doc.info.description).toContain("## Problem types");
+});
+
+it("keeps the gateway's table of the API's routes (lib/api-routes.ts) what the committed openapi.json generates (run `npm run openapi`)", () => {
+  const committed = JSON.parse(fs.readFileSync(path.join(__dirname, "../../openapi.json"), "utf8"));
+  expect(fs.readFileSync(API_ROUTES_FILE, "utf8")).toBe(apiRoutesSource(committed));
+  expect(API_ROUTES).toContainEqual(["GET", "/contacts/{id}"]);
 });
 
 it("is the same document as the committed openapi.json (run `npm run openapi` after changing an action)", () => {

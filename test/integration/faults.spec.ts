@@ -1,0 +1,270 @@
+/**
+ * Outages, survived for real: the product as OS processes (`npm start`'s script with SERVICES) over
+ * NATS and PostgreSQL, a gateway node (gateway, auth) and a contacts node, while the parts they
+ * need fail. During an outage a request fails fast and honestly (a 503 problem with Retry-After,
+ * never a 500, never a 404 "no route", never a wait to the request time-out), readiness says so,
+ * and everything recovers by itself when the part is back, with no process exiting.
+ *
+ * Each process is one Node process (`node --import tsx`, not tsx's CLI, whose child would outlive
+ * a SIGKILL of its parent).
+ *
+ * The machine's NATS and PostgreSQL serve every other test file at the same time, so they are never
+ * stopped here: this file runs a NATS server of its own (killed and started again on the same port
+ * = "NATS restarted"), and reaches PostgreSQL through a TCP proxy of its own ("PostgreSQL stopped" =
+ * every connection cut and new ones refused; "started" = accepted again).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { createPgDatabase, itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
+import { eventually } from "../helpers/eventually";
+
+const ROOT = path.join(__dirname, "../..");
+const NATS_SERVER = "/usr/sbin/nats-server";
+const API = "/api/partner-gateway/v1";
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A TCP proxy in front of PostgreSQL that can be cut (connections destroyed, new ones refused) and restored. */
+class Proxy {
+  private server: net.Server | null = null;
+  private sockets = new Set<net.Socket>();
+  constructor(
+    readonly port: number,
+    private readonly target: { host: string; port: number },
+  ) {}
+
+  async up(): Promise<void> {
+    const server = net.createServer((client) => {
+      const upstream = net.connect(this.target.port, this.target.host);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on("close", () => this.sockets.delete(s));
+        s.on("error", () => undefined);
+      }
+      client.pipe(upstream).pipe(client);
+      client.on("close", () => upstream.destroy());
+      upstream.on("close", () => client.destroy());
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(this.port, "127.0.0.1", () => resolve());
+    });
+    this.server = server;
+  }
+
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = null;
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise((r) => server.close(r));
+  }
+}
+
+/** A process of ours (its output kept for the failure message), killed at the end whatever happens. */
+interface Proc {
+  child: ChildProcess;
+  output(): string;
+  stdout?(): string;
+  exited: boolean;
+}
+const procs: Proc[] = [];
+
+function start(args: string[], env: Record<string, string>): Proc {
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|INTERNAL_PORT|TEST_|LOG_|NODE_ID|NAMESPACE)/.test(k)),
+  );
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { ...clean, LOG_LEVEL: "warn", LOG_FORMAT: "json", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let stdout = "";
+  child.stdout!.on("data", (d) => {
+    out = (out + d).slice(-20000);
+    stdout = (stdout + d).slice(-20000);
+  });
+  child.stderr!.on("data", (d) => (out = (out + d).slice(-20000)));
+  const p: Proc = { child, output: () => out, stdout: () => stdout, exited: false };
+  child.on("exit", () => (p.exited = true));
+  procs.push(p);
+  return p;
+}
+
+async function stop(p: Proc, signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
+  if (p.exited) return;
+  const gone = new Promise((r) => p.child.once("exit", r));
+  p.child.kill(signal);
+  const timer = setTimeout(() => p.child.kill("SIGKILL"), 30000);
+  await gone;
+  clearTimeout(timer);
+}
+
+interface Answer {
+  status: number;
+  ms: number;
+  retryAfter: string | null;
+  type: string | null;
+}
+
+async function get(port: number, p: string, key?: string): Promise<Answer> {
+  const started = Date.now();
+  const res = await fetch(`http://127.0.0.1:${port}${p}`, { headers: key ? { "x-api-key": key } : {}, signal: AbortSignal.timeout(60000) });
+  const body = (await res.json().catch(() => ({}))) as { type?: string };
+  return { status: res.status, ms: Date.now() - started, retryAfter: res.headers.get("retry-after"), type: body.type ?? null };
+}
+
+/** What a partner must see during an outage: 503 with Retry-After, a problem body, and at once. */
+function expectFastOutage(a: Answer) {
+  expect({ status: a.status, retryAfter: a.retryAfter !== null, type: a.type }).toEqual({
+    status: 503,
+    retryAfter: true,
+    type: expect.stringMatching(/^\/docs#problem-/),
+  });
+  expect(a.ms).toBeLessThan(6000);
+}
+
+describe("outages answered fast and honestly, and survived", () => {
+  let natsPort: number;
+  let nats: Proc;
+  let proxy: Proxy;
+  let drop: (() => Promise<void>) | null = null;
+  let gateway: Proc;
+  let contacts: Proc;
+  let gwPort: number;
+  let contactsPort: number;
+  let key: string;
+  let env: Record<string, string>;
+  const natsDir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-faults-nats-"));
+
+  const startNats = async () => {
+    const child = spawn(NATS_SERVER, ["-a", "127.0.0.1", "-p", String(natsPort), "-sd", natsDir], { stdio: "ignore" });
+    nats = { child, output: () => "", exited: false };
+    child.on("exit", () => (nats.exited = true));
+    procs.push(nats);
+    await eventually(
+      () =>
+        new Promise<void>((resolve, reject) => {
+          const s = net.connect(natsPort, "127.0.0.1", () => {
+            s.destroy();
+            resolve();
+          });
+          s.on("error", reject);
+        }),
+      { timeoutMs: 10000 },
+    );
+  };
+
+  const startContacts = async () => {
+    contacts = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      ...env,
+      SERVICES: "contacts",
+      PORT: String(contactsPort),
+      NODE_ID: "faults-contacts",
+    });
+    await eventually(async () => expect((await get(gwPort, `${API}/contacts`, key)).status).toBe(200), { timeoutMs: 60000, intervalMs: 250 });
+  };
+
+  beforeAll(async () => {
+    if (!TEST_DATABASE_URL || !fs.existsSync(NATS_SERVER)) return;
+    const pgdb = await createPgDatabase();
+    drop = pgdb.drop;
+    const target = new URL(TEST_DATABASE_URL);
+    proxy = new Proxy(await freePort(), { host: target.hostname, port: Number(target.port || 5432) });
+    await proxy.up();
+    const viaProxy = new URL(pgdb.url);
+    viaProxy.hostname = "127.0.0.1";
+    viaProxy.port = String(proxy.port);
+    natsPort = await freePort();
+    await startNats();
+    [gwPort, contactsPort] = [await freePort(), await freePort()];
+    env = {
+      DATABASE_URL: viaProxy.toString(),
+      TRANSPORTER: `nats://127.0.0.1:${natsPort}`,
+      NAMESPACE: `faults${process.pid}`,
+      RATE_LIMIT_RPS: "100000",
+      REQUEST_TIMEOUT_MS: "20000",
+    };
+    gateway = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      ...env,
+      SERVICES: "gateway,auth",
+      PORT: String(gwPort),
+      NODE_ID: "faults-gateway",
+    });
+    const admin = start(["--import", "tsx", path.join(ROOT, "scripts/admin.ts"), "keys:create", "--company", "faults", "--operations", "ALL"], {
+      DATABASE_URL: env.DATABASE_URL!,
+    });
+    await new Promise((r) => admin.child.once("exit", r));
+    key = JSON.parse(admin.stdout!().trim().split("\n").pop()!).apiKey;
+    await eventually(async () => expect((await get(gwPort, "/healthz/ready")).status).toBe(200), { timeoutMs: 60000, intervalMs: 250 });
+    await startContacts();
+  }, 180000);
+
+  afterAll(async () => {
+    // FAULTS_DEBUG=1 keeps each process's output in /tmp/faults-proc-<n>.log, to see why a case failed.
+    if (process.env.FAULTS_DEBUG) for (const [i, p] of procs.entries()) fs.writeFileSync(`/tmp/faults-proc-${i}.log`, p.output());
+    await Promise.all(procs.map((p) => stop(p, "SIGKILL")));
+    await proxy?.cut();
+    await drop?.();
+  });
+
+  itWithPostgres(
+    "the only contacts node killed: 503 at once, before and after the registry drops it; back when a node returns",
+    async () => {
+      await stop(contacts, "SIGKILL");
+      // Before the registry notices (heartbeats time out after 15 s): the call goes to a node that is gone.
+      expectFastOutage(await get(gwPort, `${API}/contacts`, key));
+      // After: no node serves the route, which stays the API's: 503, not 404.
+      await sleep(17000);
+      expectFastOutage(await get(gwPort, `${API}/contacts`, key));
+      expect((await get(gwPort, `${API}/contacts/00000000-0000-4000-8000-000000000000`, key)).status).toBe(503);
+      await startContacts();
+      expect(gateway.exited).toBe(false);
+    },
+    120000,
+  );
+
+  itWithPostgres(
+    "NATS restarted: 503 at once and readiness 503 while it is down; every node back by itself",
+    async () => {
+      await stop(nats, "SIGKILL");
+      await sleep(1000);
+      expectFastOutage(await get(gwPort, `${API}/contacts`, key));
+      const ready = await get(gwPort, "/healthz/ready");
+      expect(ready.status).toBe(503);
+      await startNats();
+      await eventually(async () => expect((await get(gwPort, "/healthz/ready")).status).toBe(200), { timeoutMs: 60000, intervalMs: 500 });
+      await eventually(async () => expect((await get(gwPort, `${API}/contacts`, key)).status).toBe(200), { timeoutMs: 60000, intervalMs: 500 });
+      expect({ gateway: gateway.exited, contacts: contacts.exited }).toEqual({ gateway: false, contacts: false });
+    },
+    120000,
+  );
+
+  itWithPostgres(
+    "PostgreSQL stopped: 503 at once and readiness 503; served again once it is back, no process exits",
+    async () => {
+      await proxy.cut();
+      expectFastOutage(await get(gwPort, `${API}/contacts`, key));
+      expect((await get(gwPort, "/healthz/ready")).status).toBe(503);
+      await proxy.up();
+      await eventually(async () => expect((await get(gwPort, "/healthz/ready")).status).toBe(200), { timeoutMs: 60000, intervalMs: 500 });
+      await eventually(async () => expect((await get(gwPort, `${API}/contacts`, key)).status).toBe(200), { timeoutMs: 60000, intervalMs: 500 });
+      expect({ gateway: gateway.exited, contacts: contacts.exited }).toEqual({ gateway: false, contacts: false });
+    },
+    120000,
+  );
+});
