@@ -66,5 +66,17 @@ export async function queryPage<Row extends object, Out>(
     }),
     sequelize.query<{ total: string }>(q.count, { replacements: q.replacements, type: QueryTypes.SELECT }),
   ]);
-  return toPage(rows.map(q.map), Number(count!.total), q.page, q.limit);
+  return toPage(rows.map(q.map), consistentTotal(Number(count!.total), rows.length, q.page, q.limit), q.page, q.limit);
+}
+
+/**
+ * The page and the count are read by two statements at once (each on its own connection, so in two
+ * snapshots): a row committed between them could make an answer contradict itself (a total of 1
+ * beside an empty first page). The rows read win: a page shorter than the limit is the last one, so
+ * the total is exactly what precedes it plus its rows; a full page means at least that many.
+ */
+export function consistentTotal(counted: number, rows: number, page: number, limit: number): number {
+  if (rows === 0 && page > 0) return counted; // past the end: only the count knows
+  if (rows < limit) return page * limit + rows;
+  return Math.max(counted, page * limit + rows);
 }

@@ -1,4 +1,5 @@
 import { coerceValue, mergeParams } from "../../services/gateway/gateway.params";
+import { consistentTotal } from "../../lib/paging";
 
 const schema = {
   type: "object",
@@ -58,5 +59,16 @@ describe("mergeParams", () => {
     const out = mergeParams({}, JSON.parse('{"__proto__": {"admin": true}}'), {}, schema);
     expect(Object.keys(out)).toEqual(["__proto__"]);
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
+  });
+});
+
+describe("consistentTotal (a page and its count read in two snapshots)", () => {
+  it("takes the rows read over a count that saw more or fewer", () => {
+    expect(consistentTotal(1, 0, 0, 10)).toBe(0); // a row committed after the page was read
+    expect(consistentTotal(3, 5, 0, 10)).toBe(5); // rows committed after the count
+    expect(consistentTotal(25, 5, 2, 10)).toBe(25);
+    expect(consistentTotal(19, 10, 1, 10)).toBe(20); // a full page: at least what it shows
+    expect(consistentTotal(42, 10, 1, 10)).toBe(42);
+    expect(consistentTotal(42, 0, 7, 10)).toBe(42); // past the end: only the count knows
   });
 });
