@@ -35,7 +35,10 @@ interface NatsBase {
     subscribe(subject: string, opts: { callback(err: Error | null, msg: { subject: string; headers?: { code?: number } }): void }): unknown;
     info?: { max_payload?: number; headers?: boolean };
   } | null;
-  broker: { Promise: PromiseConstructor };
+  broker: {
+    Promise: PromiseConstructor;
+    registry?: { nodes?: { get(id: string): { available?: boolean } | undefined; disconnected(id: string, unexpected: boolean): void } };
+  };
   connect(): Promise<void>;
   send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void>;
   receive(cmd: string, data: Buffer): unknown;
@@ -189,12 +192,22 @@ export class SafeNatsTransporter extends Base {
     }
   }
 
-  /** The request `id` reached no subscriber: its node is gone. The call fails now, as rejected. */
+  /**
+   * The request `id` reached no subscriber: its node is gone (killed, or cut from NATS). The call
+   * fails now, as rejected (a 503 the caller may retry: nothing received it), and the node leaves
+   * this node's registry at once rather than when its heartbeats time out, so the next call goes to
+   * a live replica. A node that was only cut off comes back with its next heartbeat.
+   */
   private nobodyListened(id: string): void {
     const req = this.transit.pendingRequests.get(id);
     if (!req) return;
     this.transit.removePendingRequest(id);
     req.reject(new Errors.RequestRejectedError({ action: req.action?.name ?? "", nodeID: req.nodeID ?? "" }));
+    const nodes = this.broker.registry?.nodes;
+    if (req.nodeID && nodes?.get(req.nodeID)?.available) {
+      this.logger.warn(`Node '${req.nodeID}' does not listen on the bus any more (no responders): taken out of the registry`);
+      nodes.disconnected(req.nodeID, true);
+    }
   }
 
   /** Puts an answer sent in parts together again; anything else goes straight on. */

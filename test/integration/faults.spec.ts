@@ -18,6 +18,7 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import pg from "pg";
 import { createPgDatabase, itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 
@@ -149,6 +150,7 @@ describe("outages answered fast and honestly, and survived", () => {
   let contactsPort: number;
   let key: string;
   let env: Record<string, string>;
+  let directUrl: string;
   const natsDir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-faults-nats-"));
 
   const startNats = async () => {
@@ -183,6 +185,7 @@ describe("outages answered fast and honestly, and survived", () => {
     if (!TEST_DATABASE_URL || !fs.existsSync(NATS_SERVER)) return;
     const pgdb = await createPgDatabase();
     drop = pgdb.drop;
+    directUrl = pgdb.url;
     const target = new URL(TEST_DATABASE_URL);
     proxy = new Proxy(await freePort(), { host: target.hostname, port: Number(target.port || 5432) });
     await proxy.up();
@@ -266,5 +269,81 @@ describe("outages answered fast and honestly, and survived", () => {
       expect({ gateway: gateway.exited, contacts: contacts.exited }).toEqual({ gateway: false, contacts: false });
     },
     120000,
+  );
+  itWithPostgres(
+    "an exports node SIGKILLed mid-export: another exports node completes the export after the lease, and the file downloads whole",
+    async () => {
+      const ROWS = 200_000;
+      const db = new pg.Client({ connectionString: directUrl });
+      await db.connect();
+      const exportDir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-faults-exports-"));
+      const exportsEnv = {
+        ...env,
+        SERVICES: "exports",
+        EXPORT_DIR: exportDir,
+        EXPORT_SIGNING_KEY: "faults-signing-key-0123456789abcdef0123",
+        EXPORT_LEASE_MS: "3000",
+      };
+      try {
+        await db.query(
+          `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, status_code, text)
+           SELECT 'faults', 'SMS', 'x-' || g, '+3519' || lpad(g::text, 8, '0'), now() - g * interval '1 second', 3, repeat('x', 120)
+             FROM generate_series(1, $1::int) g`,
+          [ROWS],
+        );
+        const first = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+          ...exportsEnv,
+          PORT: String(await freePort()),
+          NODE_ID: "faults-exports-a",
+        });
+        await eventually(async () => expect((await get(gwPort, `${API}/exports`, key)).status).toBe(200), { timeoutMs: 60000, intervalMs: 250 });
+        const created = await fetch(`http://127.0.0.1:${gwPort}${API}/messages/history/export`, {
+          method: "POST",
+          headers: { "x-api-key": key, "content-type": "application/json" },
+          body: JSON.stringify({ channel: "SMS" }),
+        });
+        expect(created.status).toBe(202);
+        const exportId = ((await created.json()) as { exportId: string }).exportId;
+        // Killed while it writes the file.
+        await eventually(
+          async () => {
+            const { rows } = await db.query(`SELECT status, node_id FROM export_jobs WHERE id = $1`, [exportId]);
+            expect(rows[0]).toEqual({ status: "PROCESSING", node_id: "faults-exports-a" });
+          },
+          { timeoutMs: 30000, intervalMs: 20 },
+        );
+        await stop(first, "SIGKILL");
+        expect((await db.query(`SELECT status FROM export_jobs WHERE id = $1`, [exportId])).rows[0].status).toBe("PROCESSING");
+        start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], { ...exportsEnv, PORT: String(await freePort()), NODE_ID: "faults-exports-b" });
+        await eventually(
+          async () => {
+            const { rows } = await db.query(`SELECT status, node_id, row_count::int AS rows FROM export_jobs WHERE id = $1`, [exportId]);
+            expect(rows[0]).toEqual({ status: "COMPLETED", node_id: "faults-exports-b", rows: ROWS });
+          },
+          { timeoutMs: 90000, intervalMs: 250 },
+        );
+        // The gateway may still hold the killed node in its registry: a call sent there fails at once
+        // (503, NATS: no responders) and takes it out, so the next one reaches the live node.
+        const job = await eventually(
+          async () => {
+            const answer = await fetch(`http://127.0.0.1:${gwPort}${API}/exports/${exportId}`, { headers: { "x-api-key": key } });
+            const body = (await answer.json()) as { downloadUrl: string };
+            expect({ status: answer.status, body }).toEqual({ status: 200, body: expect.objectContaining({ downloadUrl: expect.any(String) }) });
+            return body;
+          },
+          { timeoutMs: 5000, intervalMs: 100 },
+        );
+        const download = new URL(job.downloadUrl, "http://localhost");
+        const res = await fetch(`http://127.0.0.1:${gwPort}${download.pathname}`);
+        expect(res.status).toBe(200);
+        let lines = 0;
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) for (const b of chunk) if (b === 10) lines++;
+        expect(lines).toBe(ROWS + 1); // the header, then every row
+        expect(gateway.exited).toBe(false);
+      } finally {
+        await db.end();
+      }
+    },
+    180000,
   );
 });
