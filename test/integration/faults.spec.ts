@@ -1,7 +1,9 @@
 /**
  * Outages, survived for real: the product as OS processes (`npm start`'s script with SERVICES) over
- * NATS and PostgreSQL, a gateway node (gateway, auth) and a contacts node, while the parts they
- * need fail. During an outage a request fails fast and honestly (a 503 problem with Retry-After,
+ * NATS and PostgreSQL, a gateway node (gateway, auth) and a contacts node (then exports nodes and a
+ * second gateway), while the parts they need fail: the only contacts node killed, NATS restarted,
+ * PostgreSQL stopped, an exports node killed mid-export, a gateway killed under load. (A notifier
+ * killed mid-delivery: notifier-kill.spec.ts; a campaigns node killed mid-send: campaigns-kill.spec.ts.) During an outage a request fails fast and honestly (a 503 problem with Retry-After,
  * never a 500, never a 404 "no route", never a wait to the request time-out), readiness says so,
  * and everything recovers by itself when the part is back, with no process exiting.
  *
@@ -345,5 +347,46 @@ describe("outages answered fast and honestly, and survived", () => {
       }
     },
     180000,
+  );
+  itWithPostgres(
+    "a gateway SIGKILLed behind round-robin under load: the other serves on, no 5xx",
+    async () => {
+      const secondPort = await freePort();
+      const second = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+        ...env,
+        SERVICES: "gateway",
+        PORT: String(secondPort),
+        NODE_ID: "faults-gateway-2",
+      });
+      await eventually(async () => expect((await get(secondPort, `${API}/contacts`, key)).status).toBe(200), { timeoutMs: 60000, intervalMs: 250 });
+      // A balancer's view: round-robin over the gateways it believes up; a refused or reset
+      // connection takes a gateway out and the request goes to the next (nothing was served).
+      const up = new Set([gwPort, secondPort]);
+      const statuses: number[] = [];
+      let turn = 0;
+      let running = true;
+      const client = async () => {
+        while (running) {
+          const port = [...up][turn++ % up.size]!;
+          try {
+            statuses.push((await get(port, `${API}/contacts?limit=5`, key)).status);
+          } catch {
+            up.delete(port);
+          }
+        }
+      };
+      const clients = Array.from({ length: 4 }, client);
+      await sleep(1000);
+      await stop(second, "SIGKILL");
+      const killedAt = statuses.length;
+      await sleep(2000);
+      running = false;
+      await Promise.all(clients);
+      expect(up).toEqual(new Set([gwPort]));
+      expect(statuses.length - killedAt).toBeGreaterThan(10);
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+      expect(gateway.exited).toBe(false);
+    },
+    120000,
   );
 });
