@@ -20,6 +20,7 @@ import pg from "pg";
 import { startReceiver, testCa } from "../../test/helpers/receiver";
 import { createBenchDatabase } from "../database";
 import { receipt, registration } from "../notifier/events";
+import { inArrays } from "../ingress";
 import { startService, type BenchService } from "../service";
 
 const { values } = parseArgs({ options: { messages: { type: "string", default: "20000" }, events: { type: "string", default: "20000" } } });
@@ -27,29 +28,6 @@ const M = Number(values.messages);
 const N = Number(values.events);
 const NATS = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const LEASE_MS = 10_000;
-
-async function post(url: string, body: unknown) {
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  if (r.status !== 202) throw new Error(`ingress: ${r.status} ${await r.text()}`);
-  await r.arrayBuffer();
-}
-
-/** Posts make(i) for i < n in arrays of 500, four at a time. */
-async function inArrays(url: string, n: number, make: (i: number) => unknown) {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 4 }, async () => {
-      while (next < n) {
-        const from = next;
-        next = Math.min(n, next + 500);
-        await post(
-          url,
-          Array.from({ length: next - from }, (_, k) => make(from + k)),
-        );
-      }
-    }),
-  );
-}
 
 let port = 4100 + Math.floor(Math.random() * 200);
 const nextPort = () => (port += 3);
@@ -88,8 +66,8 @@ async function main() {
       await c.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, [prefix, receiver.url("/events")]);
       await c.end();
       const t0 = Date.now();
-      await inArrays(`${ingress}/messages`, M, (i) => registration(prefix, prefix, i));
-      await inArrays(`${ingress}/receipts/sms`, M, (i) => receipt(prefix, prefix, i));
+      await inArrays(`${ingress}/messages`, M, (i) => registration(prefix, prefix, i), 500);
+      await inArrays(`${ingress}/receipts/sms`, M, (i) => receipt(prefix, prefix, i), 500);
       const ats = await waitFor(prefix, M);
       return (ats.at(-1)! - t0) / 1000;
     } finally {
@@ -126,8 +104,8 @@ async function main() {
   try {
     for (const co of ["n1", "n2", "fo"]) await c.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2)`, [co, receiver.url("/events")]);
     const throughput = async (prefix: string, processes: number) => {
-      await inArrays(`${ingress}/messages`, N, (i) => registration(prefix, prefix, i));
-      await inArrays(`${ingress}/receipts/sms`, N, (i) => receipt(prefix, prefix, i));
+      await inArrays(`${ingress}/messages`, N, (i) => registration(prefix, prefix, i), 500);
+      await inArrays(`${ingress}/receipts/sms`, N, (i) => receipt(prefix, prefix, i), 500);
       const notifiers = await Promise.all(Array.from({ length: processes }, () => startService(db.url, nextPort(), { ...env, SERVICES: "notifier" })));
       const ats = await waitFor(prefix, N);
       for (const n of notifiers) await n.stop();
@@ -142,8 +120,8 @@ async function main() {
     // (c) failover.
     const F = 300;
     delay = 300;
-    await inArrays(`${ingress}/messages`, F, (i) => registration("fo", "fo", i));
-    await inArrays(`${ingress}/receipts/sms`, F, (i) => receipt("fo", "fo", i));
+    await inArrays(`${ingress}/messages`, F, (i) => registration("fo", "fo", i), 500);
+    await inArrays(`${ingress}/receipts/sms`, F, (i) => receipt("fo", "fo", i), 500);
     const first = await startService(db.url, nextPort(), { ...env, SERVICES: "notifier" });
     await waitFor("fo", 20);
     const killedAt = Date.now();

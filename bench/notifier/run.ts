@@ -21,6 +21,7 @@ import { promisify } from "node:util";
 import pg from "pg";
 import { startReceiver, testCa } from "../../test/helpers/receiver";
 import { createBenchDatabase } from "../database";
+import { inArrays, post } from "../ingress";
 import { ROOT, startService } from "../service";
 import { eventBody, receipt, registration } from "./events";
 
@@ -32,29 +33,6 @@ const RATE = Number(values.rate);
 const SECONDS = Number(values.seconds);
 const CONNECTIONS = 16;
 const COMPANY = "bench-co";
-
-async function post(url: string, body: unknown) {
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  if (r.status !== 202) throw new Error(`ingress: ${r.status} ${await r.text()}`);
-  await r.arrayBuffer();
-}
-
-async function inArrays(url: string, n: number, make: (i: number) => unknown) {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 4 }, async () => {
-      for (;;) {
-        const from = next;
-        if (from >= n) return;
-        next += 1000;
-        await post(
-          url,
-          Array.from({ length: Math.min(1000, n - from) }, (_, k) => make(from + k)),
-        );
-      }
-    }),
-  );
-}
 
 /** CPU seconds (user + system) used so far by the process `pid`, or by every process named `comm`. */
 function cpu(pid: number | null, comm?: string): number {

@@ -9,7 +9,6 @@
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import { builtinModules } from "node:module";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -17,6 +16,7 @@ import { migrations } from "../../migrations";
 import { createPgDatabase, itWithPostgres } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { Http } from "../helpers/http";
+import { freePort } from "../helpers/ports";
 
 const ROOT = path.join(__dirname, "../..");
 /** The project's Node 22 (the node@22 devDependency), whatever node is on PATH. */
@@ -32,17 +32,6 @@ const cleanEnv = (extra: Record<string, string>) => ({
   LOG_LEVEL: "warn",
   ...extra,
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 let dist: string;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-dist-data-"));

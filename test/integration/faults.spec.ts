@@ -23,21 +23,11 @@ import path from "node:path";
 import pg from "pg";
 import { createPgDatabase, itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
+import { freePort } from "../helpers/ports";
 
 const ROOT = path.join(__dirname, "../..");
 const NATS_SERVER = "/usr/sbin/nats-server";
 const API = "/api/partner-gateway/v1";
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

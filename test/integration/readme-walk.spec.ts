@@ -11,6 +11,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "../helpers/ports";
 
 const root = join(__dirname, "..", "..");
 
@@ -48,17 +49,6 @@ async function hookIp(): Promise<string> {
     if (free) return ip;
   }
   throw new Error("no loopback address with a free port 8443");
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
 }
 
 async function waitUp(url: string, child: ChildProcess, ms: number): Promise<void> {

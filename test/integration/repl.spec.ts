@@ -19,6 +19,7 @@ import { startTestApp, testConfig, uid, waitForRoutes, type TestApp } from "../h
 import { messageIn, smsReceiptIn } from "../helpers/builders";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
+import { freePort } from "../helpers/ports";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -27,17 +28,6 @@ const tmpDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "pgw-repl-"));
 /** The environment of a user's shell: nothing of the test run's own configuration. */
 const cleanEnv = () =>
   Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NODE_ID)/.test(k)));
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** A process of ours whose output is kept, killed at the end whatever happens. */
 interface Proc {

@@ -7,25 +7,14 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { startTestApp, waitForRoutes } from "../helpers/app";
+import { freePort } from "../helpers/ports";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
 const API = "/api/partner-gateway/v1";
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const clean = () =>
   Object.fromEntries(

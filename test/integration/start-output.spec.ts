@@ -5,23 +5,12 @@
  */
 import { spawn } from "node:child_process";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { waitForRoutes } from "../helpers/app";
+import { freePort } from "../helpers/ports";
 
 const ROOT = path.join(__dirname, "../..");
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Starts `npm start`'s script with stdout on a pipe, sends one request, stops it; answers its stdout. */
 async function startAndStop(env: Record<string, string>): Promise<{ stdout: string; port: number; internalPort: number; code: number | null }> {
