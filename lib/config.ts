@@ -158,7 +158,7 @@ export const VARIABLES = {
   WEBHOOK_ALLOW_PRIVATE_TARGETS: { field: "webhookAllowPrivateTargets", schema: { type: "boolean" }, default: false },
   NOTIFIER_ENDPOINT_CONCURRENCY: { field: "notifierEndpointConcurrency", schema: { type: "integer", minimum: 1, maximum: 1024 }, default: 16 },
   NOTIFIER_MAX_IN_FLIGHT: { field: "notifierMaxInFlight", schema: { type: "integer", minimum: 1, maximum: 10000 }, default: 256 },
-  NOTIFIER_POLL_MS: { field: "notifierPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 100 },
+  NOTIFIER_POLL_MS: { field: "notifierPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
   // At least the attempt's own limits (3 s connect + 5 s answer) and a margin, so a slow attempt is never taken twice.
   NOTIFIER_LEASE_MS: { field: "notifierLeaseMs", schema: { type: "integer", minimum: 10000, maximum: 3600000 }, default: 60000 },
   NODE_EXTRA_CA_CERTS: { field: "extraCaCerts", schema: { type: ["string", "null"], minLength: 1 }, default: null },

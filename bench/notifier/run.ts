@@ -1,5 +1,6 @@
 /**
- * bench/notifier: webhook delivery end to end, whole processes, on PostgreSQL, to a local HTTPS
+ * bench/notifier: webhook delivery end to end, whole processes (an ingest node and a notifier node
+ * over NATS at BENCH_NATS_URL, default nats://127.0.0.1:4222), on PostgreSQL, to a local HTTPS
  * receiver on 127.0.0.1:8443 (answering 200; its CA handed over as NODE_EXTRA_CA_CERTS).
  *
  * (a) Throughput: N events made due by the ingress (N SMS messages registered and receipted, in
@@ -77,7 +78,15 @@ async function main() {
       if (id) arrived.set(id, at);
     },
   });
-  const env = { WEBHOOK_ALLOW_PRIVATE_TARGETS: "true", NODE_EXTRA_CA_CERTS: ca.file, NOTIFIER_ENDPOINT_CONCURRENCY: String(CONNECTIONS) };
+  // The ingest node and the notifier as a cluster over NATS (tracking wakes the notifiers when it commits events).
+  const env = {
+    WEBHOOK_ALLOW_PRIVATE_TARGETS: "true",
+    NODE_EXTRA_CA_CERTS: ca.file,
+    NOTIFIER_ENDPOINT_CONCURRENCY: String(CONNECTIONS),
+    TRANSPORTER: process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222",
+    NAMESPACE: `bench-notifier-${process.pid}`,
+    INTERNAL_TOKEN_DISABLED: "true",
+  };
   const port = 3960 + Math.floor(Math.random() * 9);
   const ingest = await startService(db.url, port, { ...env, SERVICES: "gateway,auth,tracking", INTERNAL_PORT: String(port + 10) });
   const ingress = `http://127.0.0.1:${port + 10}/internal/v1`;

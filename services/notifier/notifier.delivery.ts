@@ -119,6 +119,9 @@ export class Deliverer {
   private readonly loops: Loops;
   private readonly outbox: Jobs;
   private soonTimer: NodeJS.Timeout | null = null;
+  /** The earliest retry this replica scheduled: a wake then, so a retry never waits for the poll. */
+  private retryTimer: NodeJS.Timeout | null = null;
+  private retryAt = Number.POSITIVE_INFINITY;
   private readonly attempts = new Set<Promise<void>>();
 
   constructor(private readonly o: DelivererOptions) {
@@ -162,6 +165,7 @@ export class Deliverer {
     this.stopped = true;
     this.loops.stop();
     if (this.soonTimer) clearTimeout(this.soonTimer);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
     await this.claims.close();
     const abandoned: { id: string; token: string }[] = [];
     for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
@@ -196,6 +200,22 @@ export class Deliverer {
       this.soonTimer = null;
       this.wake();
     }, CLAIM_GATHER_MS);
+  }
+
+  /** A wake at `at` (ms since the epoch), unless one is set earlier already. */
+  private wakeAt(at: number): void {
+    if (this.stopped || at >= this.retryAt) return;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryAt = at;
+    this.retryTimer = setTimeout(
+      () => {
+        this.retryTimer = null;
+        this.retryAt = Number.POSITIVE_INFINITY;
+        this.wake();
+      },
+      Math.max(0, at - Date.now()) + 5,
+    );
+    this.retryTimer.unref();
   }
 
   /** Looks for due events now (a claim at a time; a wake during a claim runs one more after it). */
@@ -346,7 +366,11 @@ export class Deliverer {
     this.outcomes = [];
     this.flushing = rawQuery(this.o.sequelize, RECORD, [JSON.stringify(batch)], this.o.prepare ? "notifier-record" : undefined)
       .then(
-        () => undefined,
+        () => {
+          let next = Number.POSITIVE_INFINITY;
+          for (const r of batch) if (r.outcome === "RETRYING" && r.delay !== null) next = Math.min(next, r.delay);
+          if (next !== Number.POSITIVE_INFINITY) this.wakeAt(Date.now() + next);
+        },
         (err) => {
           this.o.logger.warn({ err, outcomes: batch.length }, "could not record webhook outcomes; retrying");
           this.outcomes = batch.concat(this.outcomes);

@@ -12,7 +12,9 @@ import { ApiError, badRequest } from "../../lib/errors";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { seconds, type OpsTable } from "../../lib/ops";
 import type { Page } from "../../lib/paging";
+import { INBOX_EVENTS_WRITTEN } from "../inbox/inbox.contract";
 import { CallbackClient } from "./notifier.client";
+import { OUTBOX_WRITTEN } from "./notifier.contract";
 import { Deliverer } from "./notifier.delivery";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
@@ -165,6 +167,17 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(this: NotifierThis) {
           return this.deliverer.housekeeping();
         },
+      },
+    },
+
+    events: {
+      /** Events were committed to the outbox (tracking's receipts and reads): claim them now. */
+      [OUTBOX_WRITTEN](this: NotifierThis) {
+        this.deliverer.wake();
+      },
+      /** The inbox committed (inbound messages write their INBOUND events to the outbox with them). */
+      [INBOX_EVENTS_WRITTEN](this: NotifierThis) {
+        this.deliverer.wake();
       },
     },
 

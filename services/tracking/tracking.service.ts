@@ -11,6 +11,7 @@ import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
 import { Loops } from "../../lib/jobs";
+import { OUTBOX_WRITTEN } from "../notifier/notifier.contract";
 import { IngressMixin, parseIngest, type InboundItem } from "./tracking.ingress";
 import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
@@ -181,6 +182,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
             Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
               (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
             );
+          }
+          if (effects.events > 0) {
+            // Wakes the notifiers for the events just committed (rows: a lost broadcast only waits for their poll).
+            Promise.resolve(this.broker.broadcast(OUTBOX_WRITTEN)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the notifiers"));
           }
           if (effects.inboxCompanies.length > 0) {
             // Wakes the inbox's live streams of these accounts (the events are rows: a lost broadcast only delays them).

@@ -500,3 +500,34 @@ describe("two notifiers", () => {
     }
   });
 });
+
+describe("a notifier woken instead of polling", () => {
+  let w: TestApp;
+  afterAll(async () => w?.stop());
+
+  it("delivers an event at once after its commit, a retry when it falls due, and an inbound message, with its poll a minute away", async () => {
+    const ca = await testCa();
+    w = await startTestApp({
+      services: ["gateway", "auth", "tracking", "notifier", "inbox"],
+      config: { webhookAllowPrivateTargets: true, extraCaCerts: ca.file, notifierPollMs: 60000, notifierRetryDelaySmsMs: 300 },
+    });
+    const r = await startReceiver();
+    receivers.push(r);
+    r.behave((_req, n) => (n === 1 ? { status: 500 } : { status: 200 }));
+    const a = await w.newAccount(["WEBHOOKS", "SMS", "RCS"]);
+    expect((await a.api.post("/webhooks/delivery-status", { callbackUrl: r.url() })).status).toBe(201);
+    // The notifier's first poll ran at its start; the next is a minute away.
+    const m = messageIn(a.companyId);
+    expect((await w.ingress.post("/messages", m)).status).toBe(202);
+    const started = Date.now();
+    expect((await w.ingress.post("/receipts/sms", smsReceiptIn(m))).status).toBe(202);
+    // Attempt 1 (500) at once, attempt 2 when its retry falls due (300 ms to 360 ms later): both long before the poll.
+    await eventually(() => expect(r.seen).toBe(2), { timeoutMs: 8000 });
+    expect(Date.now() - started).toBeLessThan(8000);
+    expect((await r.waitFor(1, 1000))[0]!.json).toMatchObject({ eventType: "DELIVERY", messageId: m.customerMessageId });
+    // An inbound message (written by the inbox) wakes it too.
+    expect((await w.ingress.post("/inbound/rcs", inboundIn(a.companyId, { messageId: uid("in"), destination: "agent", text: "hi" }))).status).toBe(202);
+    await eventually(() => expect(r.seen).toBe(3), { timeoutMs: 8000 });
+    expect((await r.waitFor(2, 1000))[1]!.json).toMatchObject({ eventType: "INBOUND" });
+  }, 60000);
+});

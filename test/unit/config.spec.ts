@@ -86,7 +86,7 @@ describe("loadConfig", () => {
       "/etc/ca.pem",
     ]);
     const d = loadConfig({});
-    expect([d.notifierEndpointConcurrency, d.notifierMaxInFlight, d.notifierPollMs, d.notifierLeaseMs, d.extraCaCerts]).toEqual([16, 256, 100, 60000, null]);
+    expect([d.notifierEndpointConcurrency, d.notifierMaxInFlight, d.notifierPollMs, d.notifierLeaseMs, d.extraCaCerts]).toEqual([16, 256, 1000, 60000, null]);
   });
 
   it.each([
