@@ -84,6 +84,32 @@ const TransporterOutage = {
   },
 } as unknown as Middleware;
 
+type RemoteCtx = {
+  options?: { nodeID?: string };
+  params: unknown;
+  broker: { call(action: string, params: unknown, opts: { ctx: unknown }): Promise<unknown> };
+  copy(): RemoteCtx;
+  noRespondersRetried?: boolean;
+};
+
+/**
+ * A call that NATS could not deliver ("no responders": its node is gone, and the transporter has just
+ * taken it out of the registry, lib/nats-transporter.ts) never ran: it goes once more, to another
+ * node of the service when one is left (else the 503 of no node). A call aimed at one node stays failed.
+ */
+const NoRespondersRetry = {
+  name: "NoRespondersRetry",
+  remoteAction(handler: (ctx: RemoteCtx) => Promise<unknown>, action: { name: string }) {
+    return (ctx: RemoteCtx) =>
+      handler(ctx).catch((err: { type?: unknown }) => {
+        if (err?.type !== "NO_RESPONDERS" || ctx.options?.nodeID || ctx.noRespondersRetried) throw err;
+        const again = ctx.copy();
+        again.noRespondersRetried = true;
+        return ctx.broker.call(action.name, ctx.params, { ctx: again });
+      });
+  },
+} as unknown as Middleware;
+
 export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
   return {
     namespace: config.namespace,
@@ -120,6 +146,7 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
       "Validator",
       "ContextTracker",
       "Timeout",
+      NoRespondersRetry,
       "ErrorHandler",
       ...(config.tracingExporter === "none" ? [] : ["Tracing"]),
       RequestMetrics(),

@@ -40,6 +40,7 @@ interface NatsBase {
     registry?: { nodes?: { get(id: string): { available?: boolean } | undefined; disconnected(id: string, unexpected: boolean): void } };
   };
   connect(): Promise<void>;
+  onConnected(wasReconnect?: boolean): Promise<void>;
   send(topic: string, data: Buffer, meta?: { packet?: PacketLike }): Promise<void>;
   receive(cmd: string, data: Buffer): unknown;
   serialize(packet: PacketLike): Buffer;
@@ -85,6 +86,18 @@ export function natsOptions(config: Config): Record<string, unknown> {
 
 /** The transporter of a cluster node. */
 /** The broker can reach other nodes now: no transporter (one process), or one connected to its server. */
+/**
+ * A call that cannot reach its node: the bus is away here, or nobody listens on the node's subject
+ * any more (NATS: "no responders"). Never delivered, so safe to send again; a 503 for the partner
+ * (lib/problem.ts).
+ */
+export class UnreachableError extends Errors.MoleculerRetryableError {
+  constructor(message: string, type: "TRANSPORTER_DISCONNECTED" | "NO_RESPONDERS", data?: unknown) {
+    super(message, 503, type, data);
+    this.name = "UnreachableError";
+  }
+}
+
 export function transporterUp(broker: ServiceBroker): boolean {
   const transit = (broker as unknown as { transit?: { connected?: boolean; tx?: { linkUp?: boolean } } }).transit;
   if (!transit) return true;
@@ -145,9 +158,16 @@ export class SafeNatsTransporter extends Base {
           if (s.type === "disconnect" && this.linkUp) {
             this.linkUp = false;
             this.logger.warn("NATS is not reachable: calls to other nodes answer 503 and readiness is off until it is back");
+            // Calls sent before the link went down wait for answers that will not come: they fail now.
+            for (const [id, pending] of [...this.transit.pendingRequests]) {
+              this.transit.removePendingRequest(id);
+              pending.reject(new UnreachableError("The message bus is not reachable right now.", "TRANSPORTER_DISCONNECTED"));
+            }
           } else if (s.type === "reconnect" && !this.linkUp) {
             this.linkUp = true;
             this.logger.info("NATS is reachable again");
+            // A restarted server knows nobody: announce this node and ask for the others, as at a first connect.
+            await this.onConnected(true).catch((err: Error) => this.logger.error(`After the NATS reconnect: ${err.message}`));
           }
         }
       })().catch(() => undefined);
@@ -202,7 +222,7 @@ export class SafeNatsTransporter extends Base {
     const req = this.transit.pendingRequests.get(id);
     if (!req) return;
     this.transit.removePendingRequest(id);
-    req.reject(new Errors.RequestRejectedError({ action: req.action?.name ?? "", nodeID: req.nodeID ?? "" }));
+    req.reject(new UnreachableError("The node that was to answer is gone.", "NO_RESPONDERS", { action: req.action?.name, nodeID: req.nodeID }));
     const nodes = this.broker.registry?.nodes;
     if (req.nodeID && nodes?.get(req.nodeID)?.available) {
       this.logger.warn(`Node '${req.nodeID}' does not listen on the bus any more (no responders): taken out of the registry`);
