@@ -83,6 +83,8 @@ interface Active {
   abort: AbortController;
   tmpPath: string;
   finalPath: string;
+  /** Settles when the run has ended (its file in place and the job recorded, or given up). */
+  done?: Promise<void>;
 }
 
 export class ExportRunner {
@@ -168,7 +170,7 @@ export class ExportRunner {
     // Claimed again while an earlier run of it is still here: that run lost its lease (its heartbeat failed), so it stops.
     this.active.get(job.id)?.abort.abort();
     this.active.set(job.id, entry);
-    this.runJob(entry)
+    entry.done = this.runJob(entry)
       .catch((err) => this.log.error({ err, exportId: job.id }, "export bookkeeping failed"))
       .finally(() => {
         if (this.active.get(job.id) === entry) this.active.delete(job.id);
@@ -321,8 +323,19 @@ export class ExportRunner {
   /** Stops claiming, stops the runs in progress and hands their jobs back at once (QUEUED, the attempt not counted). */
   async stop(): Promise<void> {
     this.stopping = true;
-    this.loops.stop();
     await this.claims.close();
+    // Runs in flight finish within SHUTDOWN_TIMEOUT_MS (their leases still renewed meanwhile); what
+    // still runs then is cut and handed back.
+    const running = [...this.active.values()];
+    if (running.length > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(running.map((a) => a.done)),
+        new Promise((r) => (timer = setTimeout(r, this.config.shutdownTimeoutMs))),
+      ]);
+      clearTimeout(timer);
+    }
+    this.loops.stop();
     const mine = [...this.active.values()];
     for (const a of mine) a.abort.abort();
     await this.jobs

@@ -158,6 +158,37 @@ describe("the export pool (PostgreSQL)", () => {
   );
 
   itWithPostgres(
+    "a node that stops lets its running export finish within SHUTDOWN_TIMEOUT_MS: written and COMPLETED by that node",
+    async () => {
+      const other = await startTestApp({ services: ["exports"], db: tdb.db, config: { exportWorkers: 1, shutdownTimeoutMs: 20_000 } });
+      const a = await t.newAccount(["EXPORTS"]);
+      await seed(t, a, 10);
+      // Only `other` may take it: this file's own node claims nothing meanwhile (its runner is told it
+      // is stopping, and told otherwise afterwards). Held mid-run by a lock on the table.
+      const own = (t.app.broker.getLocalService("exports") as unknown as { runner: { stopping: boolean; kick(): void } }).runner;
+      own.stopping = true;
+      const lock = await lockMessages(tdb.db.url);
+      const id = randomUUID();
+      try {
+        await t.db.sequelize.query("INSERT INTO export_jobs (id, company_id, type, filters, status) VALUES ($1, $2, 'MESSAGE_HISTORY', '{}', 'QUEUED')", {
+          bind: [id, a.companyId],
+        });
+        expect(await until("a node to take it", async () => (await jobRow(t, id)).node_id)).toBe(other.app.broker.nodeID);
+        await until("the export blocked mid-run", async () => (await lock.waiting()) >= 1);
+      } finally {
+        own.stopping = false;
+      }
+      const stopping = other.stop();
+      await new Promise((r) => setTimeout(r, 500));
+      expect((await jobRow(t, id)).status).toBe("PROCESSING"); // still its run, not handed back
+      await lock.release();
+      await stopping;
+      expect(await jobRow(t, id)).toMatchObject({ status: "COMPLETED", node_id: other.app.broker.nodeID, attempts: 1 });
+    },
+    60_000,
+  );
+
+  itWithPostgres(
     "a node that stops hands its running export back at once (the attempt not counted); another node finishes it",
     async () => {
       const other = await startTestApp({ services: ["exports"], db: tdb.db, config: { exportWorkers: 1 } });
