@@ -329,10 +329,7 @@ export class ExportRunner {
     const running = [...this.active.values()];
     if (running.length > 0) {
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.all(running.map((a) => a.done)),
-        new Promise((r) => (timer = setTimeout(r, this.config.shutdownTimeoutMs))),
-      ]);
+      await Promise.race([Promise.all(running.map((a) => a.done)), new Promise((r) => (timer = setTimeout(r, this.config.shutdownTimeoutMs)))]);
       clearTimeout(timer);
     }
     this.loops.stop();
