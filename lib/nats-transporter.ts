@@ -32,7 +32,7 @@ interface NatsBase {
   transit: TransitLike;
   client: {
     publish(topic: string, data: Buffer, opts?: { reply?: string }): void;
-    subscribe(subject: string, opts: { callback(err: Error | null, msg: { subject: string; headers?: { code?: number } }): void }): unknown;
+    subscribe(subject: string, opts: { callback(err: Error | null, msg: { subject: string; headers?: { code?: number } } | undefined): void }): unknown;
     info?: { max_payload?: number; headers?: boolean };
   } | null;
   broker: {
@@ -145,8 +145,10 @@ export class SafeNatsTransporter extends Base {
     if (this.client?.info?.headers) {
       const prefix = `_INBOX.pgw-nr.${randomBytes(12).toString("hex")}`;
       this.client.subscribe(`${prefix}.*`, {
+        // nats.js hands the server's 503 status over as the message, or (some versions) as an error beside it.
         callback: (err, msg) => {
-          if (!err && msg.headers?.code === 503) this.nobodyListened(msg.subject.slice(prefix.length + 1));
+          const noOne = (err as { code?: string } | null)?.code === "503" || msg?.headers?.code === 503;
+          if (noOne && msg?.subject) this.nobodyListened(msg.subject.slice(prefix.length + 1));
         },
       });
       this.noResponders = prefix;
