@@ -1,7 +1,7 @@
 /**
  * Nodes killed under load lose nothing: the product runs as OS processes (`npm start` per node) over
  * a NATS server of this file's own and the real PostgreSQL: two gateways (auth), the rest (tracking's
- * ingress, contacts), two notifiers and a campaigns node. The machine's shared NATS serves other test
+ * ingress, contacts, inbox), two notifiers, a campaigns node and an exports node. The machine's shared NATS serves other test
  * files (and CI) at the same time and is never touched (test/helpers/faults.ts). Each node is
  * SIGKILLed in the middle of its work: a notifier mid-delivery (every registered receipt's event
  * still arrives, at least once), a gateway behind a round-robin balancer (no request answered 5xx;
@@ -21,7 +21,7 @@ import { API_PREFIX } from "../../lib/api";
 import { createKey } from "../../services/auth/auth.keys";
 import { defineAuthModels } from "../../services/auth/auth.models";
 import { uid } from "../helpers/app";
-import { messageIn, smsReceiptIn } from "../helpers/builders";
+import { inboundIn, messageIn, smsReceiptIn } from "../helpers/builders";
 import { campaignIn } from "../helpers/campaigns";
 import { createTestDatabase, REQUIRE_REAL, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
@@ -157,7 +157,10 @@ describeFaults("nodes killed under load lose nothing", () => {
     ingressPort = await freePort();
     gatewayNode(0);
     gatewayNode(1);
-    startNode({ ...common(), SERVICES: "tracking,contacts", NODE_ID: `faults-rest-${uid("p")}`, INTERNAL_PORT: String(ingressPort), INTERNAL_TOKEN }, children);
+    startNode(
+      { ...common(), SERVICES: "tracking,contacts,inbox", NODE_ID: `faults-rest-${uid("p")}`, INTERNAL_PORT: String(ingressPort), INTERNAL_TOKEN },
+      children,
+    );
     await notifierNode();
     await notifierNode();
     campaignsNode();
@@ -166,7 +169,7 @@ describeFaults("nodes killed under load lose nothing", () => {
       await createKey(defineAuthModels(tdb.db.sequelize), {
         companyId,
         userId: uid("user"),
-        operations: ["CONTACTS", "CAMPAIGNS", "SMS", "WEBHOOKS", "EXPORTS"],
+        operations: ["CONTACTS", "CAMPAIGNS", "SMS", "WEBHOOKS", "EXPORTS", "INBOX"],
         trafficType: "TRANSACTIONAL",
       })
     ).apiKey;
@@ -342,6 +345,12 @@ describeFaults("nodes killed under load lose nothing", () => {
   }, 150_000);
   it("NATS restarted, then PostgreSQL cut and back, while receipts and partner calls flow: no event lost, no 5xx after, no process exited", async () => {
     const running = children.filter((c) => c.exitCode === null && c.signalCode === null);
+    await tdb.db.sequelize.query(
+      `INSERT INTO webhooks (company_id, callback_url) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM webhooks WHERE company_id = $1)`,
+      {
+        bind: [companyId, receiver.url("/events")],
+      },
+    );
     receiver.behave(() => ({ status: 200 }));
     const before = receiver.received.length;
     const accepted: string[] = [];
@@ -357,6 +366,11 @@ describeFaults("nodes killed under load lose nothing", () => {
         const rec = await ingress.post("/receipts/sms", smsReceiptIn(m)).catch(() => null);
         ingressStatuses.add(rec?.status ?? 0);
         if (rec?.status === 202) accepted.push(m.customerMessageId);
+        // An end user writes: tracking's ingress hands it to the inbox node over NATS.
+        const inbound = inboundIn(companyId, { messageId: `outage-in-${i}-${uid("m")}` });
+        const res = await ingress.post("/inbound/whatsapp", inbound).catch(() => null);
+        ingressStatuses.add(res?.status ?? 0);
+        if (res?.status === 202) accepted.push(inbound.messageId);
       }
     })();
     const calls = (async () => {
@@ -386,12 +400,15 @@ describeFaults("nodes killed under load lose nothing", () => {
     // During the outages: refused honestly (503), never a 500; the upstream retries what was refused.
     expect([...ingressStatuses].filter((st) => st !== 202 && st !== 503)).toEqual([]);
     expect([...apiStatuses].filter((st) => st !== 200 && st !== 503)).toEqual([]);
-    // Every receipt the ingress accepted had its event delivered, at least once.
+    // The outages were felt: both the partner API and the ingress refused some requests.
+    expect({ api: apiStatuses.has(503), ingress: ingressStatuses.has(503) }).toEqual({ api: true, ingress: true });
+    // Every receipt and inbound message the ingress accepted had its event delivered, at least once.
     const arrived = () => new Set(receiver.received.slice(before).map((r) => String(r.json.messageId)));
     await eventually(() => expect(accepted.filter((id) => !arrived().has(id))).toEqual([]), { timeoutMs: 60_000, intervalMs: 200 });
     // After recovery: no 5xx, through both gateways; no process exited.
     for (const i of [0, 1])
-      for (const p of ["/contacts", "/campaigns", "/exports"]) expect({ i, p, status: (await apiOf(i).get(p)).status }).toEqual({ i, p, status: 200 });
+      for (const p of ["/contacts", "/campaigns", "/webhooks/delivery-status", "/inbox/conversations"])
+        expect({ i, p, status: (await apiOf(i).get(p)).status }).toEqual({ i, p, status: 200 });
     expect(running.filter((c) => c.exitCode !== null || c.signalCode !== null).map((c) => c.pid)).toEqual([]);
   }, 150_000);
 });
