@@ -61,12 +61,15 @@ const describeFaults = canRun
     : (name: string) => describe(name, () => it.todo(`needs ${NATS_SERVER} and TEST_DATABASE_URL`));
 
 // The nodes reach PostgreSQL through a proxy the last test cuts; the test itself reads it directly.
-const common = () => ({ TRANSPORTER: nats.url, DATABASE_URL: proxy.urlFor(tdb.url!) });
+const common = () => ({ TRANSPORTER: nats.url, DATABASE_URL: proxy.urlFor(tdb.url!), LOG_FORMAT: "json" });
+/** Every node's log records (LOG_LEVEL warn): an outage is a warning, never an error. */
+const logs: Array<Record<string, unknown>> = [];
 
 function gatewayNode(i: number): ChildProcess {
   const c = startNode(
     { ...common(), SERVICES: "gateway,auth", NODE_ID: `faults-gw${i}-${uid("p")}`, PORT: String(gwPorts[i]), RATE_LIMIT_RPS: "100000" },
     children,
+    logs,
   );
   gateways[i] = c;
   return c;
@@ -85,6 +88,7 @@ async function notifierNode(): Promise<ChildProcess> {
       NOTIFIER_POLL_MS: "50",
     },
     children,
+    logs,
   );
   notifiers.push(c);
   return c;
@@ -106,6 +110,7 @@ function campaignsNode(): ChildProcess {
       UPSTREAM_TIMEOUT_MS: "60000",
     },
     children,
+    logs,
   );
   return campaigns;
 }
@@ -121,6 +126,7 @@ function exportsNode(): ChildProcess {
       EXPORT_LEASE_MS: String(EXPORT_LEASE_MS),
     },
     children,
+    logs,
   );
 }
 
@@ -160,6 +166,7 @@ describeFaults("nodes killed under load lose nothing", () => {
     startNode(
       { ...common(), SERVICES: "tracking,contacts,inbox", NODE_ID: `faults-rest-${uid("p")}`, INTERNAL_PORT: String(ingressPort), INTERNAL_TOKEN },
       children,
+      logs,
     );
     await notifierNode();
     await notifierNode();
@@ -345,6 +352,7 @@ describeFaults("nodes killed under load lose nothing", () => {
   }, 150_000);
   it("NATS restarted, then PostgreSQL cut and back, while receipts and partner calls flow: no event lost, no 5xx after, no process exited", async () => {
     const running = children.filter((c) => c.exitCode === null && c.signalCode === null);
+    const since = Date.now();
     await tdb.db.sequelize.query(
       `INSERT INTO webhooks (company_id, callback_url) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM webhooks WHERE company_id = $1)`,
       {
@@ -410,5 +418,8 @@ describeFaults("nodes killed under load lose nothing", () => {
       for (const p of ["/contacts", "/campaigns", "/webhooks/delivery-status", "/inbox/conversations"])
         expect({ i, p, status: (await apiOf(i).get(p)).status }).toEqual({ i, p, status: 200 });
     expect(running.filter((c) => c.exitCode !== null || c.signalCode !== null).map((c) => c.pid)).toEqual([]);
+    // Logged as warnings (refused, retried), never as errors.
+    const errors = logs.filter((r) => (typeof r.time !== "number" || r.time >= since) && (typeof r.level !== "number" || r.level >= 50));
+    expect(errors.map((r) => `${String(r.nodeID)}: ${String(r.msg ?? r.line)}`)).toEqual([]);
   }, 150_000);
 });
