@@ -89,22 +89,27 @@ type RemoteCtx = {
   params: unknown;
   broker: { call(action: string, params: unknown, opts: { ctx: unknown }): Promise<unknown> };
   copy(): RemoteCtx;
-  noRespondersRetried?: boolean;
+  noResponders?: number;
 };
 
+/** Nodes of one service a call tries when NATS says nobody listens for the node it picked. */
+const NO_RESPONDERS_TRIES = 3;
+
 /**
- * A call that NATS could not deliver ("no responders": its node is gone, and the transporter has just
- * taken it out of the registry, lib/nats-transporter.ts) never ran: it goes once more, to another
- * node of the service when one is left (else the 503 of no node). A call aimed at one node stays failed.
+ * A call that NATS could not deliver ("no responders": its node is gone or not subscribed again
+ * yet, lib/nats-transporter.ts) never ran: it is sent again, to the next node of the service by the
+ * balancer, up to NO_RESPONDERS_TRIES in all (each such answer takes a round trip to NATS, not a
+ * time-out). A call aimed at one node stays failed.
  */
 const NoRespondersRetry = {
   name: "NoRespondersRetry",
   remoteAction(handler: (ctx: RemoteCtx) => Promise<unknown>, action: { name: string }) {
     return (ctx: RemoteCtx) =>
       handler(ctx).catch((err: { type?: unknown }) => {
-        if (err?.type !== "NO_RESPONDERS" || ctx.options?.nodeID || ctx.noRespondersRetried) throw err;
+        const tries = (ctx.noResponders ?? 0) + 1;
+        if (err?.type !== "NO_RESPONDERS" || ctx.options?.nodeID || tries >= NO_RESPONDERS_TRIES) throw err;
         const again = ctx.copy();
-        again.noRespondersRetried = true;
+        again.noResponders = tries;
         return ctx.broker.call(action.name, ctx.params, { ctx: again });
       });
   },

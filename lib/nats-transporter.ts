@@ -215,21 +215,18 @@ export class SafeNatsTransporter extends Base {
   }
 
   /**
-   * The request `id` reached no subscriber: its node is gone (killed, or cut from NATS). The call
-   * fails now, as rejected (a 503 the caller may retry: nothing received it), and the node leaves
-   * this node's registry at once rather than when its heartbeats time out, so the next call goes to
-   * a live replica. A node that was only cut off comes back with its next heartbeat.
+   * The request `id` reached no subscriber: its node is gone (killed, or cut from NATS), or has not
+   * subscribed again yet since the bus came back. The call fails now, as never delivered (a 503;
+   * NoRespondersRetry in moleculer.config.ts sends it to the next replica). The node stays in the
+   * registry until its heartbeats time out: after a NATS restart a live node may subscribe again a
+   * moment after its callers reconnected, and taking it out at its first "no responders" would
+   * leave its service 503 until its next heartbeat.
    */
   private nobodyListened(id: string): void {
     const req = this.transit.pendingRequests.get(id);
     if (!req) return;
     this.transit.removePendingRequest(id);
     req.reject(new UnreachableError("The node that was to answer is gone.", "NO_RESPONDERS", { action: req.action?.name, nodeID: req.nodeID }));
-    const nodes = this.broker.registry?.nodes;
-    if (req.nodeID && nodes?.get(req.nodeID)?.available) {
-      this.logger.warn(`Node '${req.nodeID}' does not listen on the bus any more (no responders): taken out of the registry`);
-      nodes.disconnected(req.nodeID, true);
-    }
   }
 
   /** Puts an answer sent in parts together again; anything else goes straight on. */

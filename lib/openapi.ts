@@ -292,7 +292,7 @@ export function problemExample(status: number): Record<string, unknown> {
 
 function problemResponse(status: number, keyed: boolean) {
   const headers: Record<string, unknown> = { ...COMMON_HEADERS, ...(keyed ? RATE_HEADERS : {}) };
-  if (status === 429) headers["Retry-After"] = { $ref: "#/components/headers/Retry-After" };
+  if (status === 429 || status === 503) headers["Retry-After"] = { $ref: "#/components/headers/Retry-After" };
   return {
     description: STATUS_CODES[status] ?? "Error",
     headers,
@@ -436,7 +436,9 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     if (keyed) [401, 429].forEach((s) => errors.add(s));
     if (inBody) [413, 415].forEach((s) => errors.add(s));
     if (idempotent) [409, 422].forEach((s) => errors.add(s));
-    errors.add(500);
+    // Any operation may meet an outage (no live node serves it, NATS or the database away): a 503
+    // with Retry-After, answered at once (README "Outages").
+    [500, 503].forEach((s) => errors.add(s));
     // Shared answers under components.responses (one per status, with or without the rate-limit
     // headers), so that the document and the client generated from it say each problem once.
     for (const status of [...errors].sort()) {

@@ -2365,6 +2365,7 @@ export interface components {
                 "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                 "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                 "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                "Retry-After": components["headers"]["Retry-After"];
                 [name: string]: unknown;
             };
             content: {
@@ -2466,6 +2467,7 @@ export interface components {
         PublicProblem503: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
+                "Retry-After": components["headers"]["Retry-After"];
                 [name: string]: unknown;
             };
             content: {
@@ -2552,6 +2554,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     auth_remove: {
@@ -2584,6 +2587,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_get: {
@@ -2647,6 +2651,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_update: {
@@ -2825,6 +2830,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_update: {
@@ -2901,6 +2907,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_remove: {
@@ -2933,6 +2940,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_removeCustomField: {
@@ -2965,6 +2973,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_findLists: {
@@ -3033,6 +3042,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_createList: {
@@ -3094,6 +3104,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_deleteLists: {
@@ -3138,6 +3149,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_addMembers: {
@@ -3203,6 +3215,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_removeMembers: {
@@ -3247,6 +3260,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_removeMember: {
@@ -3286,6 +3300,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     media_get: {
@@ -3335,6 +3350,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     media_remove: {
@@ -3368,6 +3384,7 @@ export interface operations {
             409: components["responses"]["Problem409"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     profiles_get: {
@@ -3414,6 +3431,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     profiles_remove: {
@@ -3446,6 +3464,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     notifier_getWebhook: {
@@ -3485,6 +3504,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     notifier_updateWebhook: {
@@ -3536,6 +3556,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     notifier_createWebhook: {
@@ -3590,6 +3611,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     notifier_deleteWebhook: {
@@ -3619,6 +3641,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     auth_list: {
@@ -3682,6 +3705,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     auth_create: {
@@ -3748,6 +3772,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     auth_me: {
@@ -3793,6 +3818,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_list: {
@@ -3872,6 +3898,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_create: {
@@ -4015,6 +4042,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_stats: {
@@ -4077,6 +4105,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_list: {
@@ -4160,6 +4189,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_create: {
@@ -4236,6 +4266,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_listCustomFields: {
@@ -4278,6 +4309,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_createCustomField: {
@@ -4332,6 +4364,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_getImport: {
@@ -4388,6 +4421,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_getList: {
@@ -4435,6 +4469,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_updateList: {
@@ -4495,6 +4530,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_listMembers: {
@@ -4579,6 +4615,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_list: {
@@ -4636,6 +4673,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_get: {
@@ -4678,6 +4716,7 @@ export interface operations {
             409: components["responses"]["Problem409"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_regenerate: {
@@ -4736,6 +4775,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_download: {
@@ -4839,6 +4879,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_getConversation: {
@@ -4888,6 +4929,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_conversationEvents: {
@@ -4993,6 +5035,7 @@ export interface operations {
             404: components["responses"]["Problem404"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_reply: {
@@ -5156,6 +5199,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     media_upload: {
@@ -5218,6 +5262,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     media_content: {
@@ -5371,6 +5416,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     tracking_statuses: {
@@ -5425,6 +5471,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     tracking_status: {
@@ -5475,6 +5522,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     gateway_openapi: {
@@ -5505,6 +5553,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["PublicProblem500"];
+            503: components["responses"]["PublicProblem503"];
         };
     };
     profiles_list: {
@@ -5567,6 +5616,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     profiles_create: {
@@ -5628,6 +5678,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     notifier_listAttempts: {
@@ -5691,6 +5742,7 @@ export interface operations {
             401: components["responses"]["Problem401"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_unarchive: {
@@ -5730,6 +5782,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_archive: {
@@ -5769,6 +5822,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_unarchiveInInbox: {
@@ -5808,6 +5862,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_upload: {
@@ -5871,6 +5926,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     contacts_uploadVcard: {
@@ -5929,6 +5985,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_contacts: {
@@ -6002,6 +6059,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_deliveryReports: {
@@ -6066,6 +6124,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     inbox_markRead: {
@@ -6126,6 +6185,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     exports_history: {
@@ -6190,6 +6250,7 @@ export interface operations {
             422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_cancel: {
@@ -6261,6 +6322,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_confirm: {
@@ -6332,6 +6394,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_pause: {
@@ -6403,6 +6466,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     campaigns_resume: {
@@ -6474,6 +6538,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
     profiles_replaceToken: {
@@ -6531,6 +6596,7 @@ export interface operations {
             415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
         };
     };
 }

@@ -408,6 +408,15 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         answerNoRoute(this, this.aliases, req, res);
       },
 
+      /**
+       * An error out of a request's handling: sent as a problem, which logs it once by its status (a
+       * 500 with its stack, a 503 of an outage as a warning). moleculer-web's own handler would log
+       * every 5xx, an outage's 503 included, as an error with a stack first.
+       */
+      errorHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
+        mixin.methods.sendError!.call(this, req, res, err);
+      },
+
       /** Every error, as application/problem+json (moleculer-web's onError and ours). */
       sendProblem(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
         sendProblem(this, req, res, err);

@@ -310,6 +310,11 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
       removeRoute: false,
     },
     methods: {
+      /** Errors go to onError, which logs each once by its status (moleculer-web's handler would log every 5xx, an outage's 503 included, as an error first). */
+      errorHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
+        mixin.methods.sendError!.call(this, req, res, err);
+      },
+
       httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, next?: unknown) {
         const requestId = tagRequest(req, res);
         const started = process.hrtime.bigint();

@@ -81,6 +81,16 @@ it("keeps the gateway's table of the API's routes (lib/api-routes.ts) what the c
   expect(API_ROUTES).toContainEqual(["GET", "/contacts/{id}"]);
 });
 
+it("documents an outage's 503 with Retry-After on every operation (the routes are fixed, whichever node serves them)", () => {
+  const without = Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, unknown> }>>).flatMap(([p, ops]) =>
+    Object.entries(ops)
+      .filter(([, op]) => !op.responses["503"])
+      .map(([m]) => `${m.toUpperCase()} ${p}`),
+  );
+  expect(without).toEqual([]);
+  for (const name of ["Problem503", "PublicProblem503"]) expect(doc.components.responses[name].headers).toHaveProperty("Retry-After");
+});
+
 it("is the same document as the committed openapi.json (run `npm run openapi` after changing an action)", () => {
   const committed = JSON.parse(fs.readFileSync(path.join(__dirname, "../../openapi.json"), "utf8"));
   expect(doc).toEqual(committed);

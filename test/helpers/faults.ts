@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import readline from "node:readline";
 import { freePort } from "./ports";
 
 export const NATS_SERVER = "/usr/sbin/nats-server";
@@ -132,8 +133,11 @@ export class PgProxy {
   }
 }
 
-/** A product node as an OS process: `npm start` (scripts/start.ts under tsx) with these variables. */
-export function startNode(env: Record<string, string>, children: ChildProcess[]): ChildProcess {
+/**
+ * A product node as an OS process: `npm start` (scripts/start.ts under tsx) with these variables.
+ * With `logs`, its JSON log records are collected there.
+ */
+export function startNode(env: Record<string, string>, children: ChildProcess[], logs?: Array<Record<string, unknown>>): ChildProcess {
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(
       ([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|HOST|NODE_ID|TEST_|LOG_|NOTIFIER_|CAMPAIGN_|UPSTREAM_|SIMULATOR_)/.test(k),
@@ -143,8 +147,17 @@ export function startNode(env: Record<string, string>, children: ChildProcess[])
     cwd: ROOT,
     env: { ...clean, HOST: "127.0.0.1", PORT: "0", INTERNAL_PORT: "0", LOG_LEVEL: "warn", ...env },
     // TEST_NODE_OUTPUT=1 shows the nodes' logs (LOG_LEVEL warn) while debugging a run.
-    stdio: process.env.TEST_NODE_OUTPUT ? ["ignore", "inherit", "inherit"] : "ignore",
+    stdio: process.env.TEST_NODE_OUTPUT ? ["ignore", "inherit", "inherit"] : ["ignore", logs ? "pipe" : "ignore", "ignore"],
   });
+  if (logs && child.stdout) {
+    readline.createInterface({ input: child.stdout }).on("line", (line) => {
+      try {
+        logs.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        logs.push({ line });
+      }
+    });
+  }
   children.push(child);
   return child;
 }

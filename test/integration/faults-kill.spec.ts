@@ -1,7 +1,7 @@
 /**
  * Nodes killed under load lose nothing: the product runs as OS processes (`npm start` per node) over
  * a NATS server of this file's own and the real PostgreSQL: two gateways (auth), the rest (tracking's
- * ingress, contacts), two notifiers and a campaigns node. The machine's shared NATS serves other test
+ * ingress, contacts, inbox), two notifiers, a campaigns node and an exports node. The machine's shared NATS serves other test
  * files (and CI) at the same time and is never touched (test/helpers/faults.ts). Each node is
  * SIGKILLed in the middle of its work: a notifier mid-delivery (every registered receipt's event
  * still arrives, at least once), a gateway behind a round-robin balancer (no request answered 5xx;
@@ -21,7 +21,7 @@ import { API_PREFIX } from "../../lib/api";
 import { createKey } from "../../services/auth/auth.keys";
 import { defineAuthModels } from "../../services/auth/auth.models";
 import { uid } from "../helpers/app";
-import { messageIn, smsReceiptIn } from "../helpers/builders";
+import { inboundIn, messageIn, smsReceiptIn } from "../helpers/builders";
 import { campaignIn } from "../helpers/campaigns";
 import { createTestDatabase, REQUIRE_REAL, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
@@ -61,12 +61,15 @@ const describeFaults = canRun
     : (name: string) => describe(name, () => it.todo(`needs ${NATS_SERVER} and TEST_DATABASE_URL`));
 
 // The nodes reach PostgreSQL through a proxy the last test cuts; the test itself reads it directly.
-const common = () => ({ TRANSPORTER: nats.url, DATABASE_URL: proxy.urlFor(tdb.url!) });
+const common = () => ({ TRANSPORTER: nats.url, DATABASE_URL: proxy.urlFor(tdb.url!), LOG_FORMAT: "json" });
+/** Every node's log records (LOG_LEVEL warn): an outage is a warning, never an error. */
+const logs: Array<Record<string, unknown>> = [];
 
 function gatewayNode(i: number): ChildProcess {
   const c = startNode(
     { ...common(), SERVICES: "gateway,auth", NODE_ID: `faults-gw${i}-${uid("p")}`, PORT: String(gwPorts[i]), RATE_LIMIT_RPS: "100000" },
     children,
+    logs,
   );
   gateways[i] = c;
   return c;
@@ -85,6 +88,7 @@ async function notifierNode(): Promise<ChildProcess> {
       NOTIFIER_POLL_MS: "50",
     },
     children,
+    logs,
   );
   notifiers.push(c);
   return c;
@@ -106,6 +110,7 @@ function campaignsNode(): ChildProcess {
       UPSTREAM_TIMEOUT_MS: "60000",
     },
     children,
+    logs,
   );
   return campaigns;
 }
@@ -121,6 +126,7 @@ function exportsNode(): ChildProcess {
       EXPORT_LEASE_MS: String(EXPORT_LEASE_MS),
     },
     children,
+    logs,
   );
 }
 
@@ -157,7 +163,11 @@ describeFaults("nodes killed under load lose nothing", () => {
     ingressPort = await freePort();
     gatewayNode(0);
     gatewayNode(1);
-    startNode({ ...common(), SERVICES: "tracking,contacts", NODE_ID: `faults-rest-${uid("p")}`, INTERNAL_PORT: String(ingressPort), INTERNAL_TOKEN }, children);
+    startNode(
+      { ...common(), SERVICES: "tracking,contacts,inbox", NODE_ID: `faults-rest-${uid("p")}`, INTERNAL_PORT: String(ingressPort), INTERNAL_TOKEN },
+      children,
+      logs,
+    );
     await notifierNode();
     await notifierNode();
     campaignsNode();
@@ -166,7 +176,7 @@ describeFaults("nodes killed under load lose nothing", () => {
       await createKey(defineAuthModels(tdb.db.sequelize), {
         companyId,
         userId: uid("user"),
-        operations: ["CONTACTS", "CAMPAIGNS", "SMS", "WEBHOOKS", "EXPORTS"],
+        operations: ["CONTACTS", "CAMPAIGNS", "SMS", "WEBHOOKS", "EXPORTS", "INBOX"],
         trafficType: "TRANSACTIONAL",
       })
     ).apiKey;
@@ -342,6 +352,13 @@ describeFaults("nodes killed under load lose nothing", () => {
   }, 150_000);
   it("NATS restarted, then PostgreSQL cut and back, while receipts and partner calls flow: no event lost, no 5xx after, no process exited", async () => {
     const running = children.filter((c) => c.exitCode === null && c.signalCode === null);
+    const since = Date.now();
+    await tdb.db.sequelize.query(
+      `INSERT INTO webhooks (company_id, callback_url) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM webhooks WHERE company_id = $1)`,
+      {
+        bind: [companyId, receiver.url("/events")],
+      },
+    );
     receiver.behave(() => ({ status: 200 }));
     const before = receiver.received.length;
     const accepted: string[] = [];
@@ -357,6 +374,11 @@ describeFaults("nodes killed under load lose nothing", () => {
         const rec = await ingress.post("/receipts/sms", smsReceiptIn(m)).catch(() => null);
         ingressStatuses.add(rec?.status ?? 0);
         if (rec?.status === 202) accepted.push(m.customerMessageId);
+        // An end user writes: tracking's ingress hands it to the inbox node over NATS.
+        const inbound = inboundIn(companyId, { messageId: `outage-in-${i}-${uid("m")}` });
+        const res = await ingress.post("/inbound/whatsapp", inbound).catch(() => null);
+        ingressStatuses.add(res?.status ?? 0);
+        if (res?.status === 202) accepted.push(inbound.messageId);
       }
     })();
     const calls = (async () => {
@@ -386,12 +408,18 @@ describeFaults("nodes killed under load lose nothing", () => {
     // During the outages: refused honestly (503), never a 500; the upstream retries what was refused.
     expect([...ingressStatuses].filter((st) => st !== 202 && st !== 503)).toEqual([]);
     expect([...apiStatuses].filter((st) => st !== 200 && st !== 503)).toEqual([]);
-    // Every receipt the ingress accepted had its event delivered, at least once.
+    // The outages were felt: both the partner API and the ingress refused some requests.
+    expect({ api: apiStatuses.has(503), ingress: ingressStatuses.has(503) }).toEqual({ api: true, ingress: true });
+    // Every receipt and inbound message the ingress accepted had its event delivered, at least once.
     const arrived = () => new Set(receiver.received.slice(before).map((r) => String(r.json.messageId)));
     await eventually(() => expect(accepted.filter((id) => !arrived().has(id))).toEqual([]), { timeoutMs: 60_000, intervalMs: 200 });
     // After recovery: no 5xx, through both gateways; no process exited.
     for (const i of [0, 1])
-      for (const p of ["/contacts", "/campaigns", "/exports"]) expect({ i, p, status: (await apiOf(i).get(p)).status }).toEqual({ i, p, status: 200 });
+      for (const p of ["/contacts", "/campaigns", "/webhooks/delivery-status", "/inbox/conversations"])
+        expect({ i, p, status: (await apiOf(i).get(p)).status }).toEqual({ i, p, status: 200 });
     expect(running.filter((c) => c.exitCode !== null || c.signalCode !== null).map((c) => c.pid)).toEqual([]);
+    // Logged as warnings (refused, retried), never as errors.
+    const errors = logs.filter((r) => (typeof r.time !== "number" || r.time >= since) && (typeof r.level !== "number" || r.level >= 50));
+    expect(errors.map((r) => `${String(r.nodeID)}: ${String(r.msg ?? r.line)}`)).toEqual([]);
   }, 150_000);
 });
