@@ -4,7 +4,8 @@
  * registries the node's services added (addNodeRegistry), then Moleculer's own metrics in the Prometheus format.
  */
 import { MetricReporters, type MetricRegistry, type ServiceBroker } from "moleculer";
-import { Counter, Histogram, Registry } from "prom-client";
+import { Counter, Registry } from "prom-client";
+import { FastCounter, FastHistogram, type CounterChild, type HistogramChild } from "./fast-metrics";
 import { requestMetricsOf } from "./request-metrics";
 
 const nodeRegistries = new WeakMap<ServiceBroker, Registry[]>();
@@ -46,13 +47,13 @@ class InlinePrometheusReporter extends MetricReporters.Prometheus {
 
 export class HttpMetrics {
   private readonly registry = new Registry();
-  private readonly requests = new Counter({
+  private readonly requests = new FastCounter({
     name: "http_requests_total",
     help: "HTTP requests answered by this listener, by method, route and status",
     labelNames: ["method", "route", "status"] as const,
     registers: [this.registry],
   });
-  private readonly duration = new Histogram({
+  private readonly duration = new FastHistogram({
     name: "http_request_duration_seconds",
     help: "HTTP request latency at this listener, by method and route",
     labelNames: ["method", "route"] as const,
@@ -74,19 +75,18 @@ export class HttpMetrics {
     if (metrics) this.moleculer!.init(metrics);
   }
 
-  /** Label children are resolved once per (method, route, status): no label hashing per request. */
-  private readonly counters = new Map<string, ReturnType<HttpMetrics["requests"]["labels"]>>();
-  private readonly timers = new Map<string, ReturnType<HttpMetrics["duration"]["labels"]>>();
+  /** Children by route, then by method (and status): no string is built per request (lib/fast-metrics.ts). */
+  private readonly byRoute = new Map<string, Map<string, { timer: HistogramChild; counters: Map<number, CounterChild> }>>();
 
   observe(method: string, route: string, status: number, seconds: number): void {
-    const rk = `${method} ${route}`;
-    const ck = `${rk} ${status}`;
-    let counter = this.counters.get(ck);
-    if (!counter) this.counters.set(ck, (counter = this.requests.labels(method, route, String(status))));
-    let timer = this.timers.get(rk);
-    if (!timer) this.timers.set(rk, (timer = this.duration.labels(method, route)));
+    let byMethod = this.byRoute.get(route);
+    if (!byMethod) this.byRoute.set(route, (byMethod = new Map()));
+    let series = byMethod.get(method);
+    if (!series) byMethod.set(method, (series = { timer: this.duration.labels(method, route), counters: new Map() }));
+    let counter = series.counters.get(status);
+    if (!counter) series.counters.set(status, (counter = this.requests.labels(method, route, String(status))));
     counter.inc();
-    timer.observe(seconds);
+    series.timer.observe(seconds);
   }
 
   /** An upload refused while the gateway received it. */

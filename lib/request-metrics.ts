@@ -7,7 +7,8 @@
  * loop, transporter) stays on and is rendered beside these at /metrics.
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { Counter, Histogram, Registry } from "prom-client";
+import { Registry } from "prom-client";
+import { FastCounter, FastHistogram, type CounterChild } from "./fast-metrics";
 
 const registries = new WeakMap<ServiceBroker, Registry>();
 
@@ -18,26 +19,26 @@ type Handler = (ctx: { caller?: string | null }) => Promise<unknown>;
 
 export function RequestMetrics(): Middleware {
   const registry = new Registry();
-  const total = new Counter({
+  const total = new FastCounter({
     name: "moleculer_request_total",
     help: "Action calls handled by this node",
     labelNames: ["action", "caller"] as const,
     registers: [registry],
   });
-  const errors = new Counter({
+  const errors = new FastCounter({
     name: "moleculer_request_error_total",
     help: "Action calls that failed on this node",
     labelNames: ["action", "type"] as const,
     registers: [registry],
   });
-  const time = new Histogram({
+  const time = new FastHistogram({
     name: "moleculer_request_duration_seconds",
     help: "Action execution time on this node",
     labelNames: ["action"] as const,
     buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [registry],
   });
-  const events = new Counter({
+  const events = new FastCounter({
     name: "moleculer_event_received_total",
     help: "Events handled by this node",
     labelNames: ["event"] as const,
@@ -50,7 +51,7 @@ export function RequestMetrics(): Middleware {
       registries.set(broker, registry);
     },
     localAction(next: Handler, action: { name: string }) {
-      const byCaller = new Map<string, ReturnType<typeof total.labels>>();
+      const byCaller = new Map<string, CounterChild>();
       const timer = time.labels(action.name);
       return function metered(ctx: { caller?: string | null }) {
         const caller = ctx.caller ?? "";

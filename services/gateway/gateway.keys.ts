@@ -3,7 +3,7 @@
  * lookup through `auth.verify`, and the check of the operation an action requires.
  */
 import type { Context } from "moleculer";
-import { API_KEY_RE, hashApiKey } from "../../lib/api-key";
+import { API_KEY_RE, hashApiKeyHex } from "../../lib/api-key";
 import type { ApiAction, AuthMeta, Operation } from "../../lib/api";
 import { CHANNELS } from "../../lib/channels";
 import { ApiError } from "../../lib/errors";
@@ -15,8 +15,7 @@ const MAX_CACHED = 10000;
 const DELETED_KEPT_MS = 60_000;
 
 /** The hex SHA-256 of an X-API-Key header, or null when there is no well-formed key. */
-export const keyHashOf = (raw: string | string[] | undefined): string | null =>
-  typeof raw === "string" && API_KEY_RE.test(raw) ? hashApiKey(raw).toString("hex") : null;
+export const keyHashOf = (raw: string | string[] | undefined): string | null => (typeof raw === "string" && API_KEY_RE.test(raw) ? hashApiKeyHex(raw) : null);
 
 /** Who keys are, by the hex SHA-256 of their value, for `ttlMs` (0: not cached). */
 export class PrincipalCache {
@@ -85,8 +84,17 @@ export function requireOperation(operation: NonNullable<ApiAction["operation"]>,
   }
 }
 
-/** What every service reads of the caller (ctx.meta), from the key. */
-export const authMetaOf = (principal: Principal): Omit<AuthMeta, "$statusCode" | "$responseHeaders"> => ({
+type PrincipalMeta = Omit<AuthMeta, "$statusCode" | "$responseHeaders">;
+const metaOfPrincipal = new WeakMap<Principal, PrincipalMeta>();
+
+/** What every service reads of the caller (ctx.meta), from the key: made once per cached principal (it is copied into each request's meta). */
+export function authMetaOf(principal: Principal): PrincipalMeta {
+  let meta = metaOfPrincipal.get(principal);
+  if (!meta) metaOfPrincipal.set(principal, (meta = Object.freeze(principalMeta(principal))));
+  return meta;
+}
+
+const principalMeta = (principal: Principal): PrincipalMeta => ({
   companyId: principal.companyId,
   userId: principal.userId,
   username: principal.username,

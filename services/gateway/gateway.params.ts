@@ -50,6 +50,11 @@ export function coerceStrings(values: Record<string, unknown>, schema: JsonSchem
   return out;
 }
 
+function isEmpty(values: Record<string, unknown>): boolean {
+  for (const k in values) if (Object.prototype.hasOwnProperty.call(values, k)) return false;
+  return true;
+}
+
 /** Merges query, body and path values into one params object; a name may come from one place only. */
 export function mergeParams(
   query: Record<string, unknown>,
@@ -57,6 +62,7 @@ export function mergeParams(
   path: Record<string, unknown>,
   schema: JsonSchema | undefined,
 ): Record<string, unknown> {
+  if (body === undefined && isEmpty(query) && isEmpty(path)) return {}; // most GETs: nothing to merge
   const out: Record<string, unknown> = {};
   const sources: Array<[string, Record<string, unknown>]> = [
     ["query", coerceStrings(query, schema)],

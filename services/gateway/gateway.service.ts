@@ -44,6 +44,7 @@ import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
 import { drainOf } from "../../lib/drain";
+import { serveWeb } from "../../lib/web-entry";
 import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
@@ -54,6 +55,22 @@ function pickHeaders(req: IncomingMessage, names: string[]): Record<string, stri
     if (typeof value === "string") out[name.toLowerCase()] = value.slice(0, 1024);
   }
   return out;
+}
+
+const routesByTimeout = new WeakMap<GwRoute, Map<number, GwRoute & { callOptions: Record<string, unknown> }>>();
+
+/** The route as an action's call sees it: its call options with the action's own timeout, if it declares one (made once per route and timeout). */
+function routeWithTimeout(route: GwRoute, timeout: number | undefined): GwRoute & { callOptions: Record<string, unknown> } {
+  let byTimeout = routesByTimeout.get(route);
+  if (!byTimeout) routesByTimeout.set(route, (byTimeout = new Map()));
+  const key = timeout ?? 0;
+  let call = byTimeout.get(key);
+  if (!call) {
+    const callOptions: Record<string, unknown> = { ...route.callOptions };
+    if (timeout) callOptions.timeout = timeout;
+    byTimeout.set(key, (call = { ...route, callOptions }));
+  }
+  return call;
 }
 
 /** Failed key lookups (a malformed, unknown or deleted key) a client address may make a second; twice as many at once. */
@@ -123,9 +140,6 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       logRequestParams: null,
       logRouteRegistration: "debug",
       debounceTime: 100,
-      rootCallOptions(options: Record<string, unknown>, req: GwRequest) {
-        options.requestID = req.$requestId;
-      },
       routes: [
         {
           name: "partner",
@@ -233,7 +247,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       },
 
       /** Every request: its id (kept or generated), the log scope, the access log (no query, no download signature) and metrics. */
-      httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, next?: unknown) {
+      httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse) {
         const requestId = tagRequest(req, res);
         if (req.method === "OPTIONS") return withRequestId(requestId, () => answerOptions(this, this.aliases, req, res));
         const started = process.hrtime.bigint();
@@ -254,16 +268,15 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           );
         };
         res.once("finish", req.$logAccess);
-        return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
+        return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
       },
 
       /** X-API-Key -> the key's account and operations; the per-key rate limit; the operation check. */
       async authenticate(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse) {
         const action = req.$action;
         if (!action) return null;
-        const ip = this.clientBucket(req);
         if (action.operation === null) {
-          this.rateLimit(res, ip, true); // public: limited per client address
+          this.rateLimit(res, this.clientBucket(req), true); // public: limited per client address
           return null;
         }
         // Fail closed: an exposed action must say which operation it needs (null for public).
@@ -271,6 +284,8 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         const raw = req.headers["x-api-key"];
         const hash = keyHashOf(raw);
         let principal: Principal | null = hash ? this.keys.get(hash) : null;
+        // The client address's bucket, only when the key is not a cached one (parsing the address costs).
+        const ip = principal ? "" : this.clientBucket(req);
         if (!principal && raw !== undefined) {
           // A client whose keys keep failing is refused before any lookup reaches the database. The
           // token is taken before the lookup (so concurrent guesses count too) and given back on success.
@@ -357,15 +372,13 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           req.$params = merged;
           if (action.requestHeaders) req.$ctx.meta.$requestHeaders = pickHeaders(req, Object.keys(action.requestHeaders));
           // An action may declare a longer (or shorter) timeout than the route's default.
-          const callOptions: Record<string, unknown> = { ...route.callOptions };
-          if (action.timeout) callOptions.timeout = action.timeout;
+          const call = routeWithTimeout(route, action.timeout);
           // An upload's bytes stay here: the action pulls them range by range (uploadedBytes of lib/remote-file.ts) while its token lives.
           if (upload?.path && upload.file) {
             token = this.spoolTokens.add(upload.path, upload.file.size);
             const ref: UploadRef = { action: "gateway.uploadRange", nodeID: this.broker.nodeID, params: { token }, size: upload.file.size };
             req.$ctx.meta.$upload = ref;
           }
-          const call = { ...route, callOptions };
           if (action.eventStream) return await this.openEventStream(call, req, res, merged);
           const key = req.headers["idempotency-key"];
           const idempotent = req.method === "POST" && action.idempotent !== false && req.$ctx.meta.companyId;

@@ -41,6 +41,7 @@ import { dateError } from "./tracking.contract";
 import type { IngestItem } from "./tracking.fold";
 import { IngestMetrics } from "./tracking.metrics";
 import { drainOf } from "../../lib/drain";
+import { serveWeb } from "../../lib/web-entry";
 
 /** Bodies up to 8 MiB: 1000 registrations with long texts fit. */
 export const MAX_INGEST_BODY = 8 * 1024 * 1024;
@@ -226,9 +227,6 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
       logResponse: null,
       logRequestParams: null,
       logRouteRegistration: "debug",
-      rootCallOptions(options: Record<string, unknown>, req: IngressRequest) {
-        options.requestID = req.$requestId;
-      },
       routes: [
         {
           name: "internal",
@@ -315,7 +313,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
         mixin.methods.sendError!.call(this, req, res, err);
       },
 
-      httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, next?: unknown) {
+      httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse) {
         const requestId = tagRequest(req, res);
         const started = process.hrtime.bigint();
         res.once("finish", () => {
@@ -323,7 +321,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
           const route = KNOWN_PATHS.has(path) ? path : "unmatched";
           this.httpMetrics.observe(req.method ?? "GET", route, res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
         });
-        return withRequestId(requestId, () => mixin.methods.httpHandler!.call(this, req, res, next));
+        return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
       },
       send404(this: IngressThis, req: IngressRequest, res: ServerResponse) {
         const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;

@@ -1,0 +1,95 @@
+/**
+ * moleculer-web's entry for an HTTP request, without a broker call for its own `rest` action.
+ *
+ * moleculer-web answers each request by calling its private `rest` action through the broker
+ * (`this.actions.rest(...)`): a Context, then every broker middleware of the node (request scope,
+ * database-outage mapping, context tracking, time-out, error handler, request metrics) wrapped
+ * around a handler that only routes. The action the route then calls passes through the same chain
+ * again, as it must. Both listeners (the partner gateway and the internal ingress) already give the
+ * request its id, log scope, access log, metrics and drain bookkeeping themselves, so here the
+ * `rest` handler is run directly on a Context made for it: the same Context (req.$ctx, the parent of
+ * the action's call, with the request id) and the same routing, errors and 404s as moleculer-web's
+ * own `httpHandler` (moleculer-web 0.11, src/index.js), without the chain.
+ *
+ * With tracing on, the broker path is kept: the Tracing middleware's span of the `rest` action is the
+ * root span of a request's trace.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Context, Service, ServiceBroker } from "moleculer";
+
+type RestHandler = (ctx: Context) => Promise<unknown>;
+
+interface WebService {
+  broker: ServiceBroker;
+  actions: Record<string, (params: unknown, opts: Record<string, unknown>) => Promise<unknown>>;
+  settings: unknown;
+  serve?: (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
+  corsHandler(settings: unknown, req: IncomingMessage, res: ServerResponse): boolean;
+  send404(req: IncomingMessage, res: ServerResponse): void;
+  errorHandler(req: IncomingMessage, res: ServerResponse, err: unknown): void;
+  logger: { debug(...args: unknown[]): void };
+}
+
+interface RestEntry {
+  handler: RestHandler;
+  endpoint: unknown;
+}
+
+const entries = new WeakMap<object, RestEntry | null>();
+
+/** The `rest` action's own handler (before middlewares) and a private endpoint for its Contexts; null when tracing needs the broker path. */
+function restEntry(svc: WebService & Service): RestEntry | null {
+  let entry = entries.get(svc);
+  if (entry !== undefined) return entry;
+  entry = null;
+  const tracing = (svc.broker as unknown as { isTracingEnabled(): boolean }).isTracingEnabled();
+  const spec = (svc as unknown as { _serviceSpecification?: { actions?: Record<string, { handler: RestHandler }> } })._serviceSpecification;
+  const action = spec?.actions?.[`${svc.fullName}.rest`];
+  if (!tracing && action && typeof action.handler === "function") {
+    const registry = svc.broker.registry as unknown as { createPrivateActionEndpoint(action: unknown): unknown };
+    entry = { handler: action.handler, endpoint: registry.createPrivateActionEndpoint(action) };
+  }
+  entries.set(svc, entry);
+  return entry;
+}
+
+/**
+ * moleculer-web's `httpHandler`, calling the `rest` handler directly (see above). `requestId` is the
+ * request's own (lib/http.ts tagRequest): the Context's requestID, so every log line and call of the
+ * request carries it.
+ */
+export async function serveWeb(svc: WebService & Service, req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
+  const r = req as IncomingMessage & Record<string, unknown>;
+  r.$startTime = process.hrtime();
+  r.$service = svc;
+  r.$next = undefined;
+  const s = res as ServerResponse & Record<string, unknown>;
+  s.$service = svc;
+  s.locals ??= {};
+  const options = { requestID: requestId };
+  try {
+    const entry = restEntry(svc);
+    let result: unknown;
+    if (entry) {
+      const broker = svc.broker as unknown as { ContextFactory: { create(b: unknown, ep: unknown, params: unknown, opts: unknown): Context } };
+      const ctx = broker.ContextFactory.create(svc.broker, entry.endpoint, { req, res }, options);
+      result = await entry.handler(ctx);
+    } else {
+      result = await svc.actions.rest!({ req, res }, options);
+    }
+    if (result == null) {
+      // Not routed: moleculer-web's CORS, static files (none here) and 404, as its own handler does.
+      if (svc.corsHandler(svc.settings, req, res)) return;
+      if (svc.serve) {
+        svc.serve(req, res, (err) => {
+          svc.logger.debug(err);
+          svc.send404(req, res);
+        });
+        return;
+      }
+      svc.send404(req, res);
+    }
+  } catch (err) {
+    svc.errorHandler(req, res, err);
+  }
+}
