@@ -61,9 +61,25 @@ export class PrincipalCache {
   }
 }
 
-/** Asks `auth` who the key with this hex SHA-256 is, and caches the answer. */
-export async function lookupPrincipal(ctx: Context, cache: PrincipalCache, hash: string): Promise<Principal | null> {
-  return cache.remember(hash, (await ctx.call("auth.verify", { keyHash: hash })) as Principal | null);
+/** Lookups on their way, by key hash: requests with the same key meanwhile wait for that one. */
+const inFlight = new WeakMap<PrincipalCache, Map<string, Promise<Principal | null>>>();
+
+/** The lookup of this key already on its way, if any (its answer will be the cache's). */
+export function lookupInFlight(cache: PrincipalCache, hash: string): Promise<Principal | null> | undefined {
+  return inFlight.get(cache)?.get(hash);
+}
+
+/** Asks `auth` who the key with this hex SHA-256 is, and caches the answer; one lookup per key at a time. */
+export function lookupPrincipal(ctx: Context, cache: PrincipalCache, hash: string): Promise<Principal | null> {
+  let pending = inFlight.get(cache);
+  if (!pending) inFlight.set(cache, (pending = new Map()));
+  const running = pending.get(hash);
+  if (running) return running;
+  const lookup = (ctx.call("auth.verify", { keyHash: hash }) as Promise<Principal | null>)
+    .then((principal) => cache.remember(hash, principal))
+    .finally(() => pending.delete(hash));
+  pending.set(hash, lookup);
+  return lookup;
 }
 
 /**

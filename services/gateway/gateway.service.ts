@@ -36,7 +36,7 @@ import {
   sendProblem,
 } from "./gateway.answers";
 import { callIdempotent, checkIdempotencyKey, IdempotencyStore } from "./gateway.idempotency";
-import { authMetaOf, keyHashOf, lookupPrincipal, PrincipalCache, requireOperation } from "./gateway.keys";
+import { authMetaOf, keyHashOf, lookupInFlight, lookupPrincipal, PrincipalCache, requireOperation } from "./gateway.keys";
 import { coerceStrings, mergeParams } from "./gateway.params";
 import { clientBucket, TrustedProxies } from "./gateway.client";
 import { TokenBuckets } from "./gateway.ratelimit";
@@ -286,7 +286,10 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         let principal: Principal | null = hash ? this.keys.get(hash) : null;
         // The client address's bucket, only when the key is not a cached one (parsing the address costs).
         const ip = principal ? "" : this.clientBucket(req);
-        if (!principal && raw !== undefined) {
+        // The same key's lookup already on its way (a partner's first requests at once): wait for it, uncharged.
+        const pending = !principal && hash ? lookupInFlight(this.keys, hash) : undefined;
+        if (pending) principal = await pending;
+        else if (!principal && raw !== undefined) {
           // A client whose keys keep failing is refused before any lookup reaches the database. The
           // token is taken before the lookup (so concurrent guesses count too) and given back on success.
           if (hash) this.rateLimit(res, ip, true); // a key not in the cache costs a lookup: charge the client address first

@@ -137,6 +137,17 @@ describe("behind a trusted proxy, failed key lookups", () => {
     expect((await a.api.get("/authentication/me", { headers: { "x-forwarded-for": "198.51.100.90" } })).status).toBe(200);
   });
 
+  it("spend one lookup and no failed-lookup token on a valid key's first requests at once", async () => {
+    // A partner opening 50 connections with its key right after a gateway started: the key is not
+    // cached yet, and 50 lookups would each take a failed-lookup token (10 a second, burst 20).
+    const a = await p.newAccount(["AUTHENTICATION"]);
+    const client = { "x-forwarded-for": "198.51.100.91" };
+    const before = verifyCalls;
+    const results = await Promise.all(Array.from({ length: 50 }, () => a.api.get("/authentication/me", { headers: client })));
+    expect(results.map((r) => r.status)).toEqual(Array.from({ length: 50 }, () => 200));
+    expect(verifyCalls - before).toBe(1);
+  });
+
   it("bucket IPv6 clients by their /64", async () => {
     // 40 addresses of one /64, at once: one bucket (burst 20), so at least 10 are refused. Counted
     // like the guesses above, not as "the 41st": the bucket refills 10 tokens a second meanwhile.
