@@ -119,3 +119,36 @@ export function loggerOptions(config: Pick<Config, "logLevel" | "logFormat">, de
     options: { level: config.logLevel === "silent" ? false : config.logLevel, pino: { options, destination: out } },
   } as LoggerConfig;
 }
+
+/** Writes one access log line (one per HTTP request). */
+export type AccessLog = (requestId: string, method: string, path: string, route: string, status: number, ms: number) => void;
+
+type PinoLike = pino.Logger & { [key: symbol]: unknown };
+
+/**
+ * An access-log writer for a service's logger: the line pino would write for
+ * `logger.info({ requestId, method, path, route, status, ms }, "request")`, byte for byte, built
+ * as one string and handed to the logger's own destination (the buffered stdout, the pretty
+ * transport, a test's stream). Once per request this skips Moleculer's log wrapper, pino's merge of
+ * the fields object and the request-scope mixin. Falls back to the logger when the broker's logger
+ * is not the project's pino (null is returned and the caller logs as usual).
+ */
+export function accessLogWriter(broker: object, bindings: Record<string, unknown>): AccessLog | null {
+  const appenders = (
+    (broker as { loggerFactory?: unknown }).loggerFactory as { appenders?: Array<{ pino?: PinoLike; getLogLevel?(mod: unknown): string | null }> } | undefined
+  )?.appenders;
+  if (!appenders || appenders.length !== 1 || !appenders[0]!.pino) return null;
+  const appender = appenders[0]!;
+  const level = appender.getLogLevel?.(bindings.mod);
+  if (!level) return () => undefined; // this module logs nothing
+  const child = appender.pino!.child(bindings, { level }) as PinoLike;
+  if (!child.isLevelEnabled("info")) return () => undefined;
+  const stream = child[pino.symbols.streamSym] as { write(line: string): unknown };
+  const chindings = child[pino.symbols.chindingsSym] as string;
+  const infoLevel = child.levels.values.info;
+  return (requestId, method, path, route, status, ms) => {
+    stream.write(
+      `{"level":${infoLevel},"time":${Date.now()}${chindings},"requestId":${JSON.stringify(requestId)},"method":${JSON.stringify(method)},"path":${JSON.stringify(path)},"route":${JSON.stringify(route)},"status":${status},"ms":${ms},"msg":"request"}\n`,
+    );
+  };
+}

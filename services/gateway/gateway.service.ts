@@ -19,7 +19,7 @@ import { ApiError } from "../../lib/errors";
 import { answerClientError, parseJson, requireJson, tagRequest } from "../../lib/http";
 import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
-import { withRequestId } from "../../lib/logger";
+import { accessLogWriter, withRequestId, type AccessLog } from "../../lib/logger";
 import { buildOpenApi } from "../../lib/openapi";
 import type { UploadRef } from "../../lib/remote-file";
 import type { KeyDeletedEvent, Principal } from "../auth/auth.contract";
@@ -93,6 +93,8 @@ interface GatewayVars {
   trustedProxies: TrustedProxies;
   idempotency: IdempotencyStore;
   metrics: HttpMetrics;
+  /** The access log line, written straight to the logger's destination (null: through the logger). */
+  accessLog: AccessLog | null;
   openApiCache: Record<string, unknown> | null;
   aliases: Alias[];
   aliasesReady: boolean;
@@ -262,10 +264,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           this.metrics.observe(req.method ?? "GET", route, res.statusCode, seconds);
           // The access log line names its request id itself (no log scope needed after the answer).
           const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
-          this.logger.info(
-            { requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms: Math.round(seconds * 1e6) / 1000 },
-            "request",
-          );
+          const ms = Math.round(seconds * 1e6) / 1000;
+          if (this.accessLog) this.accessLog(requestId, req.method ?? "GET", loggedPath(url), route, res.statusCode, ms);
+          else this.logger.info({ requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms }, "request");
         };
         res.once("finish", req.$logAccess);
         return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
@@ -461,6 +462,13 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.idempotency = new IdempotencyStore(db.sequelize);
       this.loops = new Loops(this.logger);
       this.metrics = new HttpMetrics(this.broker);
+      this.accessLog = accessLogWriter(this.broker, {
+        nodeID: this.broker.nodeID,
+        ns: this.broker.namespace,
+        mod: this.fullName,
+        svc: this.name,
+        ver: this.version,
+      });
       this.openApiCache = null;
       this.aliasesReady = false;
       this.localServicesStarted = false;
