@@ -37,6 +37,9 @@ interface RestEntry {
 
 const entries = new WeakMap<object, RestEntry | null>();
 
+/** Contexts made here for a request (not by the broker): the request's action call may run on them. */
+const direct = new WeakSet<object>();
+
 /** The `rest` action's own handler (before middlewares) and a private endpoint for its Contexts; null when tracing needs the broker path. */
 function restEntry(svc: WebService & Service): RestEntry | null {
   let entry = entries.get(svc);
@@ -73,6 +76,7 @@ export async function serveWeb(svc: WebService & Service, req: IncomingMessage, 
     if (entry) {
       const broker = svc.broker as unknown as { ContextFactory: { create(b: unknown, ep: unknown, params: unknown, opts: unknown): Context } };
       const ctx = broker.ContextFactory.create(svc.broker, entry.endpoint, { req, res }, options);
+      direct.add(ctx);
       result = await entry.handler(ctx);
     } else {
       result = await svc.actions.rest!({ req, res }, options);
@@ -92,4 +96,47 @@ export async function serveWeb(svc: WebService & Service, req: IncomingMessage, 
   } catch (err) {
     svc.errorHandler(req, res, err);
   }
+}
+
+interface CallRoute {
+  callOptions?: Record<string, unknown>;
+  logging?: boolean;
+  onAfterCall?: (this: unknown, ctx: Context, route: unknown, req: IncomingMessage, res: ServerResponse, data: unknown) => unknown;
+}
+
+interface CallService extends WebService {
+  fullName: string;
+  sendResponse(req: IncomingMessage, res: ServerResponse, data: unknown, action: unknown): void;
+  logResponse(req: IncomingMessage, res: ServerResponse, data: unknown): void;
+}
+
+/**
+ * moleculer-web's `callAction` for a request whose Context was made by serveWeb: the action runs on
+ * that Context (the broker's reused-context call) instead of a child Context made for it, so a
+ * request makes one Context, not two. What the child would have carried is set on it: the params,
+ * the route's call options (time-out), the caller (this service, the label of the action's metrics).
+ * Its meta is the request's own, so the action's $statusCode, headers and the rest are where
+ * moleculer-web reads them, as after a child's meta was merged back. Returns false (the caller
+ * makes the usual call) when the Context is not one of serveWeb's (tracing on) or a stream is sent.
+ */
+export async function callOnRequestContext(
+  svc: CallService,
+  route: CallRoute,
+  req: IncomingMessage & { $ctx: Context; $endpoint?: unknown },
+  res: ServerResponse,
+  params: Record<string, unknown>,
+  isStream: boolean,
+): Promise<boolean> {
+  const ctx = req.$ctx as Context & { options: Record<string, unknown>; caller: string | null };
+  if (isStream || !direct.has(ctx)) return false;
+  direct.delete(ctx); // one action per request Context
+  ctx.setParams(params);
+  ctx.options = { ...route.callOptions };
+  ctx.caller = svc.fullName;
+  const endpoint = req.$endpoint as { action: unknown };
+  let data = await svc.broker.call(endpoint as never, params, { ctx });
+  if (route.onAfterCall) data = await route.onAfterCall.call(svc, ctx, route, req, res, data);
+  svc.sendResponse(req, res, data, endpoint.action);
+  if (route.logging) svc.logResponse(req, res, data);
+  return true;
 }

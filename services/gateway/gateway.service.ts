@@ -44,7 +44,7 @@ import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
 import { drainOf } from "../../lib/drain";
-import { serveWeb } from "../../lib/web-entry";
+import { callOnRequestContext, serveWeb } from "../../lib/web-entry";
 import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
@@ -389,6 +389,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           if (idempotent && key !== undefined) {
             return await callIdempotent(this, call, req, res, merged, checkIdempotencyKey(key), config.requestTimeoutMs);
           }
+          if (await callOnRequestContext(this as never, call as never, req, res, merged, isStream)) return true;
           return await mixin.methods.callAction!.call(this, call, actionName, req, res, merged, isStream);
         } finally {
           if (token) this.spoolTokens.drop(token);
