@@ -3,7 +3,8 @@
  * from TRANSPORTER (NATS) or none (in-process), pino as the logger, ajv as the validator, and the
  * middleware that carries the request id into every log line.
  */
-import type { BrokerOptions, Middleware, ServiceBroker } from "moleculer";
+import { Errors, METRIC, type BrokerOptions, type Middleware, type ServiceBroker } from "moleculer";
+import { Stream } from "node:stream";
 import type { Config } from "./lib/config";
 import { ApiError, databaseUnavailable, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S } from "./lib/errors";
 import { loggerOptions, withRequestId } from "./lib/logger";
@@ -84,6 +85,75 @@ const TransporterOutage = {
   },
 } as unknown as Middleware;
 
+type TimedCtx = {
+  options: { timeout?: number | null };
+  startHrTime?: [number, number] | null;
+  nodeID?: string | null;
+  requestID?: string | null;
+  params: unknown;
+};
+
+/**
+ * Moleculer's Timeout middleware, with one promise and one timer per call instead of its
+ * `Promise.race` of a timer promise (five promises a call, measured among the largest allocations
+ * per request in bench/gateway). The same behaviour: the time-out defaults to the action's, then the
+ * broker's requestTimeout; the call's start is kept for the distributed time-out of nested calls; at
+ * the time-out the caller gets a RequestTimeoutError (the handler itself runs on), a warning is
+ * logged, a stream sent as params is told, and moleculer_request_timeout_total counts it.
+ */
+const CallTimeout = {
+  name: "CallTimeout",
+  created(broker: ServiceBroker) {
+    if (broker.isMetricsEnabled()) {
+      broker.metrics.register({
+        name: METRIC.MOLECULER_REQUEST_TIMEOUT_TOTAL,
+        type: METRIC.TYPE_COUNTER,
+        labelNames: ["service", "action"],
+        description: "Number of timed out requests",
+        rate: true,
+      });
+    }
+  },
+  localAction: callTimeout,
+  remoteAction: callTimeout,
+} as unknown as Middleware;
+
+function callTimeout(
+  this: ServiceBroker,
+  handler: (ctx: TimedCtx) => Promise<unknown>,
+  action: { name: string; timeout?: number; service?: { fullName: string } },
+) {
+  const broker = this;
+  const actionName = action.name;
+  const service = action.service ? action.service.fullName : null;
+  return function timedCall(ctx: TimedCtx): Promise<unknown> {
+    if (ctx.options.timeout == null) ctx.options.timeout = action.timeout != null ? action.timeout : broker.options.requestTimeout;
+    const ms = ctx.options.timeout ?? 0;
+    if (!(ms > 0)) return handler(ctx);
+    if (!ctx.startHrTime) ctx.startHrTime = process.hrtime();
+    const p = handler(ctx);
+    if (typeof p?.then !== "function") return p;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        broker.logger.warn(`Request '${actionName}' is timed out.`, { requestID: ctx.requestID, nodeID: ctx.nodeID, timeout: ms });
+        if (ctx.params instanceof Stream) ctx.params.emit("moleculer-timeout-middleware", ms);
+        broker.metrics?.increment(METRIC.MOLECULER_REQUEST_TIMEOUT_TOTAL, { service, action: actionName });
+        reject(new Errors.RequestTimeoutError({ action: actionName, nodeID: ctx.nodeID as string }));
+      }, ms);
+      p.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
+    });
+  };
+}
+
 type RemoteCtx = {
   options?: { nodeID?: string };
   params: unknown;
@@ -150,7 +220,7 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
       "ActionHook",
       "Validator",
       "ContextTracker",
-      "Timeout",
+      CallTimeout,
       NoRespondersRetry,
       "ErrorHandler",
       ...(config.tracingExporter === "none" ? [] : ["Tracing"]),

@@ -38,11 +38,19 @@ export class Drain {
     server.prependListener("request", (_req: IncomingMessage, res: ServerResponse) => {
       this.open.add(res);
       if (this.started) res.shouldKeepAlive = false;
-      res.once("close", () => {
-        this.open.delete(res);
-        if (this.open.size === 0) for (const wake of this.idle.splice(0)) wake();
-      });
+      res.once("close", this.onClose);
     });
+  }
+
+  /** One handler for every answer's close (no closure per request): the answer is the emitter. */
+  private readonly onClose = ((drain: Drain) =>
+    function onAnswerClosed(this: ServerResponse): void {
+      drain.closed(this);
+    })(this);
+
+  private closed(res: ServerResponse): void {
+    this.open.delete(res);
+    if (this.open.size === 0 && this.idle.length > 0) for (const wake of this.idle.splice(0)) wake();
   }
 
   /** Called once when draining starts (end long-lived answers here). */

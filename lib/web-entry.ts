@@ -37,8 +37,8 @@ interface RestEntry {
 
 const entries = new WeakMap<object, RestEntry | null>();
 
-/** Contexts made here for a request (not by the broker): the request's action call may run on them. */
-const direct = new WeakSet<object>();
+/** Marks a Context made here for a request (not by the broker): the request's action call may run on it. */
+const DIRECT = Symbol("web-entry.direct");
 
 /** The `rest` action's own handler (before middlewares) and a private endpoint for its Contexts; null when tracing needs the broker path. */
 function restEntry(svc: WebService & Service): RestEntry | null {
@@ -76,7 +76,7 @@ export async function serveWeb(svc: WebService & Service, req: IncomingMessage, 
     if (entry) {
       const broker = svc.broker as unknown as { ContextFactory: { create(b: unknown, ep: unknown, params: unknown, opts: unknown): Context } };
       const ctx = broker.ContextFactory.create(svc.broker, entry.endpoint, { req, res }, options);
-      direct.add(ctx);
+      (ctx as unknown as Record<symbol, boolean>)[DIRECT] = true;
       result = await entry.handler(ctx);
     } else {
       result = await svc.actions.rest!({ req, res }, options);
@@ -127,9 +127,9 @@ export async function callOnRequestContext(
   params: Record<string, unknown>,
   isStream: boolean,
 ): Promise<boolean> {
-  const ctx = req.$ctx as Context & { options: Record<string, unknown>; caller: string | null };
-  if (isStream || !direct.has(ctx)) return false;
-  direct.delete(ctx); // one action per request Context
+  const ctx = req.$ctx as Context & { options: Record<string, unknown>; caller: string | null; [DIRECT]?: boolean };
+  if (isStream || !ctx[DIRECT]) return false;
+  ctx[DIRECT] = false; // one action per request Context
   ctx.setParams(params);
   ctx.options = { ...route.callOptions };
   ctx.caller = svc.fullName;

@@ -30,7 +30,10 @@ const DOWNLOAD_SIGNATURE = /(\/exports\/[^/?#]*\/download\/[^/?#]*\/)[^/?#]+/g;
 
 /** A request path as the logs name it: without its query, and a download's signature redacted. */
 export function loggedPath(url: string | undefined): string {
-  return (url ?? "").split("?")[0]!.replace(DOWNLOAD_SIGNATURE, "$1[redacted]");
+  if (!url) return "";
+  const q = url.indexOf("?");
+  const path = q < 0 ? url : url.slice(0, q);
+  return path.includes("/download/") ? path.replace(DOWNLOAD_SIGNATURE, "$1[redacted]") : path;
 }
 
 /** The methods routed on a path (empty: no such path). */
