@@ -24,19 +24,21 @@ export function withRequestId<T>(requestId: string | null | undefined, fn: () =>
 }
 
 /**
- * Log lines gathered into chunks of about 8 KiB before they reach sonic-boom (pino's destination).
+ * Log lines gathered into chunks of up to 64 KiB before they reach sonic-boom (pino's destination).
  * sonic-boom appends each line to its last pending string and measures that string's byte length
  * on every write, which flattens it: up to 16 KiB copied per line, the largest allocation per
  * request at load (bench/gateway). Here a line is only pushed to an array; sonic-boom gets one
- * flat string per chunk and does the asynchronous writes, retries and the final synchronous flush.
+ * buffer per chunk and does the asynchronous writes, retries and the final synchronous flush. Each
+ * write is a thread-pool task and a syscall (about 15 us): at 25,000 lines a second, 64 KiB chunks
+ * make that 130 writes a second instead of 1,300 with 8 KiB ones.
  */
 export class ChunkedDestination {
   private lines: string[] = [];
   private chars = 0;
 
   constructor(
-    private readonly dest: { write(chunk: string): boolean; flushSync(): void; flush(cb?: (err?: Error) => void): void },
-    private readonly chunkChars = 8192,
+    private readonly dest: { write(chunk: Buffer): boolean; flushSync(): void; flush(cb?: (err?: Error) => void): void },
+    private readonly chunkChars = 64 * 1024,
   ) {}
 
   write(line: string): boolean {
@@ -52,7 +54,7 @@ export class ChunkedDestination {
     const chunk = this.lines.length === 1 ? this.lines[0]! : this.lines.join("");
     this.lines = [];
     this.chars = 0;
-    this.dest.write(chunk);
+    this.dest.write(Buffer.from(chunk, "utf8"));
   }
 
   /** Everything gathered and pending, written before returning (the process is exiting). */
@@ -64,10 +66,10 @@ export class ChunkedDestination {
 
 let stdoutDest: ChunkedDestination | null = null;
 
-/** stdout, written in 8 KiB chunks and flushed at least every 250 ms so that an idle service's lines still show. */
+/** stdout, written in chunks of up to 64 KiB and flushed at least every 250 ms so that an idle service's lines still show. */
 function bufferedStdout() {
   if (!stdoutDest) {
-    const dest = new ChunkedDestination(pino.destination({ dest: 1, sync: false }));
+    const dest = new ChunkedDestination(pino.destination({ dest: 1, sync: false, contentMode: "buffer", maxWrite: 64 * 1024 }) as never);
     setInterval(() => dest.flush(), 250).unref();
     process.on("exit", () => {
       try {
@@ -111,7 +113,7 @@ export function loggerOptions(config: Pick<Config, "logLevel" | "logFormat">, de
   if (pretty) {
     options.transport = { target: "pino-pretty", options: { ...PRETTY_OPTIONS, colorize: Boolean(process.stdout.isTTY), destination: 1 } };
   }
-  // Buffered, asynchronous writes to stdout: one syscall per 8 KiB of log instead of one per line
+  // Buffered, asynchronous writes to stdout: one syscall per 64 KiB of log (or 250 ms) instead of one per line
   // (pino flushes the buffer when the process exits).
   const out = destination ?? (pretty ? undefined : (bufferedStdout() as unknown as NodeJS.WritableStream));
   return {
