@@ -44,7 +44,7 @@ import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
 import { drainOf } from "../../lib/drain";
-import { callOnRequestContext, serveWeb } from "../../lib/web-entry";
+import { callOnRequestContext, routeDirect, serveWeb } from "../../lib/web-entry";
 import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
@@ -236,6 +236,19 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (this.server) return;
         this.server = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD }, this.httpHandler);
         this.server.requestTimeout = (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000;
+      },
+
+      /** Routes without middlewares go straight to the alias (lib/web-entry.ts routeDirect). */
+      routeHandler(
+        this: GatewayThis,
+        ctx: Context,
+        route: { middlewares: unknown[]; opts: { mergeParams?: boolean } },
+        req: GwRequest,
+        res: ServerResponse,
+        found?: { alias: unknown; params: Record<string, unknown> },
+      ) {
+        if (!found || route.middlewares.length > 0) return mixin.methods.routeHandler!.call(this, ctx, route, req, res, found);
+        return routeDirect(this as never, route, req as never, res as never, found);
       },
 
       /** This gateway's partner routes are built from the registry: from then on it is ready. */
