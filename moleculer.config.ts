@@ -123,11 +123,10 @@ function callTimeout(
   handler: (ctx: TimedCtx) => Promise<unknown>,
   action: { name: string; timeout?: number; service?: { fullName: string } },
 ) {
-  const broker = this;
   const actionName = action.name;
   const service = action.service ? action.service.fullName : null;
-  return function timedCall(ctx: TimedCtx): Promise<unknown> {
-    if (ctx.options.timeout == null) ctx.options.timeout = action.timeout != null ? action.timeout : broker.options.requestTimeout;
+  return (ctx: TimedCtx): Promise<unknown> => {
+    if (ctx.options.timeout == null) ctx.options.timeout = action.timeout != null ? action.timeout : this.options.requestTimeout;
     const ms = ctx.options.timeout ?? 0;
     if (!(ms > 0)) return handler(ctx);
     if (!ctx.startHrTime) ctx.startHrTime = process.hrtime();
@@ -135,9 +134,9 @@ function callTimeout(
     if (typeof p?.then !== "function") return p;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        broker.logger.warn(`Request '${actionName}' is timed out.`, { requestID: ctx.requestID, nodeID: ctx.nodeID, timeout: ms });
+        this.logger.warn(`Request '${actionName}' is timed out.`, { requestID: ctx.requestID, nodeID: ctx.nodeID, timeout: ms });
         if (ctx.params instanceof Stream) ctx.params.emit("moleculer-timeout-middleware", ms);
-        broker.metrics?.increment(METRIC.MOLECULER_REQUEST_TIMEOUT_TOTAL, { service, action: actionName });
+        this.metrics?.increment(METRIC.MOLECULER_REQUEST_TIMEOUT_TOTAL, { service, action: actionName });
         reject(new Errors.RequestTimeoutError({ action: actionName, nodeID: ctx.nodeID as string }));
       }, ms);
       p.then(

@@ -44,7 +44,7 @@ import type { Alias, GwRequest, GwRoute } from "./gateway.request";
 import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
 import { DiskBudget } from "../../lib/disk-budget";
 import { drainOf } from "../../lib/drain";
-import { callOnRequestContext, routeDirect, serveWeb } from "../../lib/web-entry";
+import { callOnRequestContext, resolveIndexed, routeDirect, serveWeb } from "../../lib/web-entry";
 import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
@@ -145,6 +145,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       routes: [
         {
           name: "partner",
+          logging: false, // the access log is ours (httpHandler); moleculer-web's would format a line per request even when not written
           path: API_PREFIX,
           autoAliases: true,
           mappingPolicy: "restrict",
@@ -156,7 +157,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
             return partnerAnswer(this, ctx, req, res, data, config.requestTimeoutMs);
           },
         },
-        { name: "ops", path: "/", mappingPolicy: "restrict", bodyParsers: false, aliases: { ...opsAliases } },
+        { name: "ops", path: "/", logging: false, mappingPolicy: "restrict", bodyParsers: false, aliases: { ...opsAliases } },
       ],
       onError(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
         this.sendProblem(req, res, err);
@@ -236,6 +237,11 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (this.server) return;
         this.server = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD }, this.httpHandler);
         this.server.requestTimeout = (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000;
+      },
+
+      /** The matching alias, trying only those the URL's leading segments allow (lib/web-entry.ts). */
+      resolveAlias(this: GatewayThis, url: string, method?: string) {
+        return resolveIndexed(this.aliases as never, url, method);
       },
 
       /** Routes without middlewares go straight to the alias (lib/web-entry.ts routeDirect). */

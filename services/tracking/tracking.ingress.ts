@@ -230,6 +230,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
       routes: [
         {
           name: "internal",
+          logging: false, // moleculer-web's request lines are off (logRequest/logResponse null); this skips formatting them
           path: "/internal/v1",
           mappingPolicy: "restrict",
           autoAliases: false,

@@ -12,7 +12,7 @@ function brokerWithCapture(logLevel: "info" | "warn") {
   const out: string[] = [];
   const stream = new PassThrough();
   stream.on("data", (chunk: Buffer) => out.push(...chunk.toString().split("\n").filter(Boolean)));
-  const broker = new ServiceBroker({ nodeID: "node-\"x\"", namespace: "ns1", transporter: null, logger: loggerOptions(testConfig({ logLevel }), stream) });
+  const broker = new ServiceBroker({ nodeID: 'node-"x"', namespace: "ns1", transporter: null, logger: loggerOptions(testConfig({ logLevel }), stream) });
   const svc = broker.createService({ name: "gateway" });
   return { broker, svc, out };
 }
