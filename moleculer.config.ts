@@ -7,7 +7,7 @@ import { Errors, METRIC, type BrokerOptions, type Middleware, type ServiceBroker
 import { Stream } from "node:stream";
 import type { Config } from "./lib/config";
 import { ApiError, databaseUnavailable, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S } from "./lib/errors";
-import { loggerOptions, withRequestId } from "./lib/logger";
+import { inRequestScope, loggerOptions } from "./lib/logger";
 import { natsTransporter, transporterUp } from "./lib/nats-transporter";
 import { RequestMetrics } from "./lib/request-metrics";
 import { BinaryAnswerSerializer } from "./lib/serializer";
@@ -19,10 +19,10 @@ type Handler = (ctx: { requestID?: string | null }) => unknown;
 const RequestScope = {
   name: "RequestScope",
   localAction(handler: Handler) {
-    return (ctx: { requestID?: string | null }) => withRequestId(ctx.requestID, () => handler(ctx));
+    return (ctx: { requestID?: string | null }) => inRequestScope(ctx.requestID, handler, ctx);
   },
   localEvent(handler: Handler) {
-    return (ctx: { requestID?: string | null }) => withRequestId(ctx.requestID, () => handler(ctx));
+    return (ctx: { requestID?: string | null }) => inRequestScope(ctx.requestID, handler, ctx);
   },
 } as unknown as Middleware;
 
@@ -35,11 +35,12 @@ const DatabaseOutage = {
   name: "DatabaseOutage",
   localAction(handler: Handler) {
     const mapped = (err: unknown) => (isDatabaseUnavailable(err) ? databaseUnavailable() : err);
+    const rethrowMapped = (err: unknown): never => {
+      throw mapped(err);
+    };
     return (ctx: { requestID?: string | null }) => {
       try {
-        return Promise.resolve(handler(ctx)).catch((err: unknown) => {
-          throw mapped(err);
-        });
+        return Promise.resolve(handler(ctx)).catch(rethrowMapped);
       } catch (err) {
         throw mapped(err);
       }

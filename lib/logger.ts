@@ -64,6 +64,12 @@ export class ChunkedDestination {
   }
 }
 
+/** `fn(arg)` in the log scope of `requestId` (no closure: what runs per action call). */
+export function inRequestScope<A, T>(requestId: string | null | undefined, fn: (arg: A) => T, arg: A): T {
+  if (!requestId || requestScope.getStore()?.requestId === requestId) return fn(arg);
+  return requestScope.run({ requestId }, fn, arg);
+}
+
 let stdoutDest: ChunkedDestination | null = null;
 
 /** stdout, written in chunks of up to 64 KiB and flushed at least every 250 ms so that an idle service's lines still show. */
