@@ -123,6 +123,7 @@ export interface Config {
   readonly exportRetentionS: number;
   /** How long a running export stays with its node without a heartbeat before another node runs it again. */
   readonly exportLeaseMs: number;
+  readonly exportPollMs: number;
   /** How often an open Server-Sent Events stream carries a comment line when nothing else was written (keeps proxies from closing it). */
   readonly sseHeartbeatMs: number;
   /** Event streams one gateway node holds open at once (beyond: 503). */
@@ -174,7 +175,8 @@ export const VARIABLES = {
   CAMPAIGN_BATCH_SIZE: { field: "campaignBatchSize", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 500 },
   CAMPAIGN_CONCURRENCY: { field: "campaignConcurrency", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 4 },
   CAMPAIGN_LEASE_MS: { field: "campaignLeaseMs", schema: { type: "integer", minimum: 1000, maximum: 3600000 }, default: 30000 },
-  CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
+  // The safety net: campaigns nodes are woken by the campaigns.due broadcast and at a campaign's scheduled time.
+  CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 5000 },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
   // null: pretty when stdout is a terminal, JSON otherwise (a pipe, a file, a container's log).
   LOG_FORMAT: { field: "logFormat", schema: { enum: ["pretty", "json", null] }, default: null },
@@ -208,6 +210,8 @@ export const VARIABLES = {
   SECRETS_KEY_PREVIOUS: { field: "secretsKeyPrevious", schema: { type: ["string", "null"], pattern: "^[A-Za-z0-9+/]{43}=?$" }, default: null },
   EXPORT_URL_TTL_S: { field: "exportUrlTtlS", schema: { type: "integer", minimum: 10, maximum: 604800 }, default: 900 },
   EXPORT_RETENTION_S: { field: "exportRetentionS", schema: { type: "integer", minimum: 10, maximum: 31536000 }, default: 86400 },
+  // The safety net: exports nodes are woken by the exports.jobQueued broadcast when a job is queued.
+  EXPORT_POLL_MS: { field: "exportPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 5000 },
   EXPORT_LEASE_MS: { field: "exportLeaseMs", schema: { type: "integer", minimum: 3000, maximum: 3600000 }, default: 60000 },
   SSE_HEARTBEAT_MS: { field: "sseHeartbeatMs", schema: { type: "integer", minimum: 10, maximum: 300000 }, default: 15000 },
   SSE_MAX_STREAMS: { field: "sseMaxStreams", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 10000 },

@@ -3,10 +3,11 @@
  * (campaigns.sender.ts): any number of campaigns nodes work on the same campaign, each with
  * CAMPAIGN_CONCURRENCY batches in flight, every batch claimed under a token of its own with a lease.
  * This node:
- * - polls (every CAMPAIGN_POLL_MS, and at once when a campaign was confirmed or resumed here): a
- *   SCHEDULED campaign whose time has come becomes SENDING (one guarded UPDATE; whichever node
- *   runs it, they all then work on it), and every SENDING campaign it does not yet work on (up to
- *   MAX_ACTIVE) gets a CampaignSend;
+ * - polls when woken (a campaign was confirmed or resumed on any node: the CAMPAIGN_DUE broadcast;
+ *   a send of its own ended; the earliest scheduled_at of a SCHEDULED campaign has come) and, as a
+ *   safety net for a lost broadcast, every CAMPAIGN_POLL_MS: a SCHEDULED campaign whose time has
+ *   come becomes SENDING (one guarded UPDATE; whichever node runs it, they all then work on it),
+ *   and every SENDING campaign it does not yet work on (up to MAX_ACTIVE) gets a CampaignSend;
  * - renews the leases of its batches in flight for a third of CAMPAIGN_LEASE_MS or more;
  * - at stop (SIGTERM) claims no more, waits (at most SHUTDOWN_TIMEOUT_MS) for the batches in flight to be
  *   handed over and recorded, then gives back whatever it still holds.
@@ -25,6 +26,13 @@ import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
 import { CampaignSend, RECIPIENT_JOBS, type SenderDeps } from "./campaigns.sender";
 
 export { MAX_ATTEMPTS, PAUSE_WINDOW, RETRY_BASE_MS } from "./campaigns.sender";
+
+/**
+ * Broadcast by the node where a campaign was confirmed or resumed, after the commit: every
+ * campaigns node polls at once (the poll every CAMPAIGN_POLL_MS is only the safety net for a lost
+ * broadcast). Only the campaigns service emits and hears it.
+ */
+export const CAMPAIGN_DUE = "campaigns.due";
 
 /** Campaigns one node sends at once. */
 const MAX_ACTIVE = 4;
@@ -62,6 +70,9 @@ export class CampaignRunner {
   );
   private stopping = false;
   private beating = false;
+  /** A wake when the earliest SCHEDULED campaign falls due (so a schedule never waits for the slow poll). */
+  private scheduledTimer: NodeJS.Timeout | null = null;
+  private scheduledAt = Number.POSITIVE_INFINITY;
 
   constructor(
     private readonly config: Config,
@@ -109,16 +120,37 @@ export class CampaignRunner {
     }
   }
 
-  /** Looks for campaigns to send now (one was just confirmed or resumed here). */
+  /** A poll at `at` (ms since the epoch), unless one is set earlier already; past the safety poll's period the poll itself comes first. */
+  private wakeAt(at: number): void {
+    if (this.stopping || at >= this.scheduledAt || at - Date.now() > this.config.campaignPollMs) return;
+    if (this.scheduledTimer) clearTimeout(this.scheduledTimer);
+    this.scheduledAt = at;
+    this.scheduledTimer = setTimeout(
+      () => {
+        this.scheduledTimer = null;
+        this.scheduledAt = Number.POSITIVE_INFINITY;
+        this.kick();
+      },
+      Math.max(0, at - Date.now()) + 5,
+    );
+    this.scheduledTimer.unref();
+  }
+
+  /** Looks for campaigns to send now (one was just confirmed or resumed, here or on another node). */
   kick(): void {
     if (!this.stopping) this.polls.request();
   }
 
   private async poll(): Promise<void> {
-    await rawQuery(
+    // The campaigns now due become SENDING; in the same statement, how long until the next one is
+    // (the campaigns the UPDATE took still read SCHEDULED in its snapshot: only later ones count).
+    const [next] = await rawQuery<{ ms: number | null }>(
       this.sequelize,
-      `UPDATE campaigns SET status = 'SENDING', updated_at = now() WHERE status = 'SCHEDULED' AND scheduled_at <= now() RETURNING id`,
+      `WITH due AS (UPDATE campaigns SET status = 'SENDING', updated_at = now() WHERE status = 'SCHEDULED' AND scheduled_at <= now() RETURNING id)
+       SELECT (SELECT count(*) FROM due) AS n,
+              (EXTRACT(EPOCH FROM (SELECT min(scheduled_at) FROM campaigns WHERE status = 'SCHEDULED' AND scheduled_at > now()) - now()) * 1000)::bigint AS ms`,
     );
+    if (next?.ms != null) this.wakeAt(Date.now() + Math.max(0, Number(next.ms)));
     if (this.sends.size >= MAX_ACTIVE) return;
     const due = await rawQuery<CampaignRow>(
       this.sequelize,
@@ -174,6 +206,7 @@ export class CampaignRunner {
   /** Claims no more, waits (bounded) for the batches in flight to be recorded, then gives back what this node still holds. */
   async stop(): Promise<void> {
     this.stopping = true;
+    if (this.scheduledTimer) clearTimeout(this.scheduledTimer);
     await this.polls.close();
     const sends = [...this.sends.values()];
     for (const s of sends) s.stopClaiming();

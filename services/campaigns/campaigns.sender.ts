@@ -97,6 +97,13 @@ export interface SenderDeps {
   ended(): void;
 }
 
+/**
+ * The longest a send of a campaign in progress waits before it looks again (a failed claim, the
+ * recipients left all held or not yet due): CAMPAIGN_POLL_MS when lower. The idle poll for new
+ * campaigns is slower; a send in progress is not idle.
+ */
+const SEND_WAIT_MAX_MS = 1000;
+
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     if (signal.aborted) return resolve();
@@ -144,7 +151,7 @@ export class CampaignSend {
         got = await this.claim();
       } catch (err) {
         this.d.log.warn({ err, campaignId: this.c.id }, "campaign claim failed");
-        await sleep(this.d.config.campaignPollMs, this.abort.signal);
+        await sleep(Math.min(this.d.config.campaignPollMs, SEND_WAIT_MAX_MS), this.abort.signal);
         continue;
       }
       if (got.kind === "off") break;
@@ -214,7 +221,7 @@ export class CampaignSend {
       await this.finish();
       return null;
     }
-    return Math.min(Math.max(Number(left!.wait_ms ?? 0), 10), this.d.config.campaignPollMs, this.d.config.campaignLeaseMs / 3);
+    return Math.min(Math.max(Number(left!.wait_ms ?? 0), 10), this.d.config.campaignPollMs, SEND_WAIT_MAX_MS, this.d.config.campaignLeaseMs / 3);
   }
 
   private async send(token: string, rows: Claimed[]): Promise<void> {

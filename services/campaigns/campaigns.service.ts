@@ -19,7 +19,7 @@ import { campaignActions, CONFIRM_TIMEOUT_MS, type CampaignsThis } from "./campa
 import { CampaignMetrics } from "./campaigns.metrics";
 import { findCampaign, q } from "./campaigns.queries";
 import { preview, stats } from "./campaigns.preview";
-import { CampaignRunner } from "./campaigns.runner";
+import { CAMPAIGN_DUE, CampaignRunner } from "./campaigns.runner";
 import { campaignIdIn, previewOut, statsIn, statsOut, type PreviewOut, type StatsIn, type StatsOut } from "./campaigns.schemas";
 
 interface CampaignsVars extends CampaignsThis {
@@ -108,8 +108,10 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
     },
 
     methods: {
+      /** A campaign became due (confirmed, resumed): this node looks at once, every other campaigns node on the broadcast. */
       kick(this: This) {
         this.runner.kick();
+        Promise.resolve(this.broker.broadcast(CAMPAIGN_DUE)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the campaigns nodes"));
       },
 
       /** Drops the media references of campaigns that became final (retried every RELEASE_EVERY_MS while media is away). */
@@ -122,6 +124,13 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
           await this.broker.call("media.release", { owner: `campaign:${c.id}` }, { meta: { companyId: c.company_id } });
           await rawQuery(sequelize, `UPDATE campaigns SET media_released = true WHERE id = $1`, [c.id]);
         }
+      },
+    },
+
+    events: {
+      /** A campaign was confirmed or resumed (on any node): look for campaigns to send now. */
+      [CAMPAIGN_DUE](this: This) {
+        this.runner.kick();
       },
     },
 

@@ -29,7 +29,12 @@ export const MAX_ATTEMPTS = 3;
  * without a retry. A constant, as the statement timeout it follows.
  */
 export const EXPORT_TASK_BUDGET_MS = 2 * 3600_000 + 10 * 60_000;
-const POLL_MS = 1000;
+/**
+ * Broadcast by the exports node that queued a job (created or regenerated), after the commit: every
+ * exports node claims at once. EXPORT_POLL_MS is the safety net (a lost broadcast, a lease run out).
+ * Only the exports service emits and hears it.
+ */
+export const EXPORT_QUEUED = "exports.jobQueued";
 const SWEEP_MS = 60_000;
 /**
  * How long an EXPIRED or FAILED job stays listed (GET /exports) after it ended, in days; older
@@ -123,7 +128,7 @@ export class ExportRunner {
 
   async start(): Promise<void> {
     await mkdir(this.dir, { recursive: true });
-    this.loops.every(POLL_MS, "export claim", () => this.kick(), { runNow: true });
+    this.loops.every(this.config.exportPollMs, "export claim", () => this.kick(), { runNow: true });
     this.loops.every(Math.floor(this.config.exportLeaseMs / 3), "export heartbeat", () => this.heartbeat());
     this.loops.every(SWEEP_MS, "export sweep", () => this.sweep(), { runNow: true });
   }

@@ -24,7 +24,7 @@ import { checkHistoryRange } from "../tracking/tracking.contract";
 import { OPS_ROWS, seconds, type OpsTable } from "../../lib/ops";
 import { addNodeRegistry } from "../../lib/http-metrics";
 import { ExportMetrics } from "./exports.metrics";
-import { ExportRunner, FILE_RE } from "./exports.runner";
+import { EXPORT_QUEUED, ExportRunner, FILE_RE } from "./exports.runner";
 import {
   contactExportIn,
   downloadIn,
@@ -55,6 +55,7 @@ const FILE_TITLES: Record<ExportType, string> = { CONTACTS: "contacts", DELIVERY
 interface ExportsVars {
   runner: ExportRunner;
   signer: UrlSigner;
+  queued(): void;
   createJob(ctx: Context<unknown, AuthMeta & { $location?: string }>, type: ExportType, filters: object): Promise<ExportOut>;
   jobOf(companyId: string | null, id: string): Promise<JobRow | null>;
   locate(ctx: Context, job: JobRow): Promise<RemoteFile>;
@@ -207,7 +208,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
           );
           const job = row ?? (await this.jobOf(companyId, ctx.params.exportId));
           if (!job) throw notFound(ctx.params.exportId);
-          if (row) this.runner.kick();
+          if (row) this.queued();
           return accepted(ctx, job);
         },
       }),
@@ -306,13 +307,26 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       },
     },
 
+    events: {
+      /** A job was queued (on any exports node): claim now. */
+      [EXPORT_QUEUED](this: ExportsThis) {
+        this.runner.kick();
+      },
+    },
+
     methods: {
+      /** A job was queued here: this node claims at once, every other exports node on the broadcast. */
+      queued(this: ExportsThis) {
+        this.runner.kick();
+        Promise.resolve(this.broker.broadcast(EXPORT_QUEUED)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the exports nodes"));
+      },
+
       async createJob(this: ExportsThis, ctx: Ctx<unknown>, type: ExportType, filters: object): Promise<ExportOut> {
         const [row] = await sequelize.query<JobRow>(
           `INSERT INTO export_jobs (id, company_id, type, filters, status) VALUES ($1, $2, $3, $4, 'QUEUED') RETURNING ${JOB_COLUMNS}`,
           { bind: [randomUUID(), ctx.meta.companyId, type, JSON.stringify(filters)], type: QueryTypes.SELECT },
         );
-        this.runner.kick();
+        this.queued();
         return accepted(ctx, row!);
       },
 

@@ -17,7 +17,6 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
-import { Loops } from "../../lib/jobs";
 import { registrationOf, type OutboundMessage } from "../../lib/upstream";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { simulatorSendIn, type SimulatorSendIn } from "./simulator.contract";
@@ -33,7 +32,10 @@ interface Due {
 }
 
 interface SimulatorVars {
-  loops: Loops;
+  /** The next round's flush, set only while receipts are due: an idle simulator has no timer. */
+  timer: NodeJS.Timeout | null;
+  stopped: boolean;
+  arm(): void;
   /** Receipts by the FLUSH_MS round they are due in. */
   due: Map<number, Due[]>;
   flushing: boolean;
@@ -68,6 +70,20 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
     },
 
     methods: {
+      /** A flush every FLUSH_MS while receipts wait, none when there are none. */
+      arm(this: SimulatorThis) {
+        if (this.timer || this.stopped || this.due.size === 0) return;
+        this.timer = setTimeout(() => {
+          this.flush()
+            .catch((err: unknown) => this.logger.warn({ err }, "simulator receipts failed"))
+            .finally(() => {
+              this.timer = null;
+              this.arm();
+            });
+        }, FLUSH_MS);
+        this.timer.unref();
+      },
+
       /** The receipts (and maybe a read) of one message, each due after its own random delay. */
       schedule(this: SimulatorThis, m: OutboundMessage, totalParts: number) {
         if (Math.random() < mix.silent) return;
@@ -76,6 +92,7 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
           const list = this.due.get(round);
           if (list) list.push(d);
           else this.due.set(round, [d]);
+          this.arm();
         };
         const code = drawCode(mix, m.channel, Math.random());
         const round = at();
@@ -171,15 +188,19 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
     created(this: SimulatorThis) {
       this.due = new Map();
       this.flushing = false;
+      this.timer = null;
+      this.stopped = false;
     },
 
     started(this: SimulatorThis) {
-      this.loops = new Loops(this.logger);
-      this.loops.every(FLUSH_MS, "simulator receipts", () => this.flush());
+      this.stopped = false;
+      this.arm();
     },
 
     stopped(this: SimulatorThis) {
-      this.loops?.stop();
+      this.stopped = true;
+      if (this.timer) clearTimeout(this.timer);
+      this.timer = null;
     },
   };
 }

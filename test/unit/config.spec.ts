@@ -31,7 +31,7 @@ describe("loadConfig", () => {
       campaignBatchSize: 500,
       campaignConcurrency: 4,
       campaignLeaseMs: 30000,
-      campaignPollMs: 1000,
+      campaignPollMs: 5000,
       logLevel: "info",
       rateLimitRps: 50,
       messageRetentionDays: 400,
@@ -44,6 +44,7 @@ describe("loadConfig", () => {
       sseMaxStreamsPerAccount: 200,
       inboxEventRetentionHours: 72,
       exportLeaseMs: 60000,
+      exportPollMs: 5000,
     });
     expect(c.exportWorkers).toBe(Math.max(1, os.availableParallelism() - 1));
     expect(Object.isFrozen(c)).toBe(true);
