@@ -34,6 +34,20 @@ describe("fast metrics", () => {
     expect(await ours.metrics()).toContain('x_duration_seconds_bucket{le="0.002",method="GET",route="/a"} 2');
   });
 
+  it("renders a histogram without labels as prom-client does, before and after observations", async () => {
+    const ours = new Registry();
+    const theirs = new Registry();
+    const o = { name: "z_seconds", help: "Latency", buckets: [0.1, 1] };
+    const h1 = new Histogram({ ...o, registers: [theirs] });
+    const h2 = new FastHistogram({ ...o, labelNames: [], registers: [ours] }).labels();
+    expect(await ours.metrics()).toBe(await theirs.metrics());
+    for (const v of [0.05, 0.5, 3]) {
+      h1.observe(v);
+      h2.observe(v);
+    }
+    expect(await ours.metrics()).toBe(await theirs.metrics());
+  });
+
   it("ignores a value that is not a finite number instead of corrupting the sum", async () => {
     const r = new Registry();
     const h = new FastHistogram({ name: "y_seconds", help: "h", labelNames: ["a"], buckets: [1], registers: [r] });
