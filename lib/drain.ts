@@ -34,11 +34,16 @@ export class Drain {
   track(server: Server): void {
     if (this.servers.has(server)) return;
     this.servers.add(server);
-    // Ahead of the listener's own handler, so the header is set before anything is written.
-    server.prependListener("request", (_req: IncomingMessage, res: ServerResponse) => {
+    // Ahead of the listener's own handler, so the header is set before anything is written. The
+    // handlers already there (the listener's own) are called from the same listener: a 'request'
+    // event with one listener is emitted without copying the listener list.
+    const handlers = server.listeners("request") as ((req: IncomingMessage, res: ServerResponse) => void)[];
+    server.removeAllListeners("request");
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => {
       this.open.add(res);
       if (this.started) res.shouldKeepAlive = false;
-      res.once("close", this.onClose);
+      res.on("close", this.onClose); // an answer closes once; `on` spares the once-wrapper
+      for (const handler of handlers) handler.call(server, req, res);
     });
   }
 

@@ -15,7 +15,12 @@ export interface RateDecision {
 interface Bucket {
   tokens: number;
   at: number;
+  /** When it last moved to the back of the least-recently-used order. */
+  moved: number;
 }
+
+/** A bucket moves to the back of the eviction order at most this often (seconds): not on every request. */
+const REORDER_S = 1;
 
 export class TokenBuckets {
   private readonly buckets = new Map<string, Bucket>();
@@ -35,13 +40,18 @@ export class TokenBuckets {
     let b = this.buckets.get(id);
     if (!b) {
       if (this.buckets.size >= this.maxBuckets) this.evictFull(t);
-      b = { tokens: this.burst, at: t };
+      b = { tokens: this.burst, at: t, moved: t };
+      this.buckets.set(id, b);
     } else {
-      this.buckets.delete(id); // re-insert below: Map order is least recently used first
       b.tokens = Math.min(this.burst, b.tokens + (t - b.at) * this.rate);
       b.at = t;
+      if (t - b.moved >= REORDER_S) {
+        // Re-inserted: Map order is least recently used first (to within REORDER_S).
+        this.buckets.delete(id);
+        this.buckets.set(id, b);
+        b.moved = t;
+      }
     }
-    this.buckets.set(id, b);
     const allowed = b.tokens >= 1;
     if (allowed) b.tokens -= 1;
     const remaining = Math.floor(b.tokens);

@@ -287,7 +287,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           if (this.accessLog) this.accessLog(requestId, req.method ?? "GET", loggedPath(url), route, res.statusCode, ms);
           else this.logger.info({ requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms }, "request");
         };
-        res.once("finish", req.$logAccess);
+        res.on("finish", req.$logAccess); // once per answer; `on` spares the once-wrapper
         return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
       },
 
