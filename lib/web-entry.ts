@@ -216,19 +216,19 @@ interface RoutableAlias {
 }
 
 interface AliasTrie {
+  /** Aliases whose literal leading segments end here. */
   here: number[];
+  /** Every alias a URL reaching this node may match (this node's and its ancestors'), in list order. */
+  all: number[];
   children: Map<string, AliasTrie>;
 }
 
 const aliasIndexes = new WeakMap<RoutableAlias[], { length: number; root: AliasTrie }>();
 
-/** A path's segments as path-to-regexp compares them (case-insensitively, as moleculer-web builds them). */
-const segmentsOf = (path: string) => path.toLowerCase().split("/");
-
-/** Leading segments without a parameter, wildcard or group: what a URL must begin with to match. */
+/** Leading segments without a parameter, wildcard or group: what a URL must begin with to match (lower case: path-to-regexp matches case-insensitively). */
 function literalSegments(fullPath: string): string[] {
   const out: string[] = [];
-  for (const seg of segmentsOf(fullPath)) {
+  for (const seg of fullPath.toLowerCase().split("/")) {
     if (/[:*?(+{}\\]/.test(seg)) break;
     out.push(seg);
   }
@@ -236,16 +236,21 @@ function literalSegments(fullPath: string): string[] {
 }
 
 function buildIndex(aliases: RoutableAlias[]): AliasTrie {
-  const root: AliasTrie = { here: [], children: new Map() };
+  const root: AliasTrie = { here: [], all: [], children: new Map() };
   aliases.forEach((alias, i) => {
     let node = root;
     for (const seg of literalSegments(alias.fullPath)) {
       let next = node.children.get(seg);
-      if (!next) node.children.set(seg, (next = { here: [], children: new Map() }));
+      if (!next) node.children.set(seg, (next = { here: [], all: [], children: new Map() }));
       node = next;
     }
     node.here.push(i);
   });
+  const fill = (node: AliasTrie, inherited: number[]) => {
+    node.all = [...inherited, ...node.here].sort((x, y) => x - y);
+    for (const child of node.children.values()) fill(child, node.all);
+  };
+  fill(root, []);
   return root;
 }
 
@@ -259,15 +264,19 @@ function buildIndex(aliases: RoutableAlias[]): AliasTrie {
 export function resolveIndexed(aliases: RoutableAlias[], url: string, method = "GET"): { alias: RoutableAlias; params: Record<string, unknown> } | false {
   let index = aliasIndexes.get(aliases);
   if (!index || index.length !== aliases.length) aliasIndexes.set(aliases, (index = { length: aliases.length, root: buildIndex(aliases) }));
-  const candidates: number[] = [...index.root.here];
-  let node: AliasTrie | undefined = index.root;
-  for (const seg of segmentsOf(url)) {
-    node = node.children.get(seg);
-    if (!node) break;
-    candidates.push(...node.here);
+  // The deepest node the URL's segments reach: its list holds every alias the URL may match.
+  const path = url.toLowerCase();
+  let node = index.root;
+  let start = 0;
+  for (;;) {
+    const end = path.indexOf("/", start);
+    const next = node.children.get(end < 0 ? path.slice(start) : path.slice(start, end));
+    if (!next) break;
+    node = next;
+    if (end < 0) break;
+    start = end + 1;
   }
-  candidates.sort((a, b) => a - b);
-  for (const i of candidates) {
+  for (const i of node.all) {
     const alias = aliases[i]!;
     if (alias.isMethod(method)) {
       const params = alias.match(url);
