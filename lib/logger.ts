@@ -154,9 +154,19 @@ export function accessLogWriter(broker: object, bindings: Record<string, unknown
   const stream = child[pino.symbols.streamSym] as { write(line: string): unknown };
   const chindings = child[pino.symbols.chindingsSym] as string;
   const infoLevel = child.levels.values.info;
+  // A route is one of a few names: quoted once each.
+  const routes = new Map<string, string>();
+  const quotedRoute = (route: string) => {
+    let q = routes.get(route);
+    if (q === undefined) {
+      q = JSON.stringify(route);
+      if (routes.size < 10_000) routes.set(route, q);
+    }
+    return q;
+  };
   return (requestId, method, path, route, status, ms) => {
     stream.write(
-      `{"level":${infoLevel},"time":${Date.now()}${chindings},"requestId":${JSON.stringify(requestId)},"method":${JSON.stringify(method)},"path":${JSON.stringify(path)},"route":${JSON.stringify(route)},"status":${status},"ms":${ms},"msg":"request"}\n`,
+      `{"level":${infoLevel},"time":${Date.now()}${chindings},"requestId":${JSON.stringify(requestId)},"method":${JSON.stringify(method)},"path":${JSON.stringify(path)},"route":${quotedRoute(route)},"status":${status},"ms":${ms},"msg":"request"}\n`,
     );
   };
 }

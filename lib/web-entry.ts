@@ -200,7 +200,6 @@ export async function routeDirect(
       params = Object.assign({}, body, req.query, found.params);
     }
     req.$params = params;
-    svc.logger.debug("  Alias:", String(found.alias));
     req.$alias = found.alias;
     return await svc.aliasHandler(req, res, found.alias);
   } catch (err) {
