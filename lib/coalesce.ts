@@ -43,3 +43,36 @@ export class Coalesced {
     await this.running;
   }
 }
+
+/**
+ * One timer for the earliest of the moments asked for: `at(t)` wakes `fire` at `t` (ms since the
+ * epoch, plus 5 ms) unless a wake is already set no later; the timer does not hold the process.
+ * What the notifier uses for its earliest retry and campaigns for the earliest scheduled campaign.
+ */
+export class EarliestWake {
+  private timer: NodeJS.Timeout | null = null;
+  private when = Number.POSITIVE_INFINITY;
+
+  constructor(private readonly fire: () => void) {}
+
+  at(t: number): void {
+    if (t >= this.when) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.when = t;
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        this.when = Number.POSITIVE_INFINITY;
+        this.fire();
+      },
+      Math.max(0, t - Date.now()) + 5,
+    );
+    this.timer.unref();
+  }
+
+  clear(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.when = Number.POSITIVE_INFINITY;
+  }
+}

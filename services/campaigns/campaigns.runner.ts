@@ -17,7 +17,7 @@
  */
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { Coalesced } from "../../lib/coalesce";
+import { Coalesced, EarliestWake } from "../../lib/coalesce";
 import { rawQuery } from "../../lib/db";
 import { Jobs, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
 import type { Upstream } from "../../lib/upstream";
@@ -71,8 +71,7 @@ export class CampaignRunner {
   private stopping = false;
   private beating = false;
   /** A wake when the earliest SCHEDULED campaign falls due (so a schedule never waits for the slow poll). */
-  private scheduledTimer: NodeJS.Timeout | null = null;
-  private scheduledAt = Number.POSITIVE_INFINITY;
+  private readonly scheduled = new EarliestWake(() => this.kick());
 
   constructor(
     private readonly config: Config,
@@ -122,18 +121,7 @@ export class CampaignRunner {
 
   /** A poll at `at` (ms since the epoch), unless one is set earlier already; past the safety poll's period the poll itself comes first. */
   private wakeAt(at: number): void {
-    if (this.stopping || at >= this.scheduledAt || at - Date.now() > this.config.campaignPollMs) return;
-    if (this.scheduledTimer) clearTimeout(this.scheduledTimer);
-    this.scheduledAt = at;
-    this.scheduledTimer = setTimeout(
-      () => {
-        this.scheduledTimer = null;
-        this.scheduledAt = Number.POSITIVE_INFINITY;
-        this.kick();
-      },
-      Math.max(0, at - Date.now()) + 5,
-    );
-    this.scheduledTimer.unref();
+    if (!this.stopping && at - Date.now() <= this.config.campaignPollMs) this.scheduled.at(at);
   }
 
   /** Looks for campaigns to send now (one was just confirmed or resumed, here or on another node). */
@@ -206,7 +194,7 @@ export class CampaignRunner {
   /** Claims no more, waits (bounded) for the batches in flight to be recorded, then gives back what this node still holds. */
   async stop(): Promise<void> {
     this.stopping = true;
-    if (this.scheduledTimer) clearTimeout(this.scheduledTimer);
+    this.scheduled.clear();
     await this.polls.close();
     const sends = [...this.sends.values()];
     for (const s of sends) s.stopClaiming();

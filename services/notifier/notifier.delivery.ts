@@ -22,7 +22,7 @@ import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { rawQuery } from "../../lib/db";
-import { Coalesced } from "../../lib/coalesce";
+import { Coalesced, EarliestWake } from "../../lib/coalesce";
 import { Jobs, Loops } from "../../lib/jobs";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
 import type { NotifierMetrics, Outcome } from "./notifier.metrics";
@@ -136,8 +136,7 @@ export class Deliverer {
   private readonly outbox: Jobs;
   private soonTimer: NodeJS.Timeout | null = null;
   /** The earliest retry this replica scheduled: a wake then, so a retry never waits for the poll. */
-  private retryTimer: NodeJS.Timeout | null = null;
-  private retryAt = Number.POSITIVE_INFINITY;
+  private readonly retries = new EarliestWake(() => this.wake());
   private readonly attempts = new Set<Promise<void>>();
 
   constructor(private readonly o: DelivererOptions) {
@@ -211,7 +210,7 @@ export class Deliverer {
     this.stopped = true;
     this.loops.stop();
     if (this.soonTimer) clearTimeout(this.soonTimer);
-    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retries.clear();
     await this.claims.close();
     const abandoned: { id: string; token: string }[] = [];
     for (const e of this.endpoints.values()) for (const q of e.queue.splice(0)) abandoned.push({ id: q.ev.id, token: q.token });
@@ -250,18 +249,7 @@ export class Deliverer {
 
   /** A wake at `at` (ms since the epoch), unless one is set earlier already. */
   private wakeAt(at: number): void {
-    if (this.stopped || at >= this.retryAt) return;
-    if (this.retryTimer) clearTimeout(this.retryTimer);
-    this.retryAt = at;
-    this.retryTimer = setTimeout(
-      () => {
-        this.retryTimer = null;
-        this.retryAt = Number.POSITIVE_INFINITY;
-        this.wake();
-      },
-      Math.max(0, at - Date.now()) + 5,
-    );
-    this.retryTimer.unref();
+    if (!this.stopped) this.retries.at(at);
   }
 
   /** Looks for due events now (a claim at a time; a wake during a claim runs one more after it). */
