@@ -6,6 +6,7 @@
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { LoggerConfig } from "moleculer";
+import { writeSync } from "node:fs";
 import pino from "pino";
 import type { Config } from "./config";
 
@@ -39,6 +40,7 @@ export class ChunkedDestination {
   constructor(
     private readonly dest: { write(chunk: Buffer): boolean; flushSync(): void; flush(cb?: (err?: Error) => void): void },
     private readonly chunkChars = 64 * 1024,
+    private readonly fd = 1,
   ) {}
 
   write(line: string): boolean {
@@ -59,8 +61,14 @@ export class ChunkedDestination {
 
   /** Everything gathered and pending, written before returning (the process is exiting). */
   flushSync(): void {
-    this.flush();
+    // sonic-boom's own pending bytes first, then what is gathered here, written synchronously
+    // (handed to sonic-boom, it would start an asynchronous write the exiting process may not finish).
     this.dest.flushSync();
+    if (this.lines.length === 0) return;
+    const chunk = this.lines.join("");
+    this.lines = [];
+    this.chars = 0;
+    writeSync(this.fd, chunk);
   }
 }
 

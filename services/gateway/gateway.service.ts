@@ -73,6 +73,11 @@ function routeWithTimeout(route: GwRoute, timeout: number | undefined): GwRoute 
   return call;
 }
 
+/** An answer's stream failed after it began (moleculer-web's routeHandler listened for this): the socket goes. */
+function answerFailed(this: ServerResponse): void {
+  this.destroy();
+}
+
 /** Failed key lookups (a malformed, unknown or deleted key) a client address may make a second; twice as many at once. */
 export const FAILED_KEY_RPS = 10;
 
@@ -287,6 +292,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
           if (this.accessLog) this.accessLog(requestId, req.method ?? "GET", loggedPath(url), route, res.statusCode, ms);
           else this.logger.info({ requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms }, "request");
         };
+        res.on("error", answerFailed); // a failed answer (a download's stream) ends this request, never the process
         res.on("finish", req.$logAccess); // once per answer; `on` spares the once-wrapper
         return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
       },
