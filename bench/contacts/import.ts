@@ -15,6 +15,7 @@
  * threads have their own, resourceLimits in contacts.runner.ts): memory that grows with the file
  * would end the import; garbage V8 merely has not collected yet is collected sooner.
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
+ *   BENCH_IMPORT_NODE_OPTIONS="--cpu-prof --cpu-prof-dir=/tmp/prof": Node options of the service process.
  *
  * Targets: import at least 0.25x the \copy rate; peak RSS under 300 MB and no higher for 1,000,000
  * rows than for 100,000.
@@ -31,7 +32,10 @@ import { createBenchDatabase } from "../database";
 import { startService } from "../service";
 
 const { values } = parseArgs({ options: { sizes: { type: "string", default: "100000,1000000" }, "max-old-space-mb": { type: "string" } } });
-const HEAP: Record<string, string> = values["max-old-space-mb"] ? { NODE_OPTIONS: `--max-old-space-size=${values["max-old-space-mb"]}` } : {};
+const NODE_OPTIONS = [values["max-old-space-mb"] ? `--max-old-space-size=${values["max-old-space-mb"]}` : "", process.env.BENCH_IMPORT_NODE_OPTIONS ?? ""]
+  .filter(Boolean)
+  .join(" ");
+const HEAP: Record<string, string> = NODE_OPTIONS ? { NODE_OPTIONS } : {};
 const SIZES = values.sizes!.split(",").map(Number);
 
 const FIRST = ["Ana", "Bruno", "Carla", "David", "Eva", "Filipe", "Gabriela", "Hugo", "Ines", "Joao"];

@@ -11,6 +11,7 @@ import { MessageChannel } from "node:worker_threads";
 import { Piscina } from "piscina";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import type { Config } from "../../lib/config";
+import { jsonParam } from "../../lib/db";
 import { DiskBudget, type Reservation } from "../../lib/disk-budget";
 import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable, purgeEndedJobs } from "../../lib/jobs";
 import { MAX_EXPANDED_BYTES, type UploadedFile } from "../../lib/upload";
@@ -362,7 +363,7 @@ export class Importer {
             WHERE company_id = $1
               AND (phone_number = ANY (ARRAY(SELECT jsonb_array_elements_text($2::jsonb))) OR email = ANY (ARRAY(SELECT jsonb_array_elements_text($3::jsonb))))
             ORDER BY id FOR UPDATE`,
-          [companyId, JSON.stringify(phones), JSON.stringify(emails)],
+          [companyId, jsonParam(() => phones), jsonParam(() => emails)],
         )
       : [];
     const phoneOwner = new Map<string, string>();
@@ -412,9 +413,10 @@ export class Importer {
 
     const changed = [...touched].map((id) => targets.get(id)!);
     // Each batch crosses to PostgreSQL as one JSON text (serialised natively, parsed by the server):
-    // far less garbage on this thread than binding one array per column.
+    // far less garbage on this thread than binding one array per column; made only as the statement
+    // is written (jsonParam), so the large text is never held across the wait for its answer.
     const rowsOf = (list: Target[]) =>
-      JSON.stringify(
+      jsonParam(() =>
         list.map((t) => ({
           id: t.id,
           first_name: t.firstName,
@@ -470,7 +472,7 @@ export class Importer {
       await exec(
         `INSERT INTO contact_list_members (company_id, list_id, contact_id)
          SELECT $1, $2, (jsonb_array_elements_text($3::jsonb))::uuid ON CONFLICT (list_id, contact_id) DO NOTHING`,
-        [companyId, job.listId, JSON.stringify(changed.map((t) => t.id))],
+        [companyId, job.listId, jsonParam(() => changed.map((t) => t.id))],
       );
     }
     errors.sort((a, b) => a.row - b.row);
