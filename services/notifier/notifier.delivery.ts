@@ -295,7 +295,9 @@ export class Deliverer {
     const e = this.endpoints.get(company);
     if (e && e.queue.length > 0) this.waiting.add(company);
     else if (e && e.active === 0) this.endpoints.delete(company);
-    for (const next of [...this.waiting]) {
+    // (A Set iterated while entries go: pump may put the account back at the end, only when the
+    // replica is full, and the loop stops there.)
+    for (const next of this.waiting) {
       if (this.active >= this.o.config.notifierMaxInFlight) break;
       this.waiting.delete(next);
       this.pump(next);
