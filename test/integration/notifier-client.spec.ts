@@ -3,6 +3,9 @@
  * connection is made, the connection pinned to the checked address (the HTTP stack never resolves
  * the name itself), TLS verified against the host name with the local CA.
  */
+import { once } from "node:events";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { CallbackClient } from "../../services/notifier/notifier.client";
 import { RECEIVER_NAME, startReceiver, testCa, type Receiver } from "../helpers/receiver";
 
@@ -72,5 +75,77 @@ describe("callback client", () => {
     const res = await c.post("acme", r.url(), "{}");
     expect(res.ok).toBe(false);
     expect(res.error).toMatch(/^TLS: /);
+  });
+
+  it("counts an attempt by its final status: the answer's body is dropped unread past 64 KiB, and a connection lost after the status keeps it", async () => {
+    const big = Buffer.alloc(1024 * 1024, "x");
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        switch (req.url) {
+          case "/big":
+            res.writeHead(200, { "content-type": "text/plain", "content-length": big.length });
+            res.end(big);
+            return;
+          case "/empty":
+            res.writeHead(204).end();
+            return;
+          case "/cut":
+            // The status and part of a body, then the connection is gone.
+            res.writeHead(200, { "content-length": 1000 });
+            res.write("partial", () => res.destroy());
+            return;
+          case "/unavailable":
+            res.writeHead(503).end("later");
+            return;
+          case "/moved":
+            res.writeHead(302, { location: "https://elsewhere.example/" }).end();
+            return;
+          case "/drop":
+            req.socket.destroy();
+            return;
+        }
+      });
+    });
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const c = await client(true);
+      expect(await c.post("acme", `${base}/big`, "{}")).toMatchObject({ ok: true, httpStatus: 200, error: null });
+      expect(await c.post("acme", `${base}/empty`, "{}")).toMatchObject({ ok: true, httpStatus: 204, error: null });
+      expect(await c.post("acme", `${base}/cut`, "{}")).toMatchObject({ ok: true, httpStatus: 200, error: null });
+      expect(await c.post("acme", `${base}/unavailable`, "{}")).toMatchObject({ ok: false, httpStatus: 503, error: "HTTP 503" });
+      expect(await c.post("acme", `${base}/moved`, "{}")).toMatchObject({ ok: false, httpStatus: 302, error: "redirect (HTTP 302) not followed" });
+      expect(await c.post("acme", `${base}/drop`, "{}")).toMatchObject({ ok: false, httpStatus: null, error: "connection closed before an answer" });
+      // The client goes on over the same pool after each of those.
+      expect(await c.post("acme", `${base}/empty`, "{}")).toMatchObject({ ok: true, httpStatus: 204 });
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
+  it("ends an attempt its caller aborts, before or during the request", async () => {
+    const server = http.createServer(() => undefined); // never answers
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hang`;
+    try {
+      const c = await client(true);
+      const early = new AbortController();
+      early.abort();
+      expect(await c.post("acme", url, "{}", early)).toMatchObject({ ok: false, error: "abandoned: the notifier stopped" });
+      const late = new AbortController();
+      const pending = c.post("acme", url, "{}", late);
+      await new Promise((r) => setTimeout(r, 200));
+      late.abort();
+      const res = await pending;
+      expect(res).toMatchObject({ ok: false, httpStatus: null, error: "abandoned: the notifier stopped" });
+      expect(res.durationMs).toBeLessThan(2000);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
   });
 });
