@@ -189,6 +189,13 @@ class Post implements Dispatcher.DispatchHandler {
   }
 }
 
+/** A callback URL as attempts use it: origin, host name (IPv6 without brackets), path with query. */
+interface Endpoint {
+  origin: string;
+  host: string;
+  path: string;
+}
+
 /** Where an attempt connects: the checked address, or why it does not. */
 type Target = { address: string } | { error: string };
 
@@ -246,12 +253,12 @@ export class CallbackClient {
     return target;
   }
 
-  private poolFor(account: string, url: URL, host: string, address: string): Pool {
+  private poolFor(account: string, { origin, host }: Endpoint, address: string): Pool {
     // An account's own sockets: accounts that share a host never wait in each other's queue.
-    const key = `${account}|${url.origin}|${address}`;
+    const key = `${account}|${origin}|${address}`;
     let entry = this.pools.get(key);
     if (!entry) {
-      const pool = new Pool(url.origin, {
+      const pool = new Pool(origin, {
         connections: this.opts.connections,
         pipelining: 1,
         connect: {
@@ -270,21 +277,23 @@ export class CallbackClient {
     return entry.pool;
   }
 
-  private readonly urls = new Map<string, URL | null>();
+  private readonly urls = new Map<string, Endpoint | null>();
 
-  /** Parsed once per callback URL (a handful per replica). */
-  private parse(callbackUrl: string): URL | null {
-    let url = this.urls.get(callbackUrl);
-    if (url === undefined) {
+  /** Parsed once per callback URL (a handful per replica), with what every attempt reads of it. */
+  private parse(callbackUrl: string): Endpoint | null {
+    let endpoint = this.urls.get(callbackUrl);
+    if (endpoint === undefined) {
       try {
-        url = new URL(callbackUrl);
+        const url = new URL(callbackUrl);
+        const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+        endpoint = { origin: url.origin, host, path: url.pathname + url.search };
       } catch {
-        url = null;
+        endpoint = null;
       }
       if (this.urls.size > 10_000) this.urls.clear();
-      this.urls.set(callbackUrl, url);
+      this.urls.set(callbackUrl, endpoint);
     }
-    return url;
+    return endpoint;
   }
 
   /**
@@ -293,15 +302,15 @@ export class CallbackClient {
    */
   async post(account: string, callbackUrl: string, body: string, abort: AbortController = new AbortController()): Promise<AttemptResult> {
     const started = performance.now();
-    const url = this.parse(callbackUrl);
-    if (!url) return result(started, false, null, "the callback URL is not valid");
+    const endpoint = this.parse(callbackUrl);
+    if (!endpoint) return result(started, false, null, "the callback URL is not valid");
     // The deadline covers everything, the resolution included.
     let late = false;
     const deadline = setTimeout(() => {
       late = true;
       abort.abort();
     }, DEADLINE_MS);
-    const host = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+    const { host } = endpoint;
     let t = this.target(host, abort.signal);
     if (t instanceof Promise) t = await t;
     if ("error" in t) {
@@ -309,7 +318,7 @@ export class CallbackClient {
       return result(started, false, null, abort.signal.aborted && !late ? "abandoned: the notifier stopped" : t.error);
     }
     try {
-      const s = await new Post(this.poolFor(account, url, host, t.address), url.pathname + url.search, body, abort.signal).status;
+      const s = await new Post(this.poolFor(account, endpoint, t.address), endpoint.path, body, abort.signal).status;
       if (s >= 200 && s < 300) return result(started, true, s, null);
       if (s >= 300 && s < 400) return result(started, false, s, `redirect (HTTP ${s}) not followed`);
       return result(started, false, s, `HTTP ${s}`);
