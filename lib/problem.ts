@@ -4,6 +4,7 @@
  * only "Internal Server Error" (the stack goes to the log, never to the client).
  */
 import { STATUS_CODES } from "node:http";
+import { MAX_FIELD_ERRORS } from "./validator";
 import { ERROR_TYPES, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S, type ErrorType, type FieldError } from "./errors";
 
 export interface Problem {
@@ -56,20 +57,23 @@ const UNREACHABLE = new Set([
   "TRANSPORTER_DISCONNECTED",
 ]);
 
-/** At most this many field errors in a problem body; `errorsNotShown` counts the rest. */
-export const MAX_FIELD_ERRORS = 100;
+export { MAX_FIELD_ERRORS };
 
-function fieldErrors(data: unknown): FieldError[] | undefined {
+/** The field errors of an error's data, and how many more it counted without naming them. */
+function fieldErrors(data: unknown): { errors: FieldError[]; notShown: number } | undefined {
   const list = Array.isArray(data) ? data : Array.isArray((data as { errors?: unknown })?.errors) ? (data as { errors: unknown[] }).errors : null;
   if (!list) return undefined;
   const out: FieldError[] = [];
+  let notShown = 0;
   for (const item of list) {
     if (item && typeof item === "object") {
-      const e = item as { path?: unknown; field?: unknown; message?: unknown };
-      out.push({ path: String(e.path ?? e.field ?? ""), message: String(e.message ?? "is invalid") });
+      const e = item as { path?: unknown; field?: unknown; message?: unknown; errorsNotShown?: unknown };
+      // lib/validator.ts closes a capped list with one entry that only counts the rest.
+      if (typeof e.errorsNotShown === "number" && e.errorsNotShown > 0) notShown += e.errorsNotShown;
+      else out.push({ path: String(e.path ?? e.field ?? ""), message: String(e.message ?? "is invalid") });
     }
   }
-  return out.length ? out : undefined;
+  return out.length ? { errors: out, notShown } : undefined;
 }
 
 /** Builds the problem body (and status) for any error thrown anywhere on the way of a request. */
@@ -127,12 +131,14 @@ export function toProblem(err: unknown, requestId: string): Problem {
   // Only our own documented errors pass on their data (field errors, `existingId` on a 409, ...);
   // Moleculer's transport errors carry internal action and node names there.
   const ours = rawType in ERROR_TYPES || rawType === "VALIDATION_ERROR";
-  const errors = ours ? fieldErrors(e.data) : undefined;
-  if (errors && errors.length > MAX_FIELD_ERRORS) {
+  const found = ours ? fieldErrors(e.data) : undefined;
+  if (found) {
     // A body with thousands of bad items: name the first ones, count the rest (the answer stays small).
-    problem.errors = errors.slice(0, MAX_FIELD_ERRORS);
-    problem.errorsNotShown = errors.length - MAX_FIELD_ERRORS;
-  } else if (errors) problem.errors = errors;
+    const { errors, notShown } = found;
+    problem.errors = errors.length > MAX_FIELD_ERRORS ? errors.slice(0, MAX_FIELD_ERRORS) : errors;
+    const more = notShown + Math.max(0, errors.length - MAX_FIELD_ERRORS);
+    if (more > 0) problem.errorsNotShown = more;
+  }
   if (ours && e.data && typeof e.data === "object" && !Array.isArray(e.data)) {
     for (const [k, v] of Object.entries(e.data as Record<string, unknown>)) {
       if (k !== "errors" && !(k in problem)) problem[k] = v;
