@@ -3,7 +3,8 @@
  * (the gateway's upload spool, contacts' IMPORT_DIR). A reservation is taken, and grown, in one
  * synchronous check-and-add, so concurrent requests can never all pass the check before any of them
  * is counted; a node total and a per-account share (so that one account cannot take the whole
- * budget) bound it. Releasing is idempotent. One instance per directory and node.
+ * budget) bound it. Releasing is idempotent. One instance per directory and node. Refused: 429 when
+ * the account's own share is what does not fit (another account still does), 503 when the node's is.
  */
 import { ApiError } from "./errors";
 
@@ -53,6 +54,11 @@ export class DiskBudget {
     readonly accountMaxBytes: number = maxBytes,
   ) {}
 
+  /** A budget of `maxBytes` of which one account may hold the part `share` (0 < share <= 1, UPLOAD_ACCOUNT_SHARE). */
+  static withShare(maxBytes: number, share: number): DiskBudget {
+    return new DiskBudget(maxBytes, Math.min(maxBytes, Math.floor(maxBytes * share)));
+  }
+
   /** Bytes reserved on this node, in all or for one account. */
   used(account?: string): number {
     return account === undefined ? this.total : (this.perAccount.get(account) ?? 0);
@@ -86,4 +92,24 @@ export class DiskBudget {
 /** The 503 a full budget answers, with Retry-After (the gateway sets the header from `retryAfter`). */
 export function diskFull(message: string): ApiError {
   return new ApiError("SERVICE_UNAVAILABLE", message, { retryAfter: DISK_FULL_RETRY_AFTER_S });
+}
+
+/** What `budget` answers when `bytes` more for `account` did not fit, in the words of `detail`. */
+export interface NoRoomDetail {
+  /** The account's share is held (by its own uploads or imports). */
+  account: string;
+  /** The node's budget is full. */
+  node: string;
+}
+
+/**
+ * The answer to a reservation (or a growth of one by `bytes`) that `budget` refused: past the
+ * account's own share a 429 (its own reservations must end first; the others are not concerned),
+ * else the node's 503. Both say when to retry. Call it at once after the refusal (nothing between).
+ */
+export function noRoom(budget: DiskBudget, account: string, bytes: number, detail: NoRoomDetail): ApiError {
+  if (budget.used(account) + bytes > budget.accountMaxBytes) {
+    return new ApiError("UPLOAD_SHARE_EXCEEDED", detail.account, { retryAfter: DISK_FULL_RETRY_AFTER_S });
+  }
+  return diskFull(detail.node);
 }

@@ -62,7 +62,7 @@ export class HttpMetrics {
   });
   private readonly uploadRejections = new Counter({
     name: "upload_rejections_total",
-    help: "Uploads this gateway refused before their action ran (413 too large, 415 unsupported kind, 400 malformed, 503 spool full), by action and status",
+    help: "Uploads this gateway refused before their action ran (413 too large, 415 unsupported kind, 400 malformed, 408 too slow, 429 the account's share of the spool held, 503 spool full), by action and status",
     labelNames: ["action", "status"] as const,
     registers: [this.registry],
   });

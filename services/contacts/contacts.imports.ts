@@ -11,7 +11,7 @@ import { pipeline } from "node:stream/promises";
 import type { Context } from "moleculer";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
-import { diskFull, type Reservation } from "../../lib/disk-budget";
+import { diskFull, noRoom, type Reservation } from "../../lib/disk-budget";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { uploadedBytes } from "../../lib/remote-file";
 import { Meter, type UploadedFile } from "../../lib/upload";
@@ -139,12 +139,10 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
     // Reserved (check and count at once) before a byte is kept, so concurrent uploads cannot all pass.
     reservation = this.importer.disk.reserve(companyId, file.size);
     if (!reservation) {
-      const accountFull = this.importer.disk.used(companyId) + file.size > this.importer.disk.accountMaxBytes;
-      throw diskFull(
-        accountFull
-          ? "This account's imports waiting on this service take all the room it may use; retry once some have ended."
-          : "Too many imports are waiting on this service; retry in a few minutes.",
-      );
+      throw noRoom(this.importer.disk, companyId, file.size, {
+        account: "This account's imports waiting on this service take all the room it may use; retry once some have ended.",
+        node: "Too many imports are waiting on this service; retry in a few minutes.",
+      });
     }
     const id = randomUUID();
     try {

@@ -141,7 +141,7 @@ export class Importer {
   ) {
     this.loops = new Loops(log);
     this.jobs = new Jobs(sequelize, CONTACT_IMPORTS);
-    this.disk = new DiskBudget(config.importQueueMaxBytes, Math.floor(config.importQueueMaxBytes * config.uploadAccountShare));
+    this.disk = DiskBudget.withShare(config.importQueueMaxBytes, config.uploadAccountShare);
   }
 
   fileOf(id: string) {

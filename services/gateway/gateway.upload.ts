@@ -3,8 +3,10 @@
  * taken, never held in memory; the other fields are collected as text. Limits answer 413 (file too
  * large) or 400 (too many or unexpected parts) as soon as they are crossed, and the file's kind is
  * judged by its content (415 when the action does not take it). The spool's room is reserved before
- * a byte is written (the Content-Length when given, else grown as bytes arrive): past the node's
- * SPOOL_MAX_BYTES or the account's share of it, 503 with Retry-After.
+ * a byte is written (the Content-Length when given, else grown as bytes arrive): past the account's
+ * share of it (UPLOAD_ACCOUNT_SHARE) 429, past the node's SPOOL_MAX_BYTES 503, both with
+ * Retry-After. A body that brings less than UPLOAD_MIN_BYTES in some UPLOAD_MIN_WINDOW_MS is ended
+ * with 408 (gateway.pace.ts), its reservation given back.
  */
 import busboy from "busboy";
 import { randomBytes, randomUUID } from "node:crypto";
@@ -14,11 +16,13 @@ import type { IncomingMessage } from "node:http";
 import path from "node:path";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { diskFull, type DiskBudget, type Reservation } from "../../lib/disk-budget";
+import { noRoom, type DiskBudget, type NoRoomDetail, type Reservation } from "../../lib/disk-budget";
 import { ApiError } from "../../lib/errors";
 import { RANGE_BYTES } from "../../lib/remote-file";
+import { fitFileName } from "../../lib/text";
 import { DESCRIBE_BYTES, describeContent, MAGIC_DECIDING_BYTES, sniffMagic } from "../../lib/magic";
 import { judgedByHead, KIND_NAMES, Meter, sniffFile, type FileKind, type UploadedFile, type UploadSpec } from "../../lib/upload";
+import { tooSlow, watchPace, type UploadPace } from "./gateway.pace";
 
 /** Text fields of an upload: few and short (a JSON mapping is the largest). */
 const MAX_FIELDS = 20;
@@ -103,7 +107,10 @@ function fieldError(field: string, message: string): ApiError {
   return new ApiError("VALIDATION_ERROR", `The upload is not acceptable: ${field} ${message}.`, { errors: [{ path: field, message }] });
 }
 
-const spoolFull = () => diskFull("No room for the upload on this gateway now; retry shortly.");
+const SPOOL_FULL: NoRoomDetail = {
+  account: "This account's uploads in progress on this gateway hold all the room it may use; retry once some have ended.",
+  node: "No room for the upload on this gateway now; retry shortly.",
+};
 
 /** Where the spool's room is reserved (one ledger per gateway node) and for whom. */
 export interface SpoolBudget {
@@ -111,8 +118,14 @@ export interface SpoolBudget {
   account: string;
 }
 
-/** Receives the multipart body of `req` into `spoolDir`; rejects with the problem to answer. */
-export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoolDir: string, budget?: SpoolBudget): Promise<ReceivedUpload> {
+/** Receives the multipart body of `req` into `spoolDir`; rejects with the problem to answer (408 when it comes slower than `pace`). */
+export async function receiveUpload(
+  req: IncomingMessage,
+  spec: UploadSpec,
+  spoolDir: string,
+  budget?: SpoolBudget,
+  pace?: UploadPace,
+): Promise<ReceivedUpload> {
   const type = req.headers["content-type"] ?? "";
   if (!MULTIPART_RE.test(type)) {
     throw new ApiError(
@@ -125,8 +138,9 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   // The body's declared length is reserved whole before it is read; without one, the reservation grows with the file.
   let reservation: Reservation | null = null;
   if (budget) {
-    reservation = budget.ledger.reserve(budget.account, Number.isFinite(declared) && declared >= 0 ? declared : 0);
-    if (!reservation) throw spoolFull();
+    const bytes = Number.isFinite(declared) && declared >= 0 ? declared : 0;
+    reservation = budget.ledger.reserve(budget.account, bytes);
+    if (!reservation) throw noRoom(budget.ledger, budget.account, bytes, SPOOL_FULL);
   }
 
   await mkdir(spoolDir, { recursive: true });
@@ -137,6 +151,7 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
   let headJudge: HeadJudge | null = null;
 
   const discard = () => rm(spoolPath, { force: true }).finally(() => reservation?.release());
+  let stopPace: (() => void) | null = null;
   try {
     await new Promise<void>((resolve, reject) => {
       let failed = false;
@@ -178,20 +193,22 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         const judge = judgedByHead(spec.accept)
           ? (headJudge = new HeadJudge(spec, Number.isFinite(declared) ? declared : null))
           : new Transform({ transform: (c, _e, done) => done(null, c) });
-        // Each chunk is counted in the reservation before it is written; one that does not fit ends the upload (503).
+        // Each chunk is counted in the reservation before it is written; one that does not fit ends the upload (429 or 503).
         let written = 0;
         const room = new Transform({
           transform(chunk: Buffer, _enc, done) {
             written += chunk.length;
-            if (reservation && !reservation.growTo(written)) return done(spoolFull());
+            if (reservation && budget && !reservation.growTo(written)) {
+              return done(noRoom(budget.ledger, budget.account, written - reservation.bytes, SPOOL_FULL));
+            }
             done(null, chunk);
           },
         });
         writing = pipeline(stream, judge, room, meter, sink).then(() => {
           // Control characters (NUL above all) have no place in a file name that is stored and shown.
-          const fileName = (info.filename ?? "")
-            .replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "")
-            .slice(0, 255);
+          const cleaned = (info.filename ?? "").replace(/[\u0000-\u001f\u007f]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "");
+          // At most 255 characters (code points, as stored and as the answers' schemas count): cut between graphemes, extension kept.
+          const fileName = fitFileName(cleaned, 255);
           file = { name: fileName || "upload", size: meter.size, sha256: meter.sha256() };
         });
         writing.catch(fail);
@@ -214,8 +231,9 @@ export async function receiveUpload(req: IncomingMessage, spec: UploadSpec, spoo
         if (!req.complete) fail(new ApiError("BAD_REQUEST", "The client closed the upload before its end."));
       });
       req.on("error", fail);
+      if (pace) stopPace = watchPace(req, pace, () => fail(tooSlow(pace)));
       req.pipe(bb);
-    });
+    }).finally(() => stopPace?.());
     if (!file) return { fields, file: null, path: null, discard };
     const received = file as Omit<UploadedFile, "kind">;
     if (received.size === 0) throw fieldError(spec.field, "is empty");

@@ -711,6 +711,12 @@ describe("contact imports: disk budgets (the gateway's spool and IMPORT_DIR)", (
     expect(res.body.type).toMatch(/SERVICE_UNAVAILABLE|service-unavailable/i);
     expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
   };
+  /** Past the account's own share: 429 with Retry-After, never 503 (another account still fits). */
+  const expectShareHeld = (res: { status: number; headers: Headers; body: any }) => {
+    expectProblem(res, 429);
+    expect(res.body.type).toBe("/docs#problem-upload-share-exceeded");
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
+  };
   const drained = () =>
     eventually(() => {
       expect(contacts().importer.disk.used()).toBe(0);
@@ -736,14 +742,14 @@ describe("contact imports: disk budgets (the gateway's spool and IMPORT_DIR)", (
     await drained();
   });
 
-  it("keeps one account within its share of the import queue: another account's upload still fits", async () => {
+  it("keeps one account within its share of the import queue (429 past it): another account's upload still fits", async () => {
     const a = await d.newAccount(["CONTACTS"]);
     const b = await d.newAccount(["CONTACTS"]);
     const release = holdImports();
     try {
       expect((await upload(a, csvOf(2000))).status).toBe(202);
       expect((await upload(a, csvOf(2000))).status).toBe(202);
-      expectFull(await upload(a, csvOf(2000)));
+      expectShareHeld(await upload(a, csvOf(2000)));
       expect((await upload(b, csvOf(2000))).status).toBe(202);
       expect(contacts().importer.disk.used(a.companyId)).toBe(4000);
     } finally {
@@ -752,7 +758,7 @@ describe("contact imports: disk budgets (the gateway's spool and IMPORT_DIR)", (
     await drained();
   });
 
-  it("reserves the gateway's spool before writing: a full spool (node or account) answers 503 with Retry-After, and aborted uploads give their room back", async () => {
+  it("reserves the gateway's spool before writing: past the account's share 429, a full spool 503, both with Retry-After, and aborted uploads give their room back", async () => {
     const [a, b, c, e] = await Promise.all(Array.from({ length: 4 }, () => d.newAccount(["CONTACTS"])));
     const boundary = "----pgwbudget";
     const head = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\nContent-Type: text/csv\r\n\r\nemail\n`);
@@ -769,7 +775,7 @@ describe("contact imports: disk budgets (the gateway's spool and IMPORT_DIR)", (
     const held = [holdUpload(a!, 19_800)];
     await eventually(() => expect(gateway().spoolBudget.used(a!.companyId)).toBe(19_800));
     // The account's share (half the spool) is taken; another account still fits.
-    expectFull(await upload(a!, csvOf(500)));
+    expectShareHeld(await upload(a!, csvOf(500)));
     held.push(holdUpload(b!, 19_800));
     await eventually(() => expect(gateway().spoolBudget.used()).toBe(39_600));
     // The node's spool is full: declared or chunked, an upload is refused.

@@ -155,13 +155,28 @@ describe("loadConfig", () => {
   });
 
   it("reads the upload disk budgets (spool, import queue, an account's share) and refuses bad ones", () => {
-    expect(loadConfig({})).toMatchObject({ spoolMaxBytes: 2 * 1024 ** 3, importQueueMaxBytes: 1024 ** 3, uploadAccountShare: 0.5 });
-    const c = loadConfig({ SPOOL_MAX_BYTES: "1048576", IMPORT_QUEUE_MAX_BYTES: "524288", UPLOAD_ACCOUNT_SHARE: "0.25" });
-    expect(c).toMatchObject({ spoolMaxBytes: 1048576, importQueueMaxBytes: 524288, uploadAccountShare: 0.25 });
+    expect(loadConfig({})).toMatchObject({ spoolMaxBytes: 2 * 1024 ** 3, importQueueMaxBytes: 1024 ** 3, uploadAccountShare: 0.25 });
+    const c = loadConfig({ SPOOL_MAX_BYTES: "1048576", IMPORT_QUEUE_MAX_BYTES: "524288", UPLOAD_ACCOUNT_SHARE: "0.5" });
+    expect(c).toMatchObject({ spoolMaxBytes: 1048576, importQueueMaxBytes: 524288, uploadAccountShare: 0.5 });
     expect(() => loadConfig({ SPOOL_MAX_BYTES: "0" })).toThrow(/SPOOL_MAX_BYTES="0"/);
     expect(() => loadConfig({ IMPORT_QUEUE_MAX_BYTES: "1.5" })).toThrow(/IMPORT_QUEUE_MAX_BYTES/);
     expect(() => loadConfig({ UPLOAD_ACCOUNT_SHARE: "0" })).toThrow(/UPLOAD_ACCOUNT_SHARE/);
     expect(() => loadConfig({ UPLOAD_ACCOUNT_SHARE: "1.5" })).toThrow(/UPLOAD_ACCOUNT_SHARE/);
+  });
+
+  it("ends uploads slower than 16 KiB in 30 s by default, and reads and checks UPLOAD_MIN_BYTES and UPLOAD_MIN_WINDOW_MS", () => {
+    expect(loadConfig({})).toMatchObject({ uploadMinBytes: 16 * 1024, uploadMinWindowMs: 30_000 });
+    expect(loadConfig({ UPLOAD_MIN_BYTES: "0", UPLOAD_MIN_WINDOW_MS: "500" })).toMatchObject({ uploadMinBytes: 0, uploadMinWindowMs: 500 });
+    for (const [name, value] of [
+      ["UPLOAD_MIN_BYTES", "-1"],
+      ["UPLOAD_MIN_BYTES", "1.5"],
+      ["UPLOAD_MIN_BYTES", "16k"],
+      ["UPLOAD_MIN_WINDOW_MS", "99"],
+      ["UPLOAD_MIN_WINDOW_MS", "3600001"],
+      ["UPLOAD_MIN_WINDOW_MS", "soon"],
+    ]) {
+      expect(() => loadConfig({ [name!]: value })).toThrow(new RegExp(`${name}="${value}"`));
+    }
   });
 
   it("binds the internal ingress to 127.0.0.1 in embedded mode and to every interface in cluster mode, unless INTERNAL_HOST says", () => {

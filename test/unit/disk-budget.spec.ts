@@ -1,4 +1,5 @@
-import { DiskBudget, diskFull, DISK_FULL_RETRY_AFTER_S } from "../../lib/disk-budget";
+import { loadConfig } from "../../lib/config";
+import { DiskBudget, diskFull, DISK_FULL_RETRY_AFTER_S, noRoom } from "../../lib/disk-budget";
 
 describe("DiskBudget", () => {
   it("never promises more than the node total, however many reservations are taken at once", async () => {
@@ -55,6 +56,50 @@ describe("DiskBudget", () => {
     expect(budget.used()).toBe(100);
     r.release();
     expect(budget.used()).toBe(40);
+  });
+
+  it("holds at most a quarter of the spool (and of the import queue) for one account by default, the rest for the others", () => {
+    const config = loadConfig({});
+    const spool = DiskBudget.withShare(config.spoolMaxBytes, config.uploadAccountShare);
+    const quarter = config.spoolMaxBytes / 4;
+    expect(spool.accountMaxBytes).toBe(quarter);
+    // Many uploads of one account, each reserving its declared length: they stop at a quarter.
+    const held = Array.from({ length: 22 }, () => spool.reserve("a", 95 * 1024 * 1024));
+    expect(held.filter((r) => r !== null)).toHaveLength(Math.floor(quarter / (95 * 1024 * 1024)));
+    expect(spool.used("a")).toBeLessThanOrEqual(quarter);
+    expect(spool.reserve("b", quarter)).not.toBeNull();
+    expect(DiskBudget.withShare(config.importQueueMaxBytes, config.uploadAccountShare).accountMaxBytes).toBe(config.importQueueMaxBytes / 4);
+    // A share never passes the node total, and rounds down to whole bytes.
+    expect(DiskBudget.withShare(1001, 0.25).accountMaxBytes).toBe(250);
+    expect(DiskBudget.withShare(1000, 1).accountMaxBytes).toBe(1000);
+  });
+
+  it("answers a refusal past the account's share with a 429 (another account still fits), past the node total with a 503", () => {
+    const budget = DiskBudget.withShare(1000, 0.25);
+    const detail = { account: "yours are full", node: "all are full" };
+    expect(budget.reserve("a", 200)).not.toBeNull();
+    expect(budget.reserve("a", 51)).toBeNull();
+    const share = noRoom(budget, "a", 51, detail);
+    expect({ code: share.code, type: share.type, message: share.message, data: share.data }).toEqual({
+      code: 429,
+      type: "UPLOAD_SHARE_EXCEEDED",
+      message: "yours are full",
+      data: { retryAfter: DISK_FULL_RETRY_AFTER_S },
+    });
+    // A reservation that grows past the share is told the same.
+    const growing = budget.reserve("a", 0)!;
+    expect(growing.growTo(51)).toBe(false);
+    expect(noRoom(budget, "a", 51 - growing.bytes, detail).code).toBe(429);
+    // The node fills with other accounts: whoever still has a share left meets the node's 503.
+    for (const acct of ["b", "c", "d"]) expect(budget.reserve(acct, 250)).not.toBeNull();
+    expect(budget.reserve("e", 51)).toBeNull();
+    const node = noRoom(budget, "e", 51, detail);
+    expect({ code: node.code, type: node.type, message: node.message, data: node.data }).toEqual({
+      code: 503,
+      type: "SERVICE_UNAVAILABLE",
+      message: "all are full",
+      data: { retryAfter: DISK_FULL_RETRY_AFTER_S },
+    });
   });
 
   it("refuses a negative or non-finite size", () => {
