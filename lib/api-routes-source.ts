@@ -11,7 +11,7 @@ const HEADER = `/**
  */
 `;
 
-const METHODS = ["get", "put", "post", "delete", "patch"] as const;
+const METHODS = ["get", "head", "put", "post", "delete", "patch"] as const;
 
 export const API_ROUTES_FILE = path.join(__dirname, "api-routes.ts");
 

@@ -65,7 +65,8 @@ const valuesOf = (p: CampaignIn): CampaignValues => ({
   channel: p.channel,
   contactListIds: [...new Set(p.contactListIds)],
   text: p.message.text,
-  mediaIds: [...new Set(p.message.mediaIds ?? [])],
+  // Media ids are uuids: one given in two letter cases is one media, stored once (lower case, as media answers it).
+  mediaIds: [...new Set((p.message.mediaIds ?? []).map((m) => m.toLowerCase()))],
   scheduledAt: p.scheduledAt ? instant(p.scheduledAt) : null,
   sendRatePerSecond: p.sendRatePerSecond ?? null,
 });
@@ -129,7 +130,7 @@ export const campaignActions = {
     operation: "CAMPAIGNS",
     summary: "Create a campaign (draft)",
     description:
-      "Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future.",
+      "Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future, before 9999. A breach of any of these is a 400 naming its field.",
     params: createCampaignIn,
     responses: { 201: campaignOut },
     errors: [400, 503],
@@ -185,7 +186,7 @@ export const campaignActions = {
     operation: "CAMPAIGNS",
     summary: "Update a draft campaign",
     description:
-      "Only a DRAFT (else 409 naming its status). Fields given replace the draft's; the same rules as at creation. The key needs the channel before and after.",
+      "Only a DRAFT (else 409 naming its status). Fields given replace the draft's; the same rules as at creation (each a 400 naming its field). The body names at least one field (an empty one is a 400). The key needs the channel before and after.",
     params: updateCampaignIn,
     responses: { 200: campaignOut },
     errors: [400, 404, 409, 503],

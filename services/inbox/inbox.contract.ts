@@ -5,14 +5,13 @@
  * the live view's event types, the broadcast that wakes the streams, what the gateway reads events
  * with, and the SQL that writes `message.status` events in tracking's own transaction.
  *
- * Order of `inbox_events` ids: an id is the SSE event id and streams read `id > Last-Event-ID`, so a
- * reader must never pass an id whose transaction has not ended yet. Every writer takes the account's
- * advisory lock in SHARED mode ({@link INBOX_EVENTS_LOCK}) right before its insert and holds it until
- * its commit (writers never wait for each other); a reader first passes a barrier, the same lock in
- * EXCLUSIVE mode for one statement, which waits for the account's writers in flight and reads the
- * id sequence: every id of the account up to that value has then been committed or rolled back, and
- * the reader reads no further. Write inbox events as the last statement of a transaction, so the lock
- * is held only for the commit.
+ * `inbox_events` ids are the SSE event ids, counted per account (an account's stream never shows
+ * another account's activity) and read `id > Last-Event-ID`, so a reader must never pass an id
+ * whose transaction has not ended yet. Every writer draws its ids from the account's row of
+ * `inbox_event_counters` ({@link drawEventIdsSql}), which it then holds until its commit: the
+ * account's writers commit in id order, and whatever one statement sees of an account's events is
+ * every event up to the counter it sees (its horizon), none missing. Write inbox events as the last
+ * statement of a transaction, so the account's row is held only for the commit.
  */
 import { DELIVERY_STATUSES } from "../../lib/channels";
 import { campaignMessageConditions, type CampaignStatsFilters } from "../tracking/tracking.contract";
@@ -96,27 +95,29 @@ export interface InboxEventsWritten {
   companyIds: string[];
 }
 
-/** The account's event lock key, as a SQL expression over the account id column or parameter `company`. */
-export const INBOX_EVENTS_LOCK_KEY = (company: string) => `hashtext('pgw-inbox-events:' || ${company})`;
+/**
+ * CTEs drawing the ids of the events in `from` (a relation with an account column `company`):
+ * `drawn_n` counts them per account, `drawn` adds the counts to the accounts' counters, in account
+ * order (two writers of the same accounts take their rows in the same order), and answers each
+ * account's `last_id`. An account's events then take ids `last_id - n + 1 .. last_id`: see
+ * {@link eventIdSql}.
+ */
+export const drawEventIdsSql = (from: string, company: string) =>
+  `drawn_n AS (SELECT ${company} AS company_id, count(*) AS n FROM ${from} GROUP BY 1),
+   drawn AS (
+     INSERT INTO inbox_event_counters AS ctr (company_id, last_id) SELECT company_id, n FROM drawn_n ORDER BY company_id
+     ON CONFLICT (company_id) DO UPDATE SET last_id = ctr.last_id + excluded.last_id
+     RETURNING ctr.company_id, ctr.last_id)`;
 
-/** What every writer of `inbox_events` takes before its insert, until its commit: the account's lock, shared. */
-export const INBOX_EVENTS_LOCK = (company: string) => `pg_advisory_xact_lock_shared(${INBOX_EVENTS_LOCK_KEY(company)})`;
+/** The id of each event row joined to `drawn` (as `d`), numbered in `order` within its account. */
+export const eventIdSql = (company: string, order: string) =>
+  `d.last_id - count(*) OVER (PARTITION BY ${company}) + row_number() OVER (PARTITION BY ${company} ORDER BY ${order})`;
 
 /**
- * A CTE body taking the event locks of the accounts in `from` (a relation with a `company` column),
- * in account order; it yields one row, so joining it to the rows inserted makes every lock come
- * before the first id is drawn.
+ * The account's horizon ($1: the account): the last event id it drew, 0 before its first. Every
+ * event of the account up to it is committed in the snapshot that reads it (see above).
  */
-export const lockAccountsSql = (from: string, company: string) =>
-  `SELECT count(*) AS locks FROM (SELECT ${INBOX_EVENTS_LOCK("a.company")} FROM (SELECT DISTINCT ${company} AS company FROM ${from} ORDER BY 1) a) l`;
-
-/**
- * The readers' barrier, one statement on its own ($1: the account): waits for the account's writers
- * in flight (the lock in exclusive mode, released when the statement ends) and answers `horizon`, the
- * last id drawn from the sequence: every event of the account with an id up to it is settled.
- */
-export const INBOX_EVENTS_BARRIER_SQL = `SELECT (SELECT CASE WHEN q.is_called THEN q.last_value ELSE 0 END FROM inbox_events_id_seq q WHERE b.locked = b.locked) AS horizon
-  FROM (SELECT pg_advisory_xact_lock(${INBOX_EVENTS_LOCK_KEY("$1::text")})::text AS locked OFFSET 0) b`;
+export const INBOX_EVENTS_HORIZON_SQL = `SELECT coalesce((SELECT last_id FROM inbox_event_counters WHERE company_id = $1), 0) AS horizon`;
 
 const STATUS_NAME = `CASE hit.status_code ${DELIVERY_STATUSES.map((s) => `WHEN ${s.code} THEN '${s.name}'`).join(" ")} ELSE 'UNKNOWN' END`;
 
@@ -142,14 +143,14 @@ export const MESSAGE_STATUS_EVENTS_SQL = `WITH k AS (
       FROM k
       JOIN conversation_messages cm ON cm.company_id = k.c AND cm.channel = k.ch AND cm.direction = 'OUTBOUND' AND cm.message_id = k.id
       JOIN messages m ON m.company_id = k.c AND m.channel = k.ch AND m.customer_message_id = k.id),
-  locked AS (${lockAccountsSql("hit", "company_id")}),
+  ${drawEventIdsSql("hit", "company_id")},
   ins AS (
-    INSERT INTO inbox_events (company_id, conversation_id, type, data)
-    SELECT hit.company_id, hit.conversation_id, 'message.status',
+    INSERT INTO inbox_events (company_id, id, conversation_id, type, data)
+    SELECT hit.company_id, ${eventIdSql("hit.company_id", "hit.reply_id")}, hit.conversation_id, 'message.status',
            jsonb_build_object('chatId', hit.conversation_id, 'id', hit.reply_id, 'direction', 'OUTBOUND',
                               'deliveryStatus', ${STATUS_NAME}, 'statusCode', hit.status_code,
                               'deliveryDate', hit.delivery_date, 'readAt', hit.read_at)
-      FROM hit CROSS JOIN locked
+      FROM hit JOIN drawn d ON d.company_id = hit.company_id
      ORDER BY hit.company_id, hit.reply_id
     RETURNING company_id)
   SELECT DISTINCT company_id FROM ins`;

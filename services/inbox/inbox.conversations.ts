@@ -135,7 +135,7 @@ export const conversationActions = {
     operation: "INBOX",
     summary: "Mark a conversation read",
     description:
-      "`upToMessageId`: a message of the conversation; `unreadCount` becomes the number of inbound messages after it. A message not in the conversation is a 400.",
+      "`upToMessageId`: a message of the conversation; `unreadCount` becomes the number of inbound messages after it. Read marks only move forward: a mark before an earlier one leaves `unreadCount` as it is. A message not in the conversation is a 400.",
     tag: "inbox",
     idempotent: false,
     params: readIn,

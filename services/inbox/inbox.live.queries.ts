@@ -1,7 +1,7 @@
 /** SQL of the live view: where a stream starts, pages of events, windows closed, retention. */
 import type { Sequelize } from "sequelize";
 import { rawQuery } from "../../lib/db";
-import { INBOX_EVENTS_BARRIER_SQL } from "./inbox.contract";
+import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.contract";
 import { appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
 
@@ -18,46 +18,48 @@ export async function conversationExists(sequelize: Sequelize, companyId: string
 }
 
 /**
- * Where the account's settled events end (inbox.contract.ts): waits for the account's writers in
- * flight, then answers the last id drawn; every event of the account up to it is committed (or was
- * rolled back), and any later one has a higher id. A stream without Last-Event-ID starts here.
+ * Where the account's events end now (inbox.contract.ts): the last id it drew; every event of the
+ * account up to it is committed, and any later one will have a higher id. A stream without
+ * Last-Event-ID starts here. Never waits for the account's writers.
  */
 export async function accountHorizon(sequelize: Sequelize, companyId: string): Promise<number> {
-  const [row] = await rawQuery<{ horizon: string }>(sequelize, INBOX_EVENTS_BARRIER_SQL, [companyId]);
+  const [row] = await rawQuery<{ horizon: string }>(sequelize, INBOX_EVENTS_HORIZON_SQL, [companyId]);
   return Number(row!.horizon);
 }
 
 /**
  * The account's (or one conversation's) events after `after` and up to its horizon, at most `limit`
  * and about PAGE_BYTES of data (at least one), in id order, with where the next read starts (see
- * EventsSinceOut). Two statements: the barrier, then the page (its snapshot taken after the barrier,
- * so it sees every event up to the horizon).
+ * EventsSinceOut). One statement, so one snapshot: the horizon it reads and every event up to it.
  */
 export async function eventsSince(sequelize: Sequelize, companyId: string, o: { chatId?: string; after: number; limit: number }): Promise<EventsSinceOut> {
-  const horizon = await accountHorizon(sequelize, companyId);
-  if (horizon <= o.after) return { events: [], more: false, next: o.after };
-  const params: unknown[] = [companyId, o.after, o.limit, horizon];
+  const params: unknown[] = [companyId, o.after, o.limit];
   if (o.chatId) params.push(o.chatId);
-  const rows = await rawQuery<{ id: string; chat_id: string; type: string; data: string; bytes: string }>(
+  const rows = await rawQuery<{ horizon: string; id: string | null; chat_id: string; type: string; data: string; bytes: string }>(
     sequelize,
-    `SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
-       FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
-               FROM inbox_events
-              WHERE company_id = $1 AND id > $2 AND id <= $4 ${o.chatId ? "AND conversation_id = $5" : ""}
-              ORDER BY id LIMIT $3) e
+    `WITH h AS (${INBOX_EVENTS_HORIZON_SQL})
+     SELECT h.horizon, e.id, e.chat_id, e.type, e.data, e.bytes FROM h LEFT JOIN LATERAL (
+       SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
+         FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
+                 FROM inbox_events
+                WHERE company_id = $1 AND id > $2 AND id <= h.horizon ${o.chatId ? "AND conversation_id = $4" : ""}
+                ORDER BY id LIMIT $3) e) e ON true
       ORDER BY e.id`,
     params,
   );
+  const horizon = Number(rows[0]?.horizon ?? 0);
+  if (horizon <= o.after) return { events: [], more: false, next: o.after };
+  const found = rows.filter((r) => r.id !== null);
   const events: LiveEvent[] = [];
   let cut = false;
-  for (const r of rows) {
+  for (const r of found) {
     if (events.length > 0 && Number(r.bytes) > PAGE_BYTES) {
       cut = true;
       break;
     }
     events.push({ id: Number(r.id), chatId: r.chat_id, type: r.type, data: r.data });
   }
-  const more = cut || rows.length === o.limit;
+  const more = cut || found.length === o.limit;
   const last = events.at(-1)?.id ?? o.after;
   // Not `more`: the page holds every event of the account up to the horizon.
   return { events, more, next: more ? last : Math.max(last, horizon) };
@@ -116,8 +118,8 @@ export async function purgeEvents(sequelize: Sequelize, hours: number, batch: nu
     const [row] = await rawQuery<{ n: number }>(
       sequelize,
       `WITH gone AS (
-         DELETE FROM inbox_events WHERE id IN (
-           SELECT id FROM inbox_events WHERE created_at < now() - make_interval(hours => $1) ORDER BY id LIMIT $2)
+         DELETE FROM inbox_events WHERE (company_id, id) IN (
+           SELECT company_id, id FROM inbox_events WHERE created_at < now() - make_interval(hours => $1) LIMIT $2)
          RETURNING 1)
        SELECT count(*)::int AS n FROM gone`,
       [hours, batch],

@@ -10,37 +10,33 @@ export const LAST_EVENT_ID_PATTERN = "^[0-9]{1,15}$";
 export interface AccountEventsIn {
   lastEventId?: string;
 }
-export const accountEventsIn: JSONSchemaType<AccountEventsIn> = {
+/** Where a stream resumes, from the query (clients that cannot set headers): not null, unlike what JSONSchemaType asks of an optional field. */
+const lastEventId = {
+  type: "string",
+  pattern: LAST_EVENT_ID_PATTERN,
+  description:
+    "Resume after this event id (1-15 digits, else 400), as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given.",
+} as const;
+
+export const accountEventsIn = {
   $id: "AccountEventsIn",
   type: "object",
   additionalProperties: false,
-  properties: {
-    lastEventId: {
-      type: "string",
-      pattern: LAST_EVENT_ID_PATTERN,
-      nullable: true,
-      description: "Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given.",
-    },
-  },
+  properties: { lastEventId },
 };
 
 export interface ConversationEventsIn {
   chatId: string;
   lastEventId?: string;
 }
-export const conversationEventsIn: JSONSchemaType<ConversationEventsIn> = {
+export const conversationEventsIn = {
   $id: "ConversationEventsIn",
   type: "object",
   additionalProperties: false,
   required: ["chatId"],
   properties: {
     chatId: { type: "string", minLength: 1, maxLength: 100 },
-    lastEventId: {
-      type: "string",
-      pattern: LAST_EVENT_ID_PATTERN,
-      nullable: true,
-      description: "Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given.",
-    },
+    lastEventId,
   },
 };
 

@@ -34,7 +34,11 @@ const PURGE_LOOP_MS = 600_000;
 const LAST_EVENT_ID = new RegExp(LAST_EVENT_ID_PATTERN);
 
 const resumeHeader = {
-  "last-event-id": "Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first.",
+  "last-event-id": {
+    description:
+      "Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. 1-15 digits (an id this API sent), else 400.",
+    schema: { type: "string", pattern: LAST_EVENT_ID_PATTERN },
+  },
 };
 
 interface LiveVars {

@@ -80,8 +80,11 @@ export async function setStatus(q: Q, companyId: string, chatId: string, status:
 
 /**
  * Marks read every inbound message up to `upTo` (a message of the conversation, in thread order):
- * `unreadCount` becomes the number of inbound messages after it. Null when the message is not in
- * the conversation.
+ * `unreadCount` becomes the number of inbound messages after it, unless it is already lower. Read
+ * marks only move forward: `unread_count` counts the inbound messages after the furthest mark (and
+ * those that arrived since, even if dated before it), so an older mark, which counts more, changes
+ * nothing, whatever order concurrent marks commit in (each holds the row from before it counts).
+ * Null when the message is not in the conversation.
  */
 export async function markRead(q: Q, companyId: string, chatId: string, upTo: string): Promise<ConversationRow | null> {
   // The row first, in a statement of its own: an inbound message being stored holds it until its
@@ -95,8 +98,8 @@ export async function markRead(q: Q, companyId: string, chatId: string, upTo: st
        SELECT created_at, seq FROM conversation_messages WHERE conversation_id = $2 AND company_id = $1 AND message_id = $3
         ORDER BY created_at DESC, seq DESC LIMIT 1)
      UPDATE conversations c
-        SET unread_count = (SELECT count(*) FROM conversation_messages cm, mark
-                             WHERE cm.conversation_id = c.id AND cm.direction = 'INBOUND' AND (cm.created_at, cm.seq) > (mark.created_at, mark.seq)),
+        SET unread_count = least(c.unread_count, (SELECT count(*) FROM conversation_messages cm, mark
+                             WHERE cm.conversation_id = c.id AND cm.direction = 'INBOUND' AND (cm.created_at, cm.seq) > (mark.created_at, mark.seq))),
             updated_at = now()
        FROM mark
       WHERE c.company_id = $1 AND c.id = $2
@@ -135,7 +138,8 @@ export interface IngestedMessage {
 
 /**
  * Inbound messages of one channel, in the caller's transaction: each conversation found or
- * created, each message stored once (a repeated messageId changes nothing), then each touched
+ * created, each message stored once (a repeated messageId changes nothing, from whatever number: a
+ * conversation created for repeats only is removed again), then each touched
  * conversation reopened, its unread count raised and its latest message and window moved on.
  * Answers the messages stored now and the conversations they touched (with whether each was
  * archived before).
@@ -158,11 +162,13 @@ export async function ingestInbound(
     if (!prev || at < prev.at) keys.set(k, { c: it.companyId, s: it.destination, n: it.source, at });
   }
   const convRows = [...keys.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => ({ id: randomUUID(), ...v }));
-  await q.sequelize.query(
+  const opened = await select<{ id: string }>(
+    q,
     `INSERT INTO conversations (id, company_id, channel, sender_id, contact_number, last_message_at)
      SELECT x.id, x.c, $2, x.s, x.n, x.at FROM jsonb_to_recordset($1::jsonb) AS x(id uuid, c text, s text, n text, at timestamptz)
-     ON CONFLICT (company_id, channel, sender_id, contact_number) DO NOTHING`,
-    { bind: [JSON.stringify(convRows), channel], type: QueryTypes.INSERT, transaction: q.tx },
+     ON CONFLICT (company_id, channel, sender_id, contact_number) DO NOTHING
+     RETURNING id`,
+    [JSON.stringify(convRows), channel],
   );
   const convs = await select<ConversationRow>(
     q,
@@ -199,6 +205,11 @@ export async function ingestInbound(
   for (const it of items) if (!byKey.has(`${it.companyId}\u0000${it.messageId}`)) byKey.set(`${it.companyId}\u0000${it.messageId}`, it);
   const companyOfConv = new Map(convs.map((c) => [c.id, c.company_id]));
   const created = inserted.map((message) => ({ message, item: byKey.get(`${companyOfConv.get(message.conversation_id)}\u0000${message.message_id}`)! }));
+  // A conversation opened here for nothing but repeats (a messageId already stored, sent again from
+  // another number, say) goes again: a repeat changes nothing, and leaves no empty conversation.
+  const holding = new Set(inserted.map((m) => m.conversation_id));
+  const empty = opened.map((c) => c.id).filter((id) => !holding.has(id));
+  if (empty.length > 0) await select(q, `DELETE FROM conversations WHERE id = ANY($1::uuid[]) RETURNING id`, [empty]);
   if (created.length === 0) return { created, conversations: [] };
 
   // Each touched conversation: reopened, unread raised, latest message and window moved on.

@@ -6,6 +6,7 @@
 import { STATUS_NAMES, type DeliveryStatusName } from "../../lib/channels";
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { UUID_PATTERN } from "../../lib/validator";
+import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
 
 export const INBOX_CHANNELS = ["RCS", "WHATSAPP"] as const;
 export type InboxChannel = (typeof INBOX_CHANNELS)[number];
@@ -189,6 +190,9 @@ export const replyIn = {
       examples: ["5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10"],
     },
   },
+  // Exactly one of them: the document says it as the service checks it.
+  oneOf: [{ required: ["text"] }, { required: ["mediaId"] }],
+  [MESSAGE_KEYWORD]: "give exactly one of text and mediaId",
 };
 
 /** One inbound message as the internal ingress takes it (contract section 6). */

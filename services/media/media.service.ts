@@ -48,6 +48,7 @@ interface MediaVars {
   removeMedia(ctx: Context, id: string): Promise<void>;
   sweepOrphans(): Promise<number>;
   locate(ctx: Context, row: MediaRow): Promise<RemoteFile>;
+  answerContent(ctx: Context<{ id: string }, AuthMeta & { $responseType?: string }>): Promise<RemoteFile | null>;
 }
 type MediaThis = Service<ApiServiceSettings> & MediaVars;
 type Ctx<P> = Context<P, AuthMeta & { $location?: string; $responseType?: string }>;
@@ -137,40 +138,26 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
         },
         responses: { 200: contentOut, 206: partialContentOut, 304: null },
         errors: [404, 416, 503],
-        async handler(this: MediaThis, ctx: Ctx<{ id: string }>): Promise<RemoteFile | null> {
-          const row = await this.rowOf(ctx.meta.companyId, ctx.params.id);
-          const size = Number(row.size);
-          const etag = etagOf(row.sha256);
-          const headers: Record<string, string> = {
-            ETag: etag,
-            "Cache-Control": "private",
-            "Accept-Ranges": "bytes",
-            "X-Content-Type-Options": "nosniff",
-            "Content-Disposition": contentDisposition(row.file_name),
-          };
-          const asked = ctx.meta.$requestHeaders ?? {};
-          // Answered here, before the file is located: moleculer-web ends a null answer at once (no body, our headers),
-          // whereas its own freshness check would turn a matching ETag into a 304 only after the stream was pulled.
-          if (notModified(asked["if-none-match"], etag)) {
-            ctx.meta.$statusCode = 304;
-            ctx.meta.$responseHeaders = headers;
-            return null;
-          }
-          const range = parseRange(asked.range, size);
-          if (range.kind === "unsatisfiable") throw new ApiError("RANGE_NOT_SATISFIABLE", `The range is past the end of the file (${size} bytes).`, { size });
-          const file = await this.locate(ctx, row);
-          ctx.meta.$responseType = row.content_type;
-          if (range.kind === "part") {
-            ctx.meta.$statusCode = 206;
-            ctx.meta.$responseHeaders = {
-              ...headers,
-              "Content-Range": `bytes ${range.start}-${range.start + range.length - 1}/${size}`,
-              "Content-Length": String(range.length),
-            };
-            return { $remoteFile: { ...file.$remoteFile, start: range.start, length: range.length } };
-          }
-          ctx.meta.$responseHeaders = { ...headers, "Content-Length": String(size) };
-          return file;
+        handler(this: MediaThis, ctx: Ctx<{ id: string }>): Promise<RemoteFile | null> {
+          return this.answerContent(ctx);
+        },
+      }),
+
+      /** The file's headers without its bytes (HEAD): what GET /media/{id}/content would answer, Range ignored. */
+      contentHead: apiAction({
+        rest: "HEAD /media/:id/content",
+        operation: "MEDIA",
+        summary: "Check a media's file (headers only)",
+        description:
+          "The headers `GET /media/{id}/content` answers (Content-Type, Content-Length, `ETag`, `Accept-Ranges`, `Cache-Control`, `X-Content-Type-Options`, `Content-Disposition`), without the body; " +
+          "`If-None-Match` with the ETag answers 304. A `Range` is ignored (RFC 9110: ranges are for GET).",
+        params: mediaIdIn,
+        requestHeaders: { "if-none-match": "The ETag of a copy the client holds: 304 when it is current." },
+        responses: { 200: contentOut, 304: null },
+        errors: [404, 503],
+        handler(this: MediaThis, ctx: Ctx<{ id: string }>): Promise<RemoteFile | null> {
+          // The file answered by reference: moleculer-web sends a HEAD's headers and never reads its bytes.
+          return this.answerContent(ctx);
         },
       }),
 
@@ -243,6 +230,46 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
         const removed = await this.files.sweep((ids) => idsWithRows(this.sequelize, ids), ORPHAN_GRACE_MS);
         if (removed) this.logger.info({ removed }, "media files without a row removed");
         return removed;
+      },
+
+      /**
+       * A media's content (GET and HEAD /media/{id}/content): headers, 304 for a current If-None-Match,
+       * one byte range (206, 416) when the request's headers carry one, the file by reference.
+       */
+      async answerContent(this: MediaThis, ctx: Ctx<{ id: string }>): Promise<RemoteFile | null> {
+        const row = await this.rowOf(ctx.meta.companyId, ctx.params.id);
+        const size = Number(row.size);
+        const etag = etagOf(row.sha256);
+        const headers: Record<string, string> = {
+          ETag: etag,
+          "Cache-Control": "private",
+          "Accept-Ranges": "bytes",
+          "X-Content-Type-Options": "nosniff",
+          "Content-Disposition": contentDisposition(row.file_name),
+        };
+        const asked = ctx.meta.$requestHeaders ?? {};
+        // Answered here, before the file is located: moleculer-web ends a null answer at once (no body, our headers),
+        // whereas its own freshness check would turn a matching ETag into a 304 only after the stream was pulled.
+        if (notModified(asked["if-none-match"], etag)) {
+          ctx.meta.$statusCode = 304;
+          ctx.meta.$responseHeaders = headers;
+          return null;
+        }
+        const range = parseRange(asked.range, size);
+        if (range.kind === "unsatisfiable") throw new ApiError("RANGE_NOT_SATISFIABLE", `The range is past the end of the file (${size} bytes).`, { size });
+        const file = await this.locate(ctx, row);
+        ctx.meta.$responseType = row.content_type;
+        if (range.kind === "part") {
+          ctx.meta.$statusCode = 206;
+          ctx.meta.$responseHeaders = {
+            ...headers,
+            "Content-Range": `bytes ${range.start}-${range.start + range.length - 1}/${size}`,
+            "Content-Length": String(range.length),
+          };
+          return { $remoteFile: { ...file.$remoteFile, start: range.start, length: range.length } };
+        }
+        ctx.meta.$responseHeaders = { ...headers, "Content-Length": String(size) };
+        return file;
       },
 
       /** Where the file is: here (this node stored it), else on the node that stored it. */

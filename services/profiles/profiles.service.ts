@@ -96,7 +96,9 @@ export function createProfilesService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(this: ProfilesThis, ctx: Context<CreateProfileIn, Meta>): Promise<ProfileOut> {
           const { companyId } = ctx.meta;
           const id = randomUUID();
-          const { network, externalId } = ctx.params;
+          const { network } = ctx.params;
+          // One id however its accents are encoded ("café" precomposed or as e + combining accent): NFC, as it is stored and compared.
+          const externalId = ctx.params.externalId.normalize("NFC");
           const token = this.box.seal(ctx.params.accessToken, profileAad(companyId, id));
           const res = await insertProfile(sequelize, { id, companyId, network, externalId, displayName: ctx.params.displayName ?? null, token });
           if ("existingId" in res) {

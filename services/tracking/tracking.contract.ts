@@ -5,9 +5,9 @@
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { CHANNELS, statusByName, type Channel } from "../../lib/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
-import { historyFilterProperties, type HistoryIn, type InboundIn } from "./tracking.schemas";
+import { historyFilterProperties, RANGE_RULE, type HistoryIn, type InboundIn } from "./tracking.schemas";
 
-export { historyFilterProperties };
+export { historyFilterProperties, RANGE_RULE };
 export type { InboundIn };
 
 /**
@@ -161,7 +161,8 @@ export function campaignMessageConditions(companyId: string, q: CampaignStatsFil
   const params: unknown[] = [companyId];
   const p = (v: unknown) => `$${params.push(v)}`;
   const where = ["m.company_id = $1", "m.campaign_id IS NOT NULL", "m.sent_at IS NOT NULL", "NOT m.simulation"];
-  if (q.campaignId) where.push(`m.campaign_id = ${p(q.campaignId)}`);
+  // Campaign ids are stored as the campaigns service makes them (lower case); one asked in upper case is the same campaign.
+  if (q.campaignId) where.push(`m.campaign_id = ${p(q.campaignId.toLowerCase())}`);
   if (q.channel) where.push(`m.channel = ${p(q.channel)}`);
   if (q.from) where.push(`m.sent_at >= ${p(new Date(q.from).toISOString())}::timestamptz`);
   if (q.to) where.push(`m.sent_at < ${p(new Date(q.to).toISOString())}::timestamptz`);

@@ -2,10 +2,11 @@
  * Migration 0013 moves what tracking stored of inbound messages (`inbound_messages`) into the inbox's
  * conversations and messages, and its down step puts them back: one conversation per (account,
  * channel, sender, end user), every message kept with its media key, unread counts and the latest
- * message as they were.
+ * message as they were. Migration 0018 counts live-view event ids per account.
  */
 import { QueryTypes } from "sequelize";
 import { migrator, openDatabase, type Database } from "../../lib/db";
+import { appendInboxEvents } from "../../services/inbox/inbox.events";
 import { createPgDatabase, TEST_DATABASE_URL } from "../helpers/db";
 
 let db: Database;
@@ -76,4 +77,42 @@ it("moves inbound_messages into conversations and conversation_messages, and bac
     ["other", "WHATSAPP", "w1", "+351922222222", "+351210000000", null],
   ]);
   expect(await q(`SELECT to_regclass('conversations') AS t`)).toEqual([{ t: null }]);
+});
+
+it("migration 0018 numbers live-view events per account, going on from each account's highest id, and back down to one sequence", async () => {
+  await migrator(db).up({ to: "20261127-0017-inbox-reply-media" });
+  const ev = (company: string) =>
+    db.sequelize.query(`INSERT INTO inbox_events (company_id, conversation_id, type, data) VALUES ($1, gen_random_uuid(), 'message.created', '{}')`, {
+      bind: [company],
+    });
+  for (const c of ["acme", "other", "acme", "other", "other"]) await ev(c);
+  const idsOf = async (c: string) => (await q<{ id: string }>(`SELECT id FROM inbox_events WHERE company_id = $1 ORDER BY id`, [c])).map((r) => Number(r.id));
+  const [acme, other] = [await idsOf("acme"), await idsOf("other")];
+  await migrator(db).up({ to: "20261128-0018-inbox-event-ids" });
+  expect(await q(`SELECT company_id, last_id::int AS last_id FROM inbox_event_counters ORDER BY company_id`)).toEqual([
+    { company_id: "acme", last_id: acme.at(-1) },
+    { company_id: "other", last_id: other.at(-1) },
+  ]);
+  // The ids kept; an account's next event follows its own highest, a new account starts at 1.
+  const event = (companyId: string) => ({ companyId, conversationId: "6f1c0e6a-5d0b-4d1e-9a43-2b4c4f0e9d11", type: "message.created" as const, data: {} });
+  await db.sequelize.transaction((tx) => appendInboxEvents(db.sequelize, tx, [event("acme"), event("new"), event("acme")]));
+  expect(await idsOf("acme")).toEqual([...acme, acme.at(-1)! + 1, acme.at(-1)! + 2]);
+  expect(await idsOf("new")).toEqual([1]);
+  expect(await idsOf("other")).toEqual(other);
+
+  await migrator(db).down({ to: "20261128-0018-inbox-event-ids" });
+  expect(await q(`SELECT to_regclass('inbox_event_counters') AS t`)).toEqual([{ t: null }]);
+  const all = (await q<{ id: string; company_id: string }>(`SELECT id, company_id FROM inbox_events ORDER BY id`)).map((r) => [Number(r.id), r.company_id]);
+  expect(all).toEqual([
+    [1, "acme"],
+    [2, "acme"],
+    [3, "acme"],
+    [4, "acme"],
+    [5, "new"],
+    [6, "other"],
+    [7, "other"],
+    [8, "other"],
+  ]);
+  await ev("acme");
+  expect((await idsOf("acme")).at(-1)).toBe(9);
 });
