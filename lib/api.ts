@@ -50,6 +50,12 @@ export interface ApiActionSpec {
   errors?: number[];
   /** Milliseconds the gateway waits for this action (Moleculer's own action `timeout`); default REQUEST_TIMEOUT_MS. */
   timeout?: number;
+  /**
+   * The params are documented as a JSON body although the method is DELETE: a bulk body (thousands
+   * of ids) too large for a URL. The gateway reads a JSON body on any method but GET and HEAD; query
+   * parameters stay accepted, undocumented, for callers that sent them before.
+   */
+  jsonBody?: boolean;
   /** POST that creates something: honours Idempotency-Key (default: true for POST). */
   idempotent?: boolean;
   /**
@@ -59,10 +65,10 @@ export interface ApiActionSpec {
    */
   upload?: UploadSpec;
   /**
-   * Request headers the action reads, by lower-case name with a line for the OpenAPI document: the
-   * gateway hands them over in `ctx.meta.$requestHeaders` (a conditional or partial GET, say).
+   * Request headers the action reads, by lower-case name with a line for the OpenAPI document (and
+   * the schema of the values the action accepts, where it checks them): the gateway hands them over in `ctx.meta.$requestHeaders` (a conditional or partial GET, say).
    */
-  requestHeaders?: Record<string, string>;
+  requestHeaders?: Record<string, string | { description: string; schema: JsonSchema }>;
   /**
    * The action opens a Server-Sent Events stream: it checks the request and answers where the
    * stream starts (`{ $eventStream }`); the gateway then holds the stream (gateway.live.ts).

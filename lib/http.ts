@@ -71,17 +71,39 @@ export function writeProblem(res: ServerResponse, problem: Problem, headers: Rec
   res.end(body);
 }
 
-/** Node refuses some requests before any handler runs (bad header bytes, oversized headers): answer them as problems too. */
-export function answerClientError(err: NodeJS.ErrnoException & { code?: string }, socket: Socket): void {
+/** What answerClientError answered: for the listener's access log and metrics. */
+export interface ClientErrorAnswer {
+  status: number;
+  requestId: string;
+  /** From the start of the refused request, when the parser's last chunk holds it ("-" otherwise). */
+  method: string;
+  /** The path, without its query (empty when unknown). */
+  path: string;
+}
+
+/**
+ * Node refuses some requests before any handler runs (bad header bytes, oversized headers: 431): answer them
+ * as problems too, with an X-Request-Id. Returns what was answered (null when the socket was gone).
+ */
+export function answerClientError(err: NodeJS.ErrnoException & { code?: string; rawPacket?: Buffer }, socket: Socket): ClientErrorAnswer | null {
   if (!socket.writable) {
     socket.destroy();
-    return;
+    return null;
   }
   const status = err.code === "HPE_HEADER_OVERFLOW" ? 431 : err.code === "HPE_REQUEST_TIMEOUT" || err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
   const requestId = randomUUID();
-  const problem = toProblem({ code: status, type: status === 400 ? "BAD_REQUEST" : undefined, message: "The HTTP request is malformed." }, requestId);
+  const problem = toProblem(
+    {
+      code: status,
+      type: status === 400 ? "BAD_REQUEST" : undefined,
+      message: status === 431 ? "The request line or headers are too large." : "The HTTP request is malformed.",
+    },
+    requestId,
+  );
   const body = JSON.stringify(problem);
   socket.end(
     `HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
   );
+  const start = err.rawPacket ? /^([A-Z]{3,7}) (\/[^ ?#\r\n]{0,2048})/.exec(err.rawPacket.toString("latin1", 0, 2100)) : null;
+  return { status, requestId, method: start?.[1] ?? "-", path: start?.[2] ?? "" };
 }

@@ -8,6 +8,7 @@ import { KIND_NAMES } from "./upload";
 import { API_PREFIX, type ApiActionSpec, type JsonSchema } from "./api";
 import { ERROR_TYPES, type ErrorType } from "./errors";
 import { problemTypeUri } from "./problem";
+import { MESSAGE_KEYWORD } from "./schema-messages";
 
 /**
  * The document's tags, in the order the reference shows them: one per group of operations a partner
@@ -97,6 +98,8 @@ export const PROBLEM_MEANINGS: Partial<Record<ErrorType, string>> = {
   PROFILE_NOT_FOUND: "No social profile of your account has this id.",
   CAMPAIGN_NOT_FOUND: "No campaign of your account has this id.",
   METHOD_NOT_ALLOWED: "The path exists but not with this method; the `Allow` header lists the ones it has.",
+  UPLOAD_TOO_SLOW:
+    "The upload sent too little for too long (less than 16 KiB in some 30 s, unless the operator set otherwise) and was ended: send the file at a steady pace.",
   IDEMPOTENCY_IN_PROGRESS: "A request with the same `Idempotency-Key` is still running: retry once it has answered.",
   CONTACT_EXISTS: "Another contact of your account has this phone number or email; `existingId` names it.",
   CUSTOM_FIELD_EXISTS: "Your account already declares a custom field with this key.",
@@ -112,11 +115,32 @@ export const PROBLEM_MEANINGS: Partial<Record<ErrorType, string>> = {
   RANGE_NOT_SATISFIABLE: "The `Range` starts past the end of the file; `Content-Range` gives its size.",
   IDEMPOTENCY_KEY_REUSED: "The `Idempotency-Key` was used within 24 h with another body: use a new key for a new request.",
   RATE_LIMITED: "The key (or your address) sent more than its rate: wait the `Retry-After` seconds.",
+  UPLOAD_SHARE_EXCEEDED:
+    "Your uploads in progress on this gateway (or imports waiting on this service) hold your account's share of its room: retry after `Retry-After` seconds, once some have ended.",
   INTERNAL_ERROR: "Something failed on our side; the `requestId` lets support find it. Its `type` is `about:blank`.",
   PROFILE_TOKEN_UNREADABLE: "A stored access token cannot be decrypted with the configured keys; set a new one with `PUT /social-profiles/{id}/token`.",
   UPSTREAM_ERROR: "The messaging network behind us refused or failed the request; retry later.",
   SERVICE_UNAVAILABLE: "A part of the service is starting or away; retry after a moment (`Retry-After` when given).",
 };
+
+/**
+ * What the gateway checks of every request besides its operation's schemas (each a 400 problem):
+ * said once, here, since no one schema can say it.
+ */
+export const REQUEST_RULES = [
+  "## What every request is checked for",
+  "",
+  "Besides what each operation's schemas say (patterns, formats, `anyOf`/`oneOf`, ranges and lengths are all checked as written), every request is refused with a 400 problem when:",
+  "",
+  "- a query parameter is not one the operation declares, including one with an empty name (`?=x`), or the operation declares none;",
+  "- a name is given in more than one place (the query, the body, the path), or a secret field (`writeOnly`, an access token) is sent in the query string;",
+  "- the JSON body is not an object, is nested more than 32 levels deep, or any text or field name in the request holds NUL or an unpaired UTF-16 surrogate;",
+  "- `from` or `to` (history, statistics, exports) lies outside 1970-9999, or `from` is not before `to` (equal is refused).",
+  "",
+  "A request line and headers over 256 KiB are a 431 problem (send bulk ids in a JSON body where the operation takes one); a JSON body over 1 MiB is a 413.",
+  "",
+  "",
+].join("\n");
 
 /** The document's "Problem types" section: every type of lib/errors.ts with its status and meaning. */
 export function problemTypesMarkdown(): string {
@@ -172,7 +196,7 @@ export function toOas(schema: unknown, components: Components): unknown {
   const src = schema as JsonSchema;
   const out: JsonSchema = {};
   for (const [k, v] of Object.entries(src)) {
-    if (k === "$id" || k === "nullable") continue;
+    if (k === "$id" || k === "nullable" || k === MESSAGE_KEYWORD) continue;
     if (k === "properties" || k === "patternProperties" || k === "$defs") {
       out[k] = Object.fromEntries(Object.entries(v as JsonSchema).map(([pk, pv]) => [pk, toOas(pv, components)]));
     } else if (typeof v === "object" && v !== null && !(k === "enum" || k === "examples" || k === "required" || k === "const" || k === "default")) {
@@ -199,14 +223,23 @@ export function sampleOf(schema: unknown, components: Components = {}, depth = 0
   if (Array.isArray(s.examples) && s.examples.length) return s.examples[0];
   if ("const" in s) return s.const;
   if (Array.isArray(s.enum)) return s.enum.find((v) => v !== null) ?? null;
-  if (Array.isArray(s.oneOf)) return sampleOf(s.oneOf[0], components, depth + 1);
-  if (Array.isArray(s.anyOf)) return sampleOf(s.anyOf[0], components, depth + 1);
+  // Alternatives on their own; beside a type (an object with `oneOf` required fields, say) they only constrain it.
+  if (s.type === undefined && Array.isArray(s.oneOf)) return sampleOf(s.oneOf[0], components, depth + 1);
+  if (s.type === undefined && Array.isArray(s.anyOf)) return sampleOf(s.anyOf[0], components, depth + 1);
   const types = Array.isArray(s.type) ? (s.type as string[]) : [s.type as string];
   const type = types.find((t) => t !== "null") ?? types[0];
   switch (type) {
     case "object": {
       const props = (s.properties ?? {}) as Record<string, unknown>;
-      return Object.fromEntries(Object.entries(props).map(([k, v]) => [k, sampleOf(v, components, depth + 1)]));
+      // Exactly one of several fields (`oneOf` of `required`): the first alternative's, not the others'.
+      const others = Array.isArray(s.oneOf)
+        ? (s.oneOf as JsonSchema[]).slice(1).flatMap((b) => (Array.isArray(b.required) ? (b.required as string[]) : []))
+        : [];
+      return Object.fromEntries(
+        Object.entries(props)
+          .filter(([k]) => !others.includes(k))
+          .map(([k, v]) => [k, sampleOf(v, components, depth + 1)]),
+      );
     }
     case "array": {
       const n = typeof s.minItems === "number" && s.minItems > 1 ? s.minItems : 1;
@@ -326,7 +359,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     const params = action.params;
     const props = (params?.properties ?? {}) as Record<string, JsonSchema>;
     const required = new Set((params?.required ?? []) as string[]);
-    const inBody = BODY_METHODS.has(method);
+    const inBody = BODY_METHODS.has(method) || action.jsonBody === true;
 
     const parameters: unknown[] = [{ $ref: "#/components/parameters/X-Request-Id" }];
     for (const name of pathParams) {
@@ -343,9 +376,10 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     }
     const idempotent = method === "post" && action.idempotent !== false;
     if (idempotent) parameters.push({ $ref: "#/components/parameters/Idempotency-Key" });
-    for (const [name, description] of Object.entries(action.requestHeaders ?? {})) {
+    for (const [name, header] of Object.entries(action.requestHeaders ?? {})) {
       const shown = name.toLowerCase().replace(/(^|-)([a-z])/g, (_, dash: string, c: string) => dash + c.toUpperCase());
-      parameters.push({ name: shown, in: "header", required: false, description, schema: { type: "string" } });
+      const { description, schema } = typeof header === "string" ? { description: header, schema: { type: "string" } } : header;
+      parameters.push({ name: shown, in: "header", required: false, description, schema: toOas(schema, components) });
     }
 
     const op: Record<string, unknown> = {
@@ -403,7 +437,8 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
         bodySchema = toOas(rest, components);
       } else bodySchema = toOas(params, components);
       op.requestBody = {
-        required: required.size > 0,
+        // A body an empty object would not satisfy (a required field, or one of several) is itself required.
+        required: required.size > 0 || Array.isArray(params.anyOf) || Array.isArray(params.oneOf),
         content: { "application/json": { schema: bodySchema, example: sampleOf(bodySchema, components) } },
       };
     }
@@ -435,6 +470,8 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     if (params) errors.add(400);
     if (keyed) [401, 429].forEach((s) => errors.add(s));
     if (inBody) [413, 415].forEach((s) => errors.add(s));
+    // An upload that trickles is ended (UPLOAD_MIN_BYTES per UPLOAD_MIN_WINDOW_MS).
+    if (inBody && action.upload) errors.add(408);
     if (idempotent) [409, 422].forEach((s) => errors.add(s));
     // Any operation may meet an outage (no live node serves it, NATS or the database away): a 503
     // with Retry-After, answered at once (README "Outages").
@@ -462,6 +499,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
         "Creating POSTs accept `Idempotency-Key`. Rate limits are per key (token bucket) and announced in `RateLimit-*` headers.\n\n" +
         "Authenticate with your key in the `X-API-Key` header (the first key of an account comes from the operator's `npm run admin -- keys:create`). " +
         "Each operation's `operationId` is its service action's name with `_` for the dot (`contacts_createList`): stable, so clients generated from this document keep their method names.\n\n" +
+        REQUEST_RULES +
         problemTypesMarkdown(),
       contact: { name: "Partner support", url: "https://example.com/support" },
       license: { name: "Proprietary", identifier: "LicenseRef-Proprietary" },
@@ -491,15 +529,14 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
             "Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer.",
           schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
         },
-        // No example value either: one fixed key sent by every Test Request would replay (or refuse, 422) the first answer.
         // No example value either: one fixed key sent by every Test Request would replay (or refuse, 422) its first answer.
         "Idempotency-Key": {
           name: "Idempotency-Key",
           in: "header",
           required: false,
           description:
-            "1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409.",
-          schema: { type: "string", minLength: 1, maxLength: 255 },
+            "1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409.",
+          schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x20-\\x7E]{1,255}$" },
         },
       },
       headers: {

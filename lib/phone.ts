@@ -22,5 +22,11 @@ export const MAX_PHONE_TEXT = 64;
 
 export const PHONE_ERROR = "must be a valid phone number in international format, e.g. +351912345678";
 
+/**
+ * What a phone number in a request must begin with, as a schema `pattern` (toE164 refuses anything
+ * else): `+` or `00` and the country code, after any leading spaces. The rest is for libphonenumber.
+ */
+export const INTERNATIONAL_PATTERN = "^\\s*(\\+|00)";
+
 /** Whether `input` is already a valid number in E.164 form (what upstreams must send). */
 export const isE164 = (input: string): boolean => toE164(input) === input;

@@ -9,6 +9,8 @@ import { ApiError, type FieldError } from "../../lib/errors";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
 import { channelRefusedSql } from "../tracking/tracking.contract";
 import { UUID_PATTERN } from "../../lib/validator";
+import { INTERNATIONAL_PATTERN } from "../../lib/phone";
+import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
@@ -55,7 +57,15 @@ export const contactFilterProperties = {
   isValid: { type: "boolean" },
   communicationSupported: { type: "string", enum: [...CHANNELS] },
   isTest: { type: "boolean" },
-  phoneNumber: { type: "string", minLength: 3, maxLength: 32, description: "Exact number, any international format." },
+  phoneNumber: {
+    type: "string",
+    minLength: 3,
+    maxLength: 32,
+    pattern: INTERNATIONAL_PATTERN,
+    [MESSAGE_KEYWORD]: PHONE_ERROR,
+    description: "Exact number in international format (`+` or `00` and the country code, any spacing).",
+    examples: ["+351912345678"],
+  },
   email: { type: "string", format: "email", maxLength: 254 },
   lastContactType: { type: "string", enum: [...CHANNELS] },
   lastCampaignType: { type: "string", enum: [...CHANNELS] },

@@ -10,7 +10,7 @@ export const IMPORT_STATUSES = ["QUEUED", "PROCESSING", "COMPLETED", "FAILED"] a
 export type ImportStatus = (typeof IMPORT_STATUSES)[number];
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024;
 
-const importListId = { ...listId, description: "Every imported contact (created or updated) is added to this list." };
+const importListId = { ...listId, description: "Every imported contact (created or updated) is added to this list: a live list of the account (else 400)." };
 
 export const importUploadIn = {
   $id: "ContactImportIn",
@@ -24,7 +24,7 @@ export const importUploadIn = {
       type: "string",
       maxLength: 65536,
       description:
-        'A JSON object from column header to contact field (firstName, lastName, gender, phoneNumber, email, isTest) or custom field key (`tier` or `customFields.tier`); null ignores the column. Columns it does not name are matched by their header. Example: `{"Mobile": "phoneNumber", "Notes": null}`',
+        'A JSON object from column header to contact field (firstName, lastName, gender, phoneNumber, email, isTest) or custom field key (`tier` or `customFields.tier`); null ignores the column. Columns it does not name are matched by their header. Example: `{"Mobile": "phoneNumber", "Notes": null}`. Text that is not a JSON object, more than 500 columns, a header of more than 200 characters or a target that is neither a contact field nor a custom field of the account is a 400.',
       examples: ['{"Mobile":"phoneNumber","E-mail":"email","Tier":"tier"}'],
     },
   },

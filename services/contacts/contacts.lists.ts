@@ -244,7 +244,9 @@ export const listActions = {
     tag: "lists",
     operation: "CONTACTS",
     summary: "Remove contacts from lists",
-    description: "contactIds is required unless allContacts is true. Removing deletes neither contacts nor lists.",
+    description:
+      "A JSON body, like the one of `POST /contacts/list/contacts` (up to 10,000 ids in `contactIds` or `excludeIdsAllContacts`: more than a URL can carry). contactIds is required unless allContacts is true. Removing deletes neither contacts nor lists.",
+    jsonBody: true,
     params: removeMembersIn,
     responses: { 200: removeMembersOut },
     async handler(this: ContactsThis, ctx: Ctx<MembershipIn>): Promise<{ deleted: number }> {

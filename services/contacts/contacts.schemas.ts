@@ -4,6 +4,8 @@
  */
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { CHANNELS, type Channel } from "../../lib/channels";
+import { INTERNATIONAL_PATTERN, PHONE_ERROR } from "../../lib/phone";
+import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
 import { dateTime, uuid } from "./contacts.fields.schemas";
 import {
   CONTACT_SORTS,
@@ -97,8 +99,10 @@ const contactInProperties = {
     type: "string",
     minLength: 3,
     maxLength: 32,
+    pattern: INTERNATIONAL_PATTERN,
+    [MESSAGE_KEYWORD]: PHONE_ERROR,
     nullable: true,
-    description: "International format; stored as E.164.",
+    description: "International format: `+` or `00` and the country code, then a number valid in that country (any spacing); stored as E.164.",
     examples: ["+351 912 345 678"],
   },
   email: { type: "string", format: "email", maxLength: 254, nullable: true, examples: ["ana@example.com"] },
@@ -106,11 +110,21 @@ const contactInProperties = {
     type: "object",
     maxProperties: 100,
     propertyNames: { pattern: CUSTOM_KEY },
-    additionalProperties: { type: ["string", "number", "boolean"] },
-    description: "Only fields declared on the account, each of its declared type.",
+    additionalProperties: { type: ["string", "number", "boolean"], maxLength: 2000 },
+    description:
+      "Only fields declared on the account (`GET /contacts/custom-fields`), each of its declared type: TEXT a string of at most 2000 characters, NUMBER a number, DATE a string `YYYY-MM-DD` that is a real date, BOOLEAN true or false. Another key or type is a 400.",
     examples: [{ tier: "gold" }],
   },
   isTest: { type: "boolean" },
+};
+
+/** At least one of phoneNumber and email, and not null (what the service checks, said where the document shows it). */
+const phoneOrEmail = {
+  anyOf: [
+    { required: ["phoneNumber"], properties: { phoneNumber: { type: "string" } } },
+    { required: ["email"], properties: { email: { type: "string" } } },
+  ],
+  [MESSAGE_KEYWORD]: "a phone number or an email is required",
 };
 
 export const createContactIn = {
@@ -119,6 +133,7 @@ export const createContactIn = {
   additionalProperties: false,
   description: "At least one of phoneNumber and email.",
   properties: contactInProperties,
+  ...phoneOrEmail,
 };
 
 export const updateContactIn = {
@@ -128,6 +143,7 @@ export const updateContactIn = {
   required: ["id"],
   description: "Replaces the contact's fields: a field left out is cleared. At least one of phoneNumber and email.",
   properties: { id: uuid, ...contactInProperties },
+  ...phoneOrEmail,
 };
 
 export const contactIdIn = { $id: "ContactIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: uuid } };
@@ -138,7 +154,8 @@ export const listContactsIn = {
   $id: "ListContactsIn",
   type: "object",
   additionalProperties: false,
-  description: "Filters combine with AND. `customFields.<key>=value` filters by a declared custom field.",
+  description:
+    "Filters combine with AND. `customFields.<key>=value` filters by a declared custom field: a key the account does not declare, or a value not of the field's type (NUMBER a number, DATE `YYYY-MM-DD`, BOOLEAN `true` or `false`), is a 400.",
   properties: { ...contactFilterProperties, ...pagingProperties(CONTACT_SORTS, "fullName") },
   patternProperties: customFieldFilter,
 };

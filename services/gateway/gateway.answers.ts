@@ -9,7 +9,6 @@ import { Readable } from "node:stream";
 import type { Context, Service, ServiceBroker } from "moleculer";
 import { API_PREFIX, type AuthMeta } from "../../lib/api";
 import type { Database } from "../../lib/db";
-import { API_ROUTES } from "../../lib/api-routes";
 import { transporterUp } from "../../lib/nats-transporter";
 import { ApiError, UNAVAILABLE_RETRY_AFTER_S } from "../../lib/errors";
 import { requestIdOf, writeProblem } from "../../lib/http";
@@ -21,9 +20,8 @@ import { isRemoteFile, remoteFileStream } from "../../lib/remote-file";
 import { compileSchema, toFieldErrors } from "../../lib/validator";
 import { answerDocsPage, answerDocsScript, answerScalarBundle } from "./gateway.docs";
 import { decodeForClient } from "./gateway.encoding";
+import { pathMethods } from "./gateway.methods";
 import type { Alias, GwRequest } from "./gateway.request";
-
-const METHOD_ORDER = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 /** The signed download path's last segment: the signature, a bearer credential for the file. */
 const DOWNLOAD_SIGNATURE = /(\/exports\/[^/?#]*\/download\/[^/?#]*\/)[^/?#]+/g;
@@ -34,26 +32,6 @@ export function loggedPath(url: string | undefined): string {
   const q = url.indexOf("?");
   const path = q < 0 ? url : url.slice(0, q);
   return path.includes("/download/") ? path.replace(DOWNLOAD_SIGNATURE, "$1[redacted]") : path;
-}
-
-/** The methods routed on a path (empty: no such path). */
-/** The API's fixed routes (lib/api-routes.ts, from openapi.json), as patterns over the full path. */
-const FIXED_ROUTES = API_ROUTES.map(([method, template]) => ({
-  method,
-  re: new RegExp(`^${API_PREFIX}${template.replace(/[.*+?^$()|[\]\\]/g, "\\$&").replace(/\\\{[^/]+?\\\}|\{[^/]+?\}/g, "[^/]+")}$`),
-}));
-
-/** The methods the API defines for `url`, whether or not a node serves them right now. */
-export function apiMethods(url: string): string[] {
-  const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
-  return [...new Set(FIXED_ROUTES.filter((r) => r.re.test(path)).map((r) => r.method))].sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
-}
-
-export function allowedMethods(aliases: Alias[], url: string): string[] {
-  const path = url.length > 1 && url.endsWith("/") ? url.slice(0, -1) : url;
-  return [...new Set(aliases.filter((a) => a.match(path)).map((a) => a.method))]
-    .filter((m) => m !== "*")
-    .sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
 }
 
 /** What writing a problem needs of the gateway service. */
@@ -92,7 +70,7 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
 /** OPTIONS: 204 with Allow on a known path, 404 otherwise (no CORS: this API is server to server). */
 export function answerOptions(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
   const url = req.url?.split("?")[0] ?? "";
-  const allowed = [...new Set([...allowedMethods(aliases, url), ...apiMethods(url)])].sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
+  const allowed = pathMethods(aliases, url);
   if (allowed.length === 0) return sendProblem(host, req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.url?.split("?")[0]}.`));
   res.setHeader("Allow", [...allowed, "OPTIONS"].join(", "));
   res.statusCode = 204;
@@ -107,8 +85,8 @@ export function answerOptions(host: ProblemHost, aliases: Alias[], req: GwReques
  */
 export function answerNoRoute(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
   const url = req.parsedUrl ?? req.url?.split("?")[0] ?? "";
-  const fixed = apiMethods(url);
-  if (req.method && fixed.includes(req.method)) {
+  const allowed = pathMethods(aliases, url);
+  if (req.method && allowed.includes(req.method)) {
     return sendProblem(
       host,
       req,
@@ -116,7 +94,6 @@ export function answerNoRoute(host: ProblemHost, aliases: Alias[], req: GwReques
       new ApiError("SERVICE_UNAVAILABLE", `No node serves ${req.method} ${url} right now; try again shortly.`, { retryAfter: UNAVAILABLE_RETRY_AFTER_S }),
     );
   }
-  const allowed = [...new Set([...allowedMethods(aliases, url), ...fixed])].sort((a, b) => METHOD_ORDER.indexOf(a) - METHOD_ORDER.indexOf(b));
   if (allowed.length > 0) {
     res.setHeader("Allow", allowed.join(", "));
     return sendProblem(host, req, res, new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${url}; allowed: ${allowed.join(", ")}.`));

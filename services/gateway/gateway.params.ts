@@ -95,3 +95,28 @@ export function mergeParams(
   }
   return out;
 }
+
+/**
+ * The query string's parameter names, before the parser sees them: one with an empty name (`?=x`)
+ * is dropped by the parser, and an action that declares no parameters has no schema to refuse
+ * unknown ones, so both are refused here as any unknown parameter is (400).
+ */
+export function checkQueryNames(url: string | undefined, query: Record<string, unknown>, schema: JsonSchema | undefined): void {
+  const q = url ? url.indexOf("?") : -1;
+  if (q >= 0 && url!.length > q + 1) {
+    for (const pair of url!.slice(q + 1).split("&")) {
+      if (pair.startsWith("=")) {
+        throw new ApiError("VALIDATION_ERROR", "A query parameter has an empty name.", {
+          errors: [{ path: "", message: "is not an allowed field (a query parameter with an empty name)" }],
+        });
+      }
+    }
+  }
+  if (schema) return;
+  const names = Object.keys(query);
+  if (names.length > 0) {
+    throw new ApiError("VALIDATION_ERROR", "This operation takes no query parameters.", {
+      errors: names.slice(0, 100).map((path) => ({ path, message: "is not an allowed field" })),
+    });
+  }
+}

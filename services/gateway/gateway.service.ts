@@ -9,6 +9,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import type { Context, Service, ServiceSchema } from "moleculer";
@@ -16,7 +17,7 @@ import ApiGateway from "moleculer-web";
 import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { answerClientError, parseJson, requireJson, tagRequest } from "../../lib/http";
+import { answerClientError, parseJson, requireJson, tagRequest, type ClientErrorAnswer } from "../../lib/http";
 import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
 import { accessLogWriter, withRequestId, type AccessLog } from "../../lib/logger";
@@ -37,7 +38,7 @@ import {
 } from "./gateway.answers";
 import { callIdempotent, checkIdempotencyKey, IdempotencyStore } from "./gateway.idempotency";
 import { authMetaOf, keyHashOf, lookupInFlight, lookupPrincipal, PrincipalCache, requireOperation } from "./gateway.keys";
-import { coerceStrings, mergeParams } from "./gateway.params";
+import { checkQueryNames, coerceStrings, mergeParams } from "./gateway.params";
 import { clientBucket, TrustedProxies } from "./gateway.client";
 import { TokenBuckets } from "./gateway.ratelimit";
 import type { Alias, GwRequest, GwRoute } from "./gateway.request";
@@ -46,6 +47,7 @@ import { DiskBudget } from "../../lib/disk-budget";
 import { drainOf } from "../../lib/drain";
 import { callOnRequestContext, resolveIndexed, routeDirect, serveWeb } from "../../lib/web-entry";
 import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
+import { ownedAlias } from "./gateway.methods";
 
 /** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
 function pickHeaders(req: IncomingMessage, names: string[]): Record<string, string> {
@@ -77,6 +79,9 @@ function routeWithTimeout(route: GwRoute, timeout: number | undefined): GwRoute 
 function answerFailed(this: ServerResponse): void {
   this.destroy();
 }
+
+/** Methods a refused request's access line may name (anything else is "-": metrics labels stay few). */
+const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
 
 /** Failed key lookups (a malformed, unknown or deleted key) a client address may make a second; twice as many at once. */
 export const FAILED_KEY_RPS = 10;
@@ -116,6 +121,7 @@ interface GatewayVars {
   live: LiveStreams;
   server: http.Server;
   httpHandler(req: IncomingMessage, res: ServerResponse): void;
+  logRefused(answered: ClientErrorAnswer): void;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
   clientBucket(req: IncomingMessage): string;
   sendProblem(req: GwRequest, res: ServerResponse, err: unknown): void;
@@ -244,9 +250,13 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         this.server.requestTimeout = (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000;
       },
 
-      /** The matching alias, trying only those the URL's leading segments allow (lib/web-entry.ts). */
-      resolveAlias(this: GatewayThis, url: string, method?: string) {
-        return resolveIndexed(this.aliases as never, url, method);
+      /**
+       * The matching alias, trying only those the URL's leading segments allow (lib/web-entry.ts), and
+       * only when its path owns the URL: `/authentication/me` is not `/authentication/{id}` (gateway.methods.ts).
+       */
+      resolveAlias(this: GatewayThis, url: string, method = "GET") {
+        const found = resolveIndexed(this.aliases as never, url, method) as { alias: Alias; params: Record<string, unknown> } | false;
+        return ownedAlias(this.aliases, url, method, found);
       },
 
       /** Routes without middlewares go straight to the alias (lib/web-entry.ts routeDirect). */
@@ -295,6 +305,14 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         res.on("error", answerFailed); // a failed answer (a download's stream) ends this request, never the process
         res.on("finish", req.$logAccess); // once per answer; `on` spares the once-wrapper
         return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
+      },
+
+      /** The access log line and metrics of a request Node's HTTP parser refused (lib/http.ts answerClientError). */
+      logRefused(this: GatewayThis, a: ClientErrorAnswer) {
+        const method = KNOWN_METHODS.has(a.method) ? a.method : "-";
+        this.metrics.observe(method, "unmatched", a.status, 0);
+        if (this.accessLog) this.accessLog(a.requestId, method, loggedPath(a.path), "unmatched", a.status, 0);
+        else this.logger.info({ requestId: a.requestId, method, path: loggedPath(a.path), route: "unmatched", status: a.status, ms: 0 }, "request");
       },
 
       /** X-API-Key -> the key's account and operations; the per-key rate limit; the operation check. */
@@ -376,11 +394,13 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         if (route.opts.name !== "partner" || !req.$action) return mixin.methods.callAction!.call(this, route, actionName, req, res, params, isStream);
         const action = req.$action;
         const schema = action.params as Record<string, unknown> | undefined;
+        checkQueryNames((req as { originalUrl?: string }).originalUrl ?? req.url, req.query ?? {}, schema);
         let upload: ReceivedUpload | null = null;
         let body: unknown = undefined;
         if (action.upload) {
           try {
-            upload = await receiveUpload(req, action.upload, this.spoolDir, { ledger: this.spoolBudget, account: String(req.$ctx.meta.companyId) });
+            const spool = { ledger: this.spoolBudget, account: String(req.$ctx.meta.companyId) };
+            upload = await receiveUpload(req, action.upload, this.spoolDir, spool, { minBytes: config.uploadMinBytes, windowMs: config.uploadMinWindowMs });
           } catch (err) {
             // The rest of the body is not read: the connection cannot carry another request.
             if (!req.complete) res.setHeader("Connection", "close");
@@ -498,10 +518,14 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       this.openApiCache = null;
       this.aliasesReady = false;
       this.localServicesStarted = false;
-      this.server.on("clientError", answerClientError);
+      // A request Node's parser refuses (a 431, say) is answered as a problem and logged like any other answer.
+      this.server.on("clientError", (err: Error, socket: Socket) => {
+        const answered = answerClientError(err, socket);
+        if (answered) this.logRefused(answered);
+      });
       drainOf(this.broker).track(this.server);
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
-      this.spoolBudget = new DiskBudget(config.spoolMaxBytes, Math.floor(config.spoolMaxBytes * config.uploadAccountShare));
+      this.spoolBudget = DiskBudget.withShare(config.spoolMaxBytes, config.uploadAccountShare);
       this.spoolTokens = new SpoolTokens();
       const liveMetrics = new LiveMetrics();
       addNodeRegistry(this.broker, liveMetrics.registry);

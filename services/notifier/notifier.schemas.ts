@@ -1,6 +1,14 @@
 /** Webhook registration on the wire (spec parts 2 and 4, contract section 4 "Webhook"). */
 import { pageSchema } from "../../lib/paging";
 import { MAX_CALLBACK_URL } from "./notifier.url";
+import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+
+/**
+ * What the service's URL check (notifier.url.ts) demands of the text, as a schema `pattern`: https
+ * (any case), a host or a bracketed IPv6 literal without credentials, port 443 or 8443 if any, no
+ * fragment, no white space. The host's resolution is checked by the service alone.
+ */
+export const CALLBACK_URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]://(\\[[0-9A-Fa-f:.]+\\]|[^\\s/?#@:\\[\\]\\\\]+)(:(443|8443))?([/?][^\\s#]*)?$";
 
 export interface WebhookIn {
   callbackUrl: string;
@@ -16,7 +24,10 @@ export const webhookIn = {
       type: "string",
       minLength: 1,
       maxLength: MAX_CALLBACK_URL,
-      description: "HTTPS, port 443 or 8443, no credentials, no fragment; the host must resolve only to publicly reachable addresses.",
+      pattern: CALLBACK_URL_PATTERN,
+      [MESSAGE_KEYWORD]: "must be an absolute URL: https, port 443 or 8443, no credentials, no fragment",
+      description:
+        "An absolute URL: https, port 443 or 8443, no credentials, no fragment (the pattern says so); and the host must resolve, only to publicly reachable addresses (checked when it is set: a 400 otherwise).",
       examples: ["https://hooks.example.com/pgw/delivery"],
     },
   },

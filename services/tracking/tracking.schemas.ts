@@ -257,7 +257,7 @@ export const statusesIn = {
       type: "string",
       minLength: 1,
       maxLength: 1000 * 201,
-      description: `Comma-separated customer message ids, at most ${MAX_STATUS_IDS}; answered one entry per id, in order.`,
+      description: `Comma-separated customer message ids, at most ${MAX_STATUS_IDS}, each 1-200 characters once trimmed (more ids, an empty one or a longer one is a 400); answered one entry per id, in order.`,
       examples: ["order-1,order-2"],
     },
   },
@@ -274,13 +274,17 @@ export interface HistoryIn {
   limit: number;
 }
 
+/** What the service checks of `from` and `to` that a schema cannot say (tracking.contract.ts checkHistoryRange). */
+export const RANGE_RULE =
+  "Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.";
+
 export const historyFilterProperties = {
   channel: { type: "string", enum: [...CHANNELS], description: "Only this channel (the key must have it); default: every channel of the key." },
   status: { type: "string", enum: [...STATUS_NAMES], description: "Only messages whose deliveryStatus is this." },
   destination: { ...phone, description: "Only messages to this number (E.164)." },
   campaignId: { type: "string", minLength: 1, maxLength: 100 },
-  from: { ...dateTime, description: "Sent at or after this instant." },
-  to: { ...dateTime, description: "Sent before this instant." },
+  from: { ...dateTime, description: `Sent at or after this instant. ${RANGE_RULE}` },
+  to: { ...dateTime, description: `Sent before this instant. ${RANGE_RULE}` },
 } satisfies Record<string, JsonSchema>;
 
 export const historyIn = {
@@ -289,7 +293,7 @@ export const historyIn = {
   additionalProperties: false,
   properties: {
     ...historyFilterProperties,
-    cursor: { type: "string", minLength: 1, maxLength: 200, description: "nextCursor of the previous page." },
+    cursor: { type: "string", minLength: 1, maxLength: 200, description: "nextCursor of the previous page, as given (any other text is a 400)." },
     limit: { type: "integer", minimum: 1, maximum: 1000, default: 10, description: "Page size, at most 1000." },
   },
 };
