@@ -42,7 +42,9 @@ export interface StartOptions {
 }
 
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
-  const db = opts.db ?? (await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "service" }));
+  const db =
+    opts.db ??
+    (await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "service", statementTimeoutMs: config.dbStatementTimeoutMs }));
   const hub = opts.replSocket && !config.transporter ? replHub(config.dataDir).transporter : undefined;
   const broker = new ServiceBroker(brokerOptions(config, { ...(hub ? { transporter: hub } : {}), ...opts.broker }));
   const deps = { config, db };

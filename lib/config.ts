@@ -77,6 +77,11 @@ export interface Config {
   readonly maxKeysPerAccount: number;
   /** Heavy operations (bulk memberships with allContacts, custom-field removal) one account may run at once, cluster-wide; past it, 429. */
   readonly heavyOpsPerAccount: number;
+  readonly heavyOpsPerNode: number;
+  readonly heavyQueuePerAccount: number;
+  readonly heavyQueueWaitMs: number;
+  readonly heavyStatementTimeoutMs: number;
+  readonly dbStatementTimeoutMs: number;
   readonly authCacheTtlMs: number;
   /** How long the gateway waits for an action that declares no `timeout` of its own. */
   readonly requestTimeoutMs: number;
@@ -95,10 +100,14 @@ export interface Config {
   readonly importWorkers: number;
   /** Bytes of upload files a contacts node keeps under IMPORT_DIR for imports not yet ended (beyond: 503). */
   readonly importQueueMaxBytes: number;
-  /** Bytes of uploads a gateway node holds in its spool at once (beyond: 503). */
+  /** Bytes of uploads a gateway node holds in its spool at once (beyond: 503; an account's share beyond: 429). */
   readonly spoolMaxBytes: number;
-  /** The part of IMPORT_QUEUE_MAX_BYTES and of SPOOL_MAX_BYTES one account may hold (0 < share <= 1). */
+  /** The part of IMPORT_QUEUE_MAX_BYTES and of SPOOL_MAX_BYTES one account may hold (0 < share <= 1; beyond: 429). */
   readonly uploadAccountShare: number;
+  /** An upload whose body brings fewer bytes than this in some UPLOAD_MIN_WINDOW_MS is ended with 408 (0: never). */
+  readonly uploadMinBytes: number;
+  /** The window of UPLOAD_MIN_BYTES, in milliseconds. */
+  readonly uploadMinWindowMs: number;
   /** Messages (and their receipts) older than this many days are removed by the tracking service. */
   readonly messageRetentionDays: number;
   /** Check every answer against its declared schema (a mismatch is a 500); on in tests. */
@@ -185,6 +194,13 @@ export const VARIABLES = {
   TRUSTED_PROXIES: { field: "trustedProxies", schema: { type: ["string", "null"] }, default: null },
   MAX_KEYS_PER_ACCOUNT: { field: "maxKeysPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000000 }, default: 500 },
   HEAVY_OPS_PER_ACCOUNT: { field: "heavyOpsPerAccount", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 2 },
+  // A node's database pool holds 10 connections: heavy reads of every account together take at most 4.
+  HEAVY_OPS_PER_NODE: { field: "heavyOpsPerNode", schema: { type: "integer", minimum: 1, maximum: 1000 }, default: 4 },
+  HEAVY_QUEUE_PER_ACCOUNT: { field: "heavyQueuePerAccount", schema: { type: "integer", minimum: 0, maximum: 10000 }, default: 8 },
+  HEAVY_QUEUE_WAIT_MS: { field: "heavyQueueWaitMs", schema: { type: "integer", minimum: 0, maximum: 600000 }, default: 5000 },
+  // Every statement of a service's pool ends by then (background batches included); heavy reads have their own, lower limit.
+  DB_STATEMENT_TIMEOUT_MS: { field: "dbStatementTimeoutMs", schema: { type: "integer", minimum: 1000, maximum: 86400000 }, default: 300000 },
+  HEAVY_STATEMENT_TIMEOUT_MS: { field: "heavyStatementTimeoutMs", schema: { type: "integer", minimum: 100, maximum: 3600000 }, default: 20000 },
   REQUEST_TIMEOUT_MS: { field: "requestTimeoutMs", schema: { type: "integer", minimum: 100 }, default: 30000 },
   SHUTDOWN_TIMEOUT_MS: { field: "shutdownTimeoutMs", schema: { type: "integer", minimum: 0, maximum: 600000 }, default: 20000 },
   AUTH_CACHE_TTL_MS: { field: "authCacheTtlMs", schema: { type: "integer", minimum: 0 }, default: 60000 },
@@ -197,7 +213,11 @@ export const VARIABLES = {
   IMPORT_WORKERS: { field: "importWorkers", schema: { type: "integer", minimum: 1, maximum: 64 }, default: 1 },
   IMPORT_QUEUE_MAX_BYTES: { field: "importQueueMaxBytes", schema: { type: "integer", minimum: 1 }, default: 1073741824 },
   SPOOL_MAX_BYTES: { field: "spoolMaxBytes", schema: { type: "integer", minimum: 1 }, default: 2147483648 },
-  UPLOAD_ACCOUNT_SHARE: { field: "uploadAccountShare", schema: { type: "number", exclusiveMinimum: 0, maximum: 1 }, default: 0.5 },
+  // A quarter: one account cannot hold the spool (or the import queue) against the others.
+  UPLOAD_ACCOUNT_SHARE: { field: "uploadAccountShare", schema: { type: "number", exclusiveMinimum: 0, maximum: 1 }, default: 0.25 },
+  // 16 KiB in any 30 s: an upload that trickles (holding its spool reservation) is ended with 408.
+  UPLOAD_MIN_BYTES: { field: "uploadMinBytes", schema: { type: "integer", minimum: 0, maximum: 1073741824 }, default: 16384 },
+  UPLOAD_MIN_WINDOW_MS: { field: "uploadMinWindowMs", schema: { type: "integer", minimum: 100, maximum: 3600000 }, default: 30000 },
   MESSAGE_RETENTION_DAYS: { field: "messageRetentionDays", schema: { type: "integer", minimum: 1, maximum: 36500 }, default: 400 },
   EXPORT_DIR: { field: "exportDir", schema: { type: ["string", "null"], minLength: 1 }, default: null },
   // null: the cores of this machine but one (at least one), leaving a core to the service's own thread.

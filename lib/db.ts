@@ -27,6 +27,12 @@ export interface OpenOptions {
   poolMax?: number;
   /** Run migrations before returning (default true). */
   migrate?: boolean;
+  /**
+   * `statement_timeout` of every connection of the pool, in ms (DB_STATEMENT_TIMEOUT_MS): no
+   * statement runs unbounded. Heavy reads set a lower one for their transaction (lib/heavy.ts).
+   * Unset: the server's (the admin and migrate commands).
+   */
+  statementTimeoutMs?: number;
 }
 
 /** A fixed 64-bit key for the migration advisory lock ("pgw-migrations"). */
@@ -41,7 +47,12 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     pool: { max: opts.poolMax ?? 10, min: 0, idle: 10000, acquire: 30000 },
     // A server that does not answer a connection within 5 s counts as down (pg waits forever by
     // default); TCP keep-alive finds a connection whose peer vanished without closing it.
-    dialectOptions: { application_name: "partner-gateway", connectionTimeoutMillis: 5000, keepAlive: true },
+    dialectOptions: {
+      application_name: "partner-gateway",
+      connectionTimeoutMillis: 5000,
+      keepAlive: true,
+      ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
+    },
     define: { underscored: true, timestamps: false },
   });
   const db: Database = {

@@ -1,14 +1,21 @@
 /**
- * Heavy operations (a statement over every contact of an account) hold a database connection for as
- * long as they run. So that one account cannot take the pool, each runs in a slot: one of
- * HEAVY_OPS_PER_ACCOUNT PostgreSQL advisory locks of the account, taken for the operation's
- * transaction. The lock lives in PostgreSQL, so the cap holds across every node, and it is released
- * with the transaction, whatever happens to the node. Inside the slot `statement_timeout` is the time
- * left to the call, so a call that timed out also stops its SQL. (On embedded PGlite one transaction
- * runs at a time anyway: a slot is always free there.)
+ * Heavy operations (a statement over every contact of an account, a campaign's preview or
+ * statistics, the message history, a search) hold a database connection for as long as they run.
+ * So that one account cannot take a node's pool, each first passes this node's gate (`HeavyGate`):
+ * at most HEAVY_OPS_PER_ACCOUNT of one account at once and HEAVY_OPS_PER_NODE in all, the rest
+ * waiting in their account's own queue (at most HEAVY_QUEUE_PER_ACCOUNT, served round-robin across
+ * accounts, each for at most HEAVY_QUEUE_WAIT_MS) and refused past it with 429 and `Retry-After`,
+ * before they ask the pool for a connection; so an interactive request always finds one. Then
+ * an operation that writes over the whole account takes one of the account's PostgreSQL advisory
+ * locks (`withHeavySlot`: the cap then holds across every node, and is released with the
+ * transaction whatever happens to the node). Inside, `statement_timeout` is the smaller of the time
+ * left to the call and the limit of the operation's class (`HEAVY_STATEMENT_TIMEOUT_MS`), so a call
+ * that timed out also stops its SQL. (On embedded PGlite one transaction runs at a time anyway: the
+ * gate is what keeps one account's reads from queueing everyone else's behind them.)
  */
 import type { Context } from "moleculer";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import { rawQuery, rawTransaction, type Exec } from "./db";
 import { ApiError } from "./errors";
 
 /** Seconds a refused heavy operation is told to wait: the ones running end, or time out, soon. */
@@ -31,6 +38,171 @@ export function statementBudgetMs(ctx: Context): number {
   const margin = Math.min(1000, Math.max(50, timeout * 0.05));
   return Math.max(1, Math.floor(timeout - spent - margin));
 }
+
+/** How a node shares its heavy-operation slots (lib/config.ts names the variables). */
+export interface HeavyLimits {
+  /** HEAVY_OPS_PER_ACCOUNT: one account's heavy operations running at once on this node. */
+  perAccount: number;
+  /** HEAVY_OPS_PER_NODE: every account's together (a part of the node's database pool). */
+  perNode: number;
+  /** HEAVY_QUEUE_PER_ACCOUNT: how many of one account's may wait; one more is a 429 at once. */
+  queuePerAccount: number;
+  /** HEAVY_QUEUE_WAIT_MS: how long one may wait for a slot before its 429. */
+  queueWaitMs: number;
+  /**
+   * Embedded PGlite: one session serves every connection in turn, and holds it for a transaction's
+   * whole length. Heavy reads then run one at a time on the node and statement by statement (no
+   * transaction), so another account's request waits at most for one statement, not for a queue.
+   */
+  oneSession: boolean;
+}
+
+interface Waiter {
+  companyId: string;
+  resolve(release: () => void): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * A node's heavy-operation slots, shared fairly: per account at most `perAccount` running and
+ * `queuePerAccount` waiting (FIFO in the account); a freed slot goes to the next account in turn
+ * (round-robin over the accounts that wait), so a second account's first operation never waits
+ * behind the first account's queue. Memory is bounded by the waiters themselves (an account with
+ * nothing running or waiting holds no entry).
+ */
+export class HeavyGate {
+  private running = 0;
+  private readonly active = new Map<string, number>();
+  /** Accounts with waiters, in turn order; each with its own FIFO. */
+  private readonly queues = new Map<string, Waiter[]>();
+
+  constructor(readonly limits: HeavyLimits) {}
+
+  /** Waits for a slot of `companyId`; answers the function that gives it back (call it once). */
+  enter(companyId: string): Promise<() => void> {
+    if (this.free(companyId) && !this.queues.has(companyId)) return Promise.resolve(this.take(companyId));
+    const queue = this.queues.get(companyId);
+    if ((queue?.length ?? 0) >= this.limits.queuePerAccount || this.limits.queueWaitMs <= 0) return Promise.reject(heavyBusy());
+    return new Promise((resolve, reject) => {
+      const w: Waiter = {
+        companyId,
+        resolve,
+        reject,
+        timer: setTimeout(() => this.drop(w), this.limits.queueWaitMs),
+      };
+      if (queue) queue.push(w);
+      else this.queues.set(companyId, [w]);
+    });
+  }
+
+  /** Runs `fn` in a slot of `companyId` (see `enter`). */
+  async run<T>(companyId: string, fn: () => Promise<T>): Promise<T> {
+    const release = await this.enter(companyId);
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+
+  /** What an operator (and a test) reads: running in all, and one account's running and waiting. */
+  usage(companyId?: string): { running: number; account: number; waiting: number } {
+    return {
+      running: this.running,
+      account: companyId ? (this.active.get(companyId) ?? 0) : 0,
+      waiting: companyId ? (this.queues.get(companyId)?.length ?? 0) : 0,
+    };
+  }
+
+  private free(companyId: string): boolean {
+    return this.running < this.limits.perNode && (this.active.get(companyId) ?? 0) < this.limits.perAccount;
+  }
+
+  private take(companyId: string): () => void {
+    this.running++;
+    this.active.set(companyId, (this.active.get(companyId) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.running--;
+      const n = (this.active.get(companyId) ?? 1) - 1;
+      if (n > 0) this.active.set(companyId, n);
+      else this.active.delete(companyId);
+      this.next();
+    };
+  }
+
+  /** Hands freed slots to waiting accounts in turn (an account served goes to the back of the turn). */
+  private next(): void {
+    for (let turns = this.queues.size; turns > 0 && this.running < this.limits.perNode; turns--) {
+      const [companyId, queue] = this.queues.entries().next().value as [string, Waiter[]];
+      this.queues.delete(companyId);
+      if ((this.active.get(companyId) ?? 0) < this.limits.perAccount) {
+        const w = queue.shift()!;
+        clearTimeout(w.timer);
+        w.resolve(this.take(companyId));
+      }
+      if (queue.length) this.queues.set(companyId, queue);
+    }
+  }
+
+  private drop(w: Waiter): void {
+    const queue = this.queues.get(w.companyId);
+    const at = queue?.indexOf(w) ?? -1;
+    if (at < 0) return;
+    queue!.splice(at, 1);
+    if (!queue!.length) this.queues.delete(w.companyId);
+    w.reject(heavyBusy());
+  }
+}
+
+const gates = new WeakMap<object, HeavyGate>();
+
+/** The node's one gate for a database (every service of a process shares its pool, so its gate). */
+export function heavyGateOf(pool: object, limits: HeavyLimits): HeavyGate {
+  let gate = gates.get(pool);
+  if (!gate) gates.set(pool, (gate = new HeavyGate(limits)));
+  return gate;
+}
+
+/** The limits of lib/config.ts's HEAVY_* variables. */
+export const heavyLimitsOf = (
+  c: { heavyOpsPerAccount: number; heavyOpsPerNode: number; heavyQueuePerAccount: number; heavyQueueWaitMs: number },
+  embedded: boolean,
+): HeavyLimits => ({
+  perAccount: embedded ? 1 : c.heavyOpsPerAccount,
+  perNode: embedded ? 1 : c.heavyOpsPerNode,
+  queuePerAccount: c.heavyQueuePerAccount,
+  queueWaitMs: c.heavyQueueWaitMs,
+  oneSession: embedded,
+});
+
+/**
+ * Runs a heavy read of `companyId` through the node's gate, in one transaction (`exec` runs its
+ * statements) whose statements stop after `statementTimeoutMs` (0: the server's limit).
+ */
+export function withHeavyRead<T>(
+  sequelize: Sequelize,
+  gate: HeavyGate,
+  o: { companyId: string; statementTimeoutMs: number },
+  fn: (exec: Exec) => Promise<T>,
+): Promise<T> {
+  if (gate.limits.oneSession) return gate.run(o.companyId, () => fn((sql, params) => rawQuery(sequelize, sql, params)));
+  return gate.run(o.companyId, () =>
+    rawTransaction(sequelize, async (exec) => {
+      if (o.statementTimeoutMs > 0) await exec(`SELECT set_config('statement_timeout', $1, true)`, [String(Math.floor(o.statementTimeoutMs))]);
+      return fn(exec);
+    }),
+  );
+}
+
+/** The statement limit of a heavy call: the time left to it, and at most its class's limit. */
+export const heavyTimeoutMs = (ctx: Context, classLimitMs: number): number => {
+  const left = statementBudgetMs(ctx);
+  return left > 0 && classLimitMs > 0 ? Math.min(left, classLimitMs) : Math.max(left, classLimitMs);
+};
 
 export interface HeavyOptions {
   companyId: string;

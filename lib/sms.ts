@@ -8,8 +8,8 @@
  */
 export type SmsEncoding = "GSM7" | "UCS2";
 
-const GSM7_BASIC = "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà";
-const GSM7_EXTENSION = "^{}\\[~]|€\f";
+export const GSM7_BASIC = "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà";
+export const GSM7_EXTENSION = "^{}\\[~]|€\f";
 const BASIC = new Set(GSM7_BASIC);
 const EXTENSION = new Set(GSM7_EXTENSION);
 

@@ -2,9 +2,11 @@
 import type { Sequelize } from "sequelize";
 import type { Channel } from "../../lib/channels";
 import { rawQuery, type Exec } from "../../lib/db";
+import { GSM7_BASIC, GSM7_EXTENSION } from "../../lib/sms";
 import { audienceSql, likeEscape, liveListsSql } from "../contacts/contacts.contract";
 import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
 import type { CampaignSort, ListCampaignsIn } from "./campaigns.schemas";
+import type { Piece } from "./campaigns.text";
 
 export type Q = Exec;
 export const q =
@@ -94,44 +96,6 @@ export async function snapshotAudience(exec: Q, c: CampaignRow, customKeys: stri
   return Number(row!.n);
 }
 
-/** The audience as it would be now, every row by contact id (the preview reads it through a cursor). */
-export function audienceQuery(c: CampaignRow, customKeys: string[]): { sql: string; params: unknown[] } {
-  return {
-    sql: `SELECT a.contact_id, a.destination, a.vars FROM (${audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel })}) a
-      ORDER BY a.contact_id`,
-    params: [c.company_id, c.contact_list_ids.map(Number), customKeys],
-  };
-}
-
-/** The audience as it would be now, `limit` rows from after contact `after` (preview). */
-export async function audiencePage(
-  exec: Q,
-  c: CampaignRow,
-  customKeys: string[],
-  after: string | null,
-  limit: number,
-): Promise<Array<{ contact_id: string; destination: string; vars: Record<string, unknown> }>> {
-  return exec(
-    `SELECT a.contact_id, a.destination, a.vars FROM (${audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel })}) a
-      WHERE $4::uuid IS NULL OR a.contact_id > $4::uuid ORDER BY a.contact_id LIMIT ${Number(limit)}`,
-    [c.company_id, c.contact_list_ids.map(Number), customKeys, after],
-  );
-}
-
-/** The snapshot of a confirmed campaign, `limit` rows from after contact `after` (preview). */
-export async function recipientsPage(
-  exec: Q,
-  campaignId: string,
-  after: string | null,
-  limit: number,
-): Promise<Array<{ contact_id: string; destination: string; vars: Record<string, unknown> }>> {
-  return exec(
-    `SELECT contact_id, destination, vars FROM campaign_recipients WHERE campaign_id = $1 AND ($2::uuid IS NULL OR contact_id > $2::uuid)
-      ORDER BY contact_id LIMIT ${Number(limit)}`,
-    [campaignId, after],
-  );
-}
-
 /** A change of status from one of `from`, as one guarded UPDATE; null when the campaign was in none of them (or is not the account's). */
 export async function transition(
   exec: Q,
@@ -148,11 +112,110 @@ export async function transition(
   return row ?? null;
 }
 
-/** The size of the audience as it would be snapshotted now. */
-export async function audienceCount(exec: Q, c: CampaignRow): Promise<number> {
-  const [row] = await exec<{ n: number }>(
-    `SELECT count(*)::int AS n FROM (${audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel })}) a`,
-    [c.company_id, c.contact_list_ids.map(Number), []],
-  );
-  return Number(row!.n);
+/** Where a preview reads its recipients: the audience now (a DRAFT) or the snapshot (confirmed). */
+export function previewSource(c: CampaignRow, customKeys: string[]): { sql: string; params: unknown[] } {
+  return c.status === "DRAFT"
+    ? {
+        sql: audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel }),
+        params: [c.company_id, c.contact_list_ids.map(Number), customKeys],
+      }
+    : { sql: `SELECT contact_id, destination, vars FROM campaign_recipients WHERE campaign_id = $1`, params: [c.id] };
+}
+
+/**
+ * A recipient's text as SQL over its `vars` (alias `a`): each placeholder its value, or its fallback
+ * when the value is missing or empty, as `render` does. Literals and fallbacks are parameters.
+ */
+function renderedSql(pieces: Piece[], params: unknown[]): string {
+  const p = (v: unknown) => {
+    params.push(v);
+    return `$${params.length}::text`;
+  };
+  if (!pieces.length) return "''::text";
+  return pieces
+    .map((piece) => {
+      if (typeof piece === "string") return p(piece);
+      const value = piece.name === "customField" ? `a.vars -> 'customFields' ->> ${p(piece.key)}` : `a.vars ->> '${piece.name}'`;
+      return `coalesce(nullif(${value}, ''), ${p(piece.fallback)})`;
+    })
+    .join(" || ");
+}
+
+export interface PreviewTotals {
+  audience: number;
+  too_long: number;
+  gsm7: number;
+  ucs2: number;
+  parts: number;
+  /** Recipients whose parts SQL could not settle by arithmetic (see `previewTotals`). */
+  unsure: number;
+}
+
+/**
+ * The preview's counts, in one statement: recipients, texts over `max` characters (code points), and
+ * on SMS each text's encoding and parts (lib/sms.ts's rules): GSM-7 when every character is in its
+ * tables (`translate` deletes them all), units counting an extension character (GSM-7) or a
+ * character outside the BMP (UCS-2) twice. One part when the units fit a single message; else every
+ * part but the last holds P or P-1 units (a two-unit character is never split), so the parts lie
+ * between ceil(U/P) and floor((U-1)/(P-1))+1, and where those agree (always when no character takes
+ * two units) that is the count. The rest are `unsure`: their distinct texts are counted by
+ * `previewUnsure` and split as the sender splits them.
+ */
+export function previewTotals(source: { sql: string; params: unknown[] }, pieces: Piece[], channel: Channel, max: number): { sql: string; params: unknown[] } {
+  if (channel !== "SMS") {
+    const params = [...source.params];
+    const text = renderedSql(pieces, params);
+    params.push(max);
+    return {
+      sql: `SELECT count(*)::int AS audience, count(*) FILTER (WHERE char_length(${text}) > $${params.length}::int)::int AS too_long, 0 AS gsm7, 0 AS ucs2, 0 AS parts, 0 AS unsure
+              FROM (${source.sql}) a`,
+      params,
+    };
+  }
+  const { cte, params, maxP } = smsCte(source, pieces, max);
+  return {
+    sql: `${cte}
+          SELECT (SELECT count(*) FROM m)::int AS audience, (SELECT count(*) FROM m WHERE n > ${maxP})::int AS too_long,
+                 count(*) FILTER (WHERE gsm)::int AS gsm7, count(*) FILTER (WHERE NOT gsm)::int AS ucs2,
+                 coalesce(sum(parts), 0)::int AS parts, count(*) FILTER (WHERE parts IS NULL)::int AS unsure
+            FROM k`,
+    params,
+  };
+}
+
+/** The distinct texts of the `unsure` recipients of `previewTotals`, each with how many recipients get it. */
+export function previewUnsure(source: { sql: string; params: unknown[] }, pieces: Piece[], max: number): { sql: string; params: unknown[] } {
+  const { cte, params } = smsCte(source, pieces, max);
+  return { sql: `${cte} SELECT t, count(*)::int AS n FROM k WHERE parts IS NULL GROUP BY t`, params };
+}
+
+/** The statements of previewTotals and previewUnsure: m (every text), k (those that fit, with their parts when settled). */
+function smsCte(source: { sql: string; params: unknown[] }, pieces: Piece[], max: number): { cte: string; params: unknown[]; maxP: string } {
+  const params = [...source.params];
+  const text = renderedSql(pieces, params);
+  params.push(max, GSM7_BASIC + GSM7_EXTENSION, GSM7_EXTENSION);
+  const maxP = `$${params.length - 2}::int`;
+  const all = `$${params.length - 1}::text`;
+  const ext = `$${params.length}::text`;
+  const cte = `WITH m AS (
+            SELECT t, n, gsm, CASE WHEN gsm THEN n - char_length(translate(t, ${ext}, '')) ELSE n - char_length(regexp_replace(t, '[\\U00010000-\\U0010FFFF]', '', 'g')) END AS two
+              FROM (SELECT t, char_length(t) AS n, translate(t, ${all}, '') = '' AS gsm FROM (SELECT ${text} AS t FROM (${source.sql}) a) r) x
+          ), u AS (
+            SELECT t, gsm, two, n + two AS units, CASE WHEN gsm THEN 160 ELSE 70 END AS single, CASE WHEN gsm THEN 153 ELSE 67 END AS part FROM m WHERE n <= ${maxP}
+          ), k AS (
+            SELECT t, gsm, CASE WHEN units <= single THEN 1
+                                WHEN two = 0 OR (units + part - 1) / part = (units - 1) / (part - 1) + 1 THEN (units + part - 1) / part END AS parts FROM u
+          )`;
+  return { cte, params, maxP };
+}
+
+/** The first `limit` recipients (by contact id) whose text fits `max`: the preview's samples, rendered by the caller. */
+export function previewSamples(source: { sql: string; params: unknown[] }, pieces: Piece[], max: number, limit: number): { sql: string; params: unknown[] } {
+  const params = [...source.params];
+  const text = renderedSql(pieces, params);
+  params.push(max);
+  return {
+    sql: `SELECT a.contact_id, a.destination, a.vars FROM (${source.sql}) a WHERE char_length(${text}) <= $${params.length}::int ORDER BY a.contact_id LIMIT ${Number(limit)}`,
+    params,
+  };
 }

@@ -4,6 +4,7 @@
 import { CHANNELS, STATUS_NAMES, type Channel } from "../../lib/channels";
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { listId, UUID } from "../contacts/contacts.contract";
+import { RANGE_RULE } from "../tracking/tracking.contract";
 import { MAX_TEXT } from "./campaigns.text";
 
 export const CAMPAIGN_STATUSES = ["DRAFT", "SCHEDULED", "SENDING", "PAUSED", "SENT", "FAILED", "CANCELLED"] as const;
@@ -247,8 +248,8 @@ export const statsIn = {
   properties: {
     campaignId: id,
     channel,
-    from: { ...dateTime, description: "Messages sent at or after this instant." },
-    to: { ...dateTime, description: "Messages sent before this instant." },
+    from: { ...dateTime, description: `Messages sent at or after this instant. ${RANGE_RULE}` },
+    to: { ...dateTime, description: `Messages sent before this instant. ${RANGE_RULE}` },
   },
 };
 

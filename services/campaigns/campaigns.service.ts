@@ -13,6 +13,7 @@ import { addNodeRegistry } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
 import { OPS_ROWS, type OpsTable } from "../../lib/ops";
 import { rawQuery } from "../../lib/db";
+import { heavyGateOf, heavyLimitsOf, heavyTimeoutMs, withHeavyRead } from "../../lib/heavy";
 import { createUpstream, type OutboundMessage } from "../../lib/upstream";
 import { checkHistoryRange } from "../tracking/tracking.contract";
 import { campaignActions, CONFIRM_TIMEOUT_MS, type CampaignsThis } from "./campaigns.actions";
@@ -36,6 +37,8 @@ const RELEASE_EVERY_MS = 30_000;
 export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, CampaignsVars> {
   const { config, db } = deps;
   const sequelize = db.sequelize;
+  // Previews and statistics: this node's heavy-read slots, shared with every service of the process.
+  const gate = heavyGateOf(sequelize, heavyLimitsOf(config, db.embedded));
 
   return {
     name: "campaigns",
@@ -48,15 +51,20 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
         operation: "CAMPAIGNS",
         summary: "Campaign statistics",
         description:
-          "From the tracked statuses of campaign messages (optionally one campaign, one channel, a period of sentAt): `total`, `byStatus`, `read`, `pending` (in flight), `parts` (SMS parts), `price` (sum of SMS receipt prices). Simulated messages (test lists) are not counted. `responded` is not answered yet (it comes with the inbox).",
+          "From the tracked statuses of campaign messages (optionally one campaign, one channel, a period of sentAt): `total`, `byStatus`, `read`, `pending` (in flight), `parts` (SMS parts), `price` (sum of SMS receipt prices), `responded` (distinct recipients who wrote back within 24 h). Simulated messages (test lists) are not counted. A heavy read: an account runs at most HEAVY_OPS_PER_ACCOUNT of them at once per node, the rest wait briefly in the account's own queue, then 429 with Retry-After.",
         params: statsIn,
         responses: { 200: statsOut },
-        errors: [400, 404],
+        errors: [400, 404, 429],
         async handler(ctx: Ctx<StatsIn>): Promise<StatsOut> {
           checkHistoryRange(ctx.params);
           if (ctx.params.campaignId && !(await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.campaignId)))
             throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.campaignId} in this account.`);
-          return stats(sequelize, ctx.meta.companyId, ctx.params);
+          return withHeavyRead(
+            sequelize,
+            gate,
+            { companyId: ctx.meta.companyId, statementTimeoutMs: heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
+            (exec) => stats(exec, ctx.meta.companyId, ctx.params),
+          );
         },
       }),
 
@@ -94,15 +102,21 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
         operation: "CAMPAIGNS",
         summary: "Preview a campaign (dry run)",
         description:
-          "The audience size now (the snapshot once confirmed), one message per recipient, on SMS the parts and encodings of every recipient's rendered text (GSM-7: 160 characters or 153 per part, extension characters counting two; UCS-2: 70 or 67), and the texts of the first few recipients. Nothing is sent or stored.",
+          "The audience size now (the snapshot once confirmed), one message per recipient, on SMS the parts and encodings of every recipient's rendered text (GSM-7: 160 characters or 153 per part, extension characters counting two; UCS-2: 70 or 67), and the texts of the first few recipients (only for a key that also has CONTACTS: they show contacts' numbers and names; otherwise `samples` is empty). Nothing is sent or stored. A heavy read: an account runs at most HEAVY_OPS_PER_ACCOUNT of them at once per node, the rest wait briefly in the account's own queue, then 429 with Retry-After.",
         params: campaignIdIn,
         responses: { 200: previewOut },
-        errors: [400, 404],
+        errors: [400, 404, 429],
         timeout: CONFIRM_TIMEOUT_MS,
         async handler(ctx: Ctx<{ id: string }>): Promise<PreviewOut> {
           const c = await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.id);
           if (!c) throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.id} in this account.`);
-          return preview(sequelize, c);
+          const samples = ctx.meta.operations.includes("CONTACTS");
+          return withHeavyRead(
+            sequelize,
+            gate,
+            { companyId: ctx.meta.companyId, statementTimeoutMs: heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
+            (exec) => preview(exec, c, { samples }),
+          );
         },
       }),
     },

@@ -105,7 +105,9 @@ export function render(parsed: Parsed, vars: Vars, max: number): string {
   for (const p of parsed.pieces) {
     if (typeof p === "string") out += p;
     else {
-      const raw = p.name === "customField" ? vars.customFields?.[p.key] : vars[p.name];
+      // A key is the partner's word, and may be a name every plain object answers (`constructor`,
+      // `toString`): only the contact's own value counts, never what the prototype holds.
+      const raw = p.name === "customField" ? ownValue(vars.customFields, p.key) : vars[p.name];
       const value = raw === null || raw === undefined || raw === "" ? p.fallback : String(raw);
       out += value;
     }
@@ -113,6 +115,9 @@ export function render(parsed: Parsed, vars: Vars, max: number): string {
   }
   return bound(out, max + 1);
 }
+
+/** `obj[key]` when `obj` itself holds `key`; undefined for a key only its prototype answers. */
+const ownValue = (obj: Record<string, unknown> | undefined, key: string): unknown => (obj && Object.hasOwn(obj, key) ? obj[key] : undefined);
 
 /** Whether a rendered text fits `max` characters. */
 export const fits = (text: string, max: number) => text.length <= max || characters(text) <= max;

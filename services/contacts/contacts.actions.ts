@@ -7,7 +7,7 @@ import type { Context } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { statementBudgetMs, withHeavySlot } from "../../lib/heavy";
+import { statementBudgetMs, withHeavySlot, type HeavyGate } from "../../lib/heavy";
 import type { Page } from "../../lib/paging";
 import { toContactOut, toCustomFieldOut } from "./contacts.models";
 import { checkCustomFields, normalizeEmail, PHONE_ERROR, toE164 } from "./contacts.normalize";
@@ -49,6 +49,8 @@ export interface ContactsThis {
   sequelize: Sequelize;
   /** HEAVY_OPS_PER_ACCOUNT: slots of lib/heavy.ts per account. */
   heavyOpsPerAccount: number;
+  /** This node's heavy-read slots (searches), shared with every service of the process (lib/heavy.ts). */
+  heavyGate: HeavyGate;
   customTypes(companyId: string, transaction?: Transaction, lock?: boolean): Promise<Map<string, CustomFieldType>>;
   findContacts(companyId: string, params: ListContactsIn): Promise<Page<ContactOut>>;
   writeContact(ctx: Context<ContactIn & { id?: string }, AuthMeta>, id: string, mode: "insert" | "update"): Promise<ContactOut>;
@@ -210,7 +212,9 @@ export const contactMethods = {
 
   /** A page of the account's contacts by every filter of spec part 2. */
   async findContacts(this: ContactsThis, companyId: string, params: ListContactsIn): Promise<Page<ContactOut>> {
-    return contactsPage(this.sequelize, companyId, params, await this.customTypes(companyId));
+    const page = async () => contactsPage(this.sequelize, companyId, params, await this.customTypes(companyId));
+    // A search (a substring of names, numbers and emails) is a heavy read: the account's share of the node's slots.
+    return params.search ? this.heavyGate.run(companyId, page) : page();
   },
 
   /** Inserts or replaces one contact, checking phone, email and custom fields; 409 names the holder. */

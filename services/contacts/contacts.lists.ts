@@ -116,7 +116,9 @@ export const listActions = {
     params: findListsIn,
     responses: { 200: listPage },
     async handler(this: ContactsThis, ctx: Ctx<FindListsIn>): Promise<Page<ListOut>> {
-      return listsPage(this.sequelize, ctx.meta.companyId, ctx.params);
+      const page = () => listsPage(this.sequelize, ctx.meta.companyId, ctx.params);
+      // A search by name is a heavy read: the account's share of the node's slots (lib/heavy.ts).
+      return ctx.params.search ? this.heavyGate.run(ctx.meta.companyId, page) : page();
     },
   }),
 

@@ -6,6 +6,7 @@
 import type { Context, Service } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
 import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import type { HeavyGate } from "../../lib/heavy";
 import { ApiError } from "../../lib/errors";
 import type { Page } from "../../lib/paging";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent, type InboxEventType } from "./inbox.events";
@@ -29,6 +30,8 @@ import {
 
 export interface ConversationsThis extends Service<ApiServiceSettings> {
   sequelize: Sequelize;
+  /** This node's heavy-read slots (searches), shared with every service of the process (lib/heavy.ts). */
+  heavyGate: HeavyGate;
 }
 
 export const conversationNotFound = (chatId: string) => new ApiError("CONVERSATION_NOT_FOUND", `No conversation ${chatId} in this account.`);
@@ -92,7 +95,9 @@ export const conversationActions = {
     responses: { 200: conversationPage },
     errors: [400],
     handler(this: ConversationsThis, ctx: Context<ListConversationsIn, AuthMeta>): Promise<Page<ConversationOut>> {
-      return conversationsPage(this.sequelize, ctx.meta.companyId, ctx.params);
+      const page = () => conversationsPage(this.sequelize, ctx.meta.companyId, ctx.params);
+      // A search by number is a heavy read: the account's share of the node's slots.
+      return ctx.params.search ? this.heavyGate.run(ctx.meta.companyId, page) : page();
     },
   }),
 

@@ -6,6 +6,7 @@
  * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
 import type { Service, ServiceSchema } from "moleculer";
+import { heavyGateOf, heavyLimitsOf, type HeavyGate } from "../../lib/heavy";
 import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
@@ -27,6 +28,7 @@ interface InboxVars {
   loops: Loops;
   releaseReplyMedia(): Promise<number>;
   sequelize: Sequelize;
+  heavyGate: HeavyGate;
   ingestCommitter: GroupCommitter<IngestIn, IngestOut>;
   upstream: Upstream;
   metrics: InboxMetrics;
@@ -47,6 +49,7 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
     methods: { ...replyMethods },
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
+      this.heavyGate = heavyGateOf(db.sequelize, heavyLimitsOf(config, db.embedded));
       this.metrics = new InboxMetrics();
       this.ingestCommitter = createIngestCommitter(this);
       addNodeRegistry(this.broker, this.metrics.registry);

@@ -4,6 +4,7 @@
  */
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Channel } from "../../lib/channels";
+import type { Exec } from "../../lib/db";
 import { badRequest } from "../../lib/errors";
 import { historyConditions } from "./tracking.contract";
 import { STATUS_COLUMNS, toHistoryItem, toStatusOut, unknownStatus, type HistoryRow, type StatusRow } from "./tracking.models";
@@ -69,7 +70,7 @@ function decodeCursor(raw: string): Cursor {
  * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
  * index that starts with the filter's equality columns (company, then destination or campaign).
  */
-export async function historyPage(sequelize: Sequelize, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
+export async function historyPage(exec: Exec, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
   const bind: unknown[] = [];
   const param = (value: unknown, cast: string) => {
     bind.push(value);
@@ -82,7 +83,7 @@ export async function historyPage(sequelize: Sequelize, companyId: string, chann
     where.push(`(m.sent_at, m.id) < ($${bind.length - 1}::timestamptz, $${bind.length}::bigint)`);
   }
   bind.push(q.limit + 1);
-  const rows = await sequelize.query<HistoryRow>(
+  const rows = await exec<HistoryRow>(
     `SELECT m.id, ${STATUS_COLUMNS.split(", ")
       .map((c) => `m.${c}`)
       .join(", ")}, m.text, m.campaign_id, m.total_parts, m.price,
@@ -91,7 +92,7 @@ export async function historyPage(sequelize: Sequelize, companyId: string, chann
       WHERE ${where.join(" AND ")}
       ORDER BY m.sent_at DESC, m.id DESC
       LIMIT $${bind.length}`,
-    { bind, type: QueryTypes.SELECT },
+    bind,
   );
   const more = rows.length > q.limit;
   const page = more ? rows.slice(0, q.limit) : rows;

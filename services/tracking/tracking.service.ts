@@ -10,6 +10,7 @@ import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api
 import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
+import { heavyGateOf, heavyLimitsOf, heavyTimeoutMs, withHeavyRead } from "../../lib/heavy";
 import { Loops } from "../../lib/jobs";
 import { OUTBOX_WRITTEN } from "../notifier/notifier.contract";
 import { IngressMixin, parseIngest, type InboundItem } from "./tracking.ingress";
@@ -117,14 +118,18 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         operation: "CHANNEL",
         summary: "Message history",
         description:
-          "Sent messages with their status, text and campaign, newest first (by `sentAt`), in pages linked by `nextCursor`. Only the key's channels are listed; a `channel` filter outside them is a 401.",
+          "Sent messages with their status, text and campaign, newest first (by `sentAt`), in pages linked by `nextCursor`. Only the key's channels are listed; a `channel` filter outside them is a 401. A heavy read: an account runs at most HEAVY_OPS_PER_ACCOUNT of them at once per node, the rest wait briefly in the account's own queue, then 429 with Retry-After.",
         tag: "history",
         params: historyIn,
         responses: { 200: historyOut },
-        errors: [400],
+        errors: [400, 429],
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
           checkHistoryRange(ctx.params);
-          return historyPage(sequelize, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params);
+          // A heavy read: the account's share of this node's slots (lib/heavy.ts), under the class's statement limit.
+          const heavy = { companyId: ctx.meta.companyId, statementTimeoutMs: heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) };
+          return withHeavyRead(sequelize, heavyGateOf(sequelize, heavyLimitsOf(config, db.embedded)), heavy, (exec) =>
+            historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params),
+          );
         },
       }),
 

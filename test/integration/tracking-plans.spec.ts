@@ -8,7 +8,7 @@ import { createTestDatabase, type TestDatabase } from "../helpers/db";
 import { historyPage, statusesOf } from "../../services/tracking/tracking.queries";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { writeItems } from "../../services/tracking/tracking.writes";
-import { rawTransaction, type Exec } from "../../lib/db";
+import { rawQuery, rawTransaction, type Exec } from "../../lib/db";
 
 let tdb: TestDatabase;
 let sequelize: Sequelize;
@@ -145,9 +145,13 @@ it.each([
   ["a campaign", { campaignId: "camp-7" }],
   ["a time range", { from: "2026-10-05T00:00:00Z", to: "2026-10-06T00:00:00Z" }],
 ])("pages the history with %s on an index, the next page too", async (_name, filter) => {
-  const { proxy, seen } = recording();
-  const first = await historyPage(proxy, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 20, ...filter });
-  if (first.nextCursor) await historyPage(proxy, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 20, ...filter, cursor: first.nextCursor });
+  const seen: Recorded[] = [];
+  const recorded: Exec = (sql, params) => {
+    seen.push({ sql, bind: params ?? [] });
+    return rawQuery(sequelize, sql, params);
+  };
+  const first = await historyPage(recorded, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 20, ...filter });
+  if (first.nextCursor) await historyPage(recorded, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 20, ...filter, cursor: first.nextCursor });
   const plans = await plansOf(seen);
   expectNoSeqScanOfMessages(plans);
   for (const p of plans) {
