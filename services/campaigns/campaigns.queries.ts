@@ -189,17 +189,25 @@ export function previewUnsure(source: { sql: string; params: unknown[] }, pieces
   return { sql: `${cte} SELECT t, count(*)::int AS n FROM k WHERE parts IS NULL GROUP BY t`, params };
 }
 
+/**
+ * A regular expression that matches a text of GSM-7 characters only: one bracket expression of both
+ * tables, every character that is not a letter or digit escaped. (A translate() over the 130
+ * characters cost 30 us a recipient: 3 s for 100,000; the regular expression's automaton reads
+ * each character once.)
+ */
+const GSM7_ONLY = `^[${[...(GSM7_BASIC + GSM7_EXTENSION)].map((ch) => (/[\p{L}\p{N}\s]/u.test(ch) ? ch : `\\${ch}`)).join("")}]*$`;
+
 /** The statements of previewTotals and previewUnsure: m (every text), k (those that fit, with their parts when settled). */
 function smsCte(source: { sql: string; params: unknown[] }, pieces: Piece[], max: number): { cte: string; params: unknown[]; maxP: string } {
   const params = [...source.params];
   const text = renderedSql(pieces, params);
-  params.push(max, GSM7_BASIC + GSM7_EXTENSION, GSM7_EXTENSION);
+  params.push(max, GSM7_ONLY, GSM7_EXTENSION);
   const maxP = `$${params.length - 2}::int`;
   const all = `$${params.length - 1}::text`;
   const ext = `$${params.length}::text`;
   const cte = `WITH m AS (
             SELECT t, n, gsm, CASE WHEN gsm THEN n - char_length(translate(t, ${ext}, '')) ELSE n - char_length(regexp_replace(t, '[\\U00010000-\\U0010FFFF]', '', 'g')) END AS two
-              FROM (SELECT t, char_length(t) AS n, translate(t, ${all}, '') = '' AS gsm FROM (SELECT ${text} AS t FROM (${source.sql}) a) r) x
+              FROM (SELECT t, char_length(t) AS n, t ~ ${all} AS gsm FROM (SELECT ${text} AS t FROM (${source.sql}) a) r) x
           ), u AS (
             SELECT t, gsm, two, n + two AS units, CASE WHEN gsm THEN 160 ELSE 70 END AS single, CASE WHEN gsm THEN 153 ELSE 67 END AS part FROM m WHERE n <= ${maxP}
           ), k AS (

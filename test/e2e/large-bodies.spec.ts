@@ -42,7 +42,7 @@ async function whileMeasuring(heavy: () => Promise<Res>): Promise<{ res: Res; sl
 const malformed = (n: number, prefix: string) => Array.from({ length: n }, (_, i) => `${prefix}-${i}-not-a-uuid`);
 
 describe("bulk bodies at their largest", () => {
-  it("answers 20,000 malformed contact ids with the first 100 errors and a count, without stalling another account", async () => {
+  it("answers 20,000 malformed contact ids (over the 10,000 allowed) with that one error, without stalling another account", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const list = await a.api.post("/contacts/list", { name: "Big" });
     expect(list.status).toBe(201);
@@ -51,10 +51,9 @@ describe("bulk bodies at their largest", () => {
     const { res, slowestMs } = await whileMeasuring(() => a.api.post("/contacts/list/contacts", body));
     expect(res.status).toBe(400);
     expect(res.headers.get("content-type")).toMatch(/application\/problem\+json/);
-    expect(res.body.errors).toHaveLength(100);
-    expect(res.body.errors[0]).toEqual({ path: "contactIds[0]", message: expect.stringMatching(/must match pattern/) });
-    expect(res.body.errorsNotShown).toBeGreaterThan(0);
-    expect(JSON.stringify(res.body).length).toBeLessThan(20_000);
+    // The array over its size is the answer: its items are not read one by one.
+    expect(res.body.errors).toEqual([{ path: "contactIds", message: "must NOT have more than 10000 items" }]);
+    expect(res.body.errorsNotShown).toBeUndefined();
     // Before: 12 s for the answer, and every other request waited as long.
     expect(slowestMs).toBeLessThan(1000);
   });
@@ -67,8 +66,11 @@ describe("bulk bodies at their largest", () => {
     for (const method of ["POST", "DELETE"] as const) {
       const { res, slowestMs } = await whileMeasuring(() => a.api.request(method, "/contacts/list/contacts", { body }));
       expect(res.status).toBe(400);
-      expect(res.body.errors.length).toBeLessThanOrEqual(100);
-      expect(res.body.errors.length + (res.body.errorsNotShown ?? 0)).toBeGreaterThanOrEqual(10000);
+      expect(res.body.errors).toHaveLength(100);
+      expect(res.body.errors[0]).toEqual({ path: "contactIds[0]", message: expect.stringMatching(/must match pattern|must be a UUID/) });
+      // Each bad id once (the membership schema's if/then/else once reported every one twice).
+      expect(res.body.errors.length + res.body.errorsNotShown).toBe(20000);
+      expect(JSON.stringify(res.body).length).toBeLessThan(20_000);
       expect(slowestMs).toBeLessThan(1000);
     }
   });
