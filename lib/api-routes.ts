@@ -60,6 +60,7 @@ export const API_ROUTES: ReadonlyArray<readonly [string, string]> = [
   ["GET", "/media/{id}"],
   ["DELETE", "/media/{id}"],
   ["GET", "/media/{id}/content"],
+  ["HEAD", "/media/{id}/content"],
   ["GET", "/messages/history"],
   ["POST", "/messages/history/export"],
   ["GET", "/messages/status"],

@@ -46,7 +46,7 @@ export interface paths {
         get: operations["campaigns_get"];
         /**
          * Update a draft campaign
-         * @description Only a DRAFT (else 409 naming its status). Fields given replace the draft's; the same rules as at creation. The key needs the channel before and after.
+         * @description Only a DRAFT (else 409 naming its status). Fields given replace the draft's; the same rules as at creation (each a 400 naming its field). The body names at least one field (an empty one is a 400). The key needs the channel before and after.
          *
          *     Requires an API key with the `CAMPAIGNS` operation.
          */
@@ -166,7 +166,7 @@ export interface paths {
         post: operations["contacts_addMembers"];
         /**
          * Remove contacts from lists
-         * @description contactIds is required unless allContacts is true. Removing deletes neither contacts nor lists.
+         * @description A JSON body, like the one of `POST /contacts/list/contacts` (up to 10,000 ids in `contactIds` or `excludeIdsAllContacts`: more than a URL can carry). contactIds is required unless allContacts is true. Removing deletes neither contacts nor lists.
          *
          *     Requires an API key with the `CONTACTS` operation.
          */
@@ -343,7 +343,7 @@ export interface paths {
         put?: never;
         /**
          * Create a campaign (draft)
-         * @description Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future.
+         * @description Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future, before 9999. A breach of any of these is a 400 naming its field.
          *
          *     Requires an API key with the `CAMPAIGNS` operation.
          */
@@ -363,7 +363,7 @@ export interface paths {
         };
         /**
          * Preview a campaign (dry run)
-         * @description The audience size now (the snapshot once confirmed), one message per recipient, on SMS the parts and encodings of every recipient's rendered text (GSM-7: 160 characters or 153 per part, extension characters counting two; UCS-2: 70 or 67), and the texts of the first few recipients. Nothing is sent or stored.
+         * @description The audience size now (the snapshot once confirmed), one message per recipient, on SMS the parts and encodings of every recipient's rendered text (GSM-7: 160 characters or 153 per part, extension characters counting two; UCS-2: 70 or 67), and the texts of the first few recipients (only for a key that also has CONTACTS: they show contacts' numbers and names; otherwise `samples` is empty). Nothing is sent or stored. A heavy read: an account runs at most HEAVY_OPS_PER_ACCOUNT of them at once per node, the rest wait briefly in the account's own queue, then 429 with Retry-After.
          *
          *     Requires an API key with the `CAMPAIGNS` operation.
          */
@@ -385,7 +385,7 @@ export interface paths {
         };
         /**
          * Campaign statistics
-         * @description From the tracked statuses of campaign messages (optionally one campaign, one channel, a period of sentAt): `total`, `byStatus`, `read`, `pending` (in flight), `parts` (SMS parts), `price` (sum of SMS receipt prices). Simulated messages (test lists) are not counted. `responded` is not answered yet (it comes with the inbox).
+         * @description From the tracked statuses of campaign messages (optionally one campaign, one channel, a period of sentAt): `total`, `byStatus`, `read`, `pending` (in flight), `parts` (SMS parts), `price` (sum of SMS receipt prices), `responded` (distinct recipients who wrote back within 24 h). Simulated messages (test lists) are not counted. A heavy read: an account runs at most HEAVY_OPS_PER_ACCOUNT of them at once per node, the rest wait briefly in the account's own queue, then 429 with Retry-After.
          *
          *     Requires an API key with the `CAMPAIGNS` operation.
          */
@@ -744,7 +744,13 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /**
+         * Check a media's file (headers only)
+         * @description The headers `GET /media/{id}/content` answers (Content-Type, Content-Length, `ETag`, `Accept-Ranges`, `Cache-Control`, `X-Content-Type-Options`, `Content-Disposition`), without the body; `If-None-Match` with the ETag answers 304. A `Range` is ignored (RFC 9110: ranges are for GET).
+         *
+         *     Requires an API key with the `MEDIA` operation.
+         */
+        head: operations["media_contentHead"];
         patch?: never;
         trace?: never;
     };
@@ -757,7 +763,7 @@ export interface paths {
         };
         /**
          * Message history
-         * @description Sent messages with their status, text and campaign, newest first (by `sentAt`), in pages linked by `nextCursor`. Only the key's channels are listed; a `channel` filter outside them is a 401.
+         * @description Sent messages with their status, text and campaign, newest first (by `sentAt`), in pages linked by `nextCursor`. Only the key's channels are listed; a `channel` filter outside them is a 401. A heavy read: an account runs at most HEAVY_OPS_PER_ACCOUNT of them at once per node, the rest wait briefly in the account's own queue, then 429 with Retry-After.
          *
          *     Requires an API key with a channel operation (`SMS`, `RCS` or `WHATSAPP`): the one named by `channel`.
          */
@@ -1047,7 +1053,7 @@ export interface paths {
         put?: never;
         /**
          * Mark a conversation read
-         * @description `upToMessageId`: a message of the conversation; `unreadCount` becomes the number of inbound messages after it. A message not in the conversation is a 400.
+         * @description `upToMessageId`: a message of the conversation; `unreadCount` becomes the number of inbound messages after it. Read marks only move forward: a mark before an earlier one leaves `unreadCount` as it is. A message not in the conversation is a 400.
          *
          *     Requires an API key with the `INBOX` operation.
          */
@@ -1219,6 +1225,19 @@ export interface components {
         DeleteContactListsOut: {
             deleted: number[];
             notFound: number[];
+        };
+        /** @description contactIds is required unless allContacts is true. */
+        RemoveMembersIn: {
+            /** @description Repeats are ignored. */
+            listIds: number[];
+            /** @description Repeats are ignored. At least one unless allContacts is true (then it may be empty and is not used). */
+            contactIds?: string[];
+            /**
+             * @description All contacts of the account, except excludeIdsAllContacts.
+             * @default false
+             */
+            allContacts?: boolean;
+            excludeIdsAllContacts?: string[];
         };
         RemoveMembersOut: {
             deleted: number;
@@ -1852,7 +1871,7 @@ export interface components {
             /** @enum {string|null} */
             gender?: "MALE" | "FEMALE" | "OTHER" | null;
             /**
-             * @description International format; stored as E.164.
+             * @description International format: `+` or `00` and the country code, then a number valid in that country (any spacing); stored as E.164.
              * @example +351 912 345 678
              */
             phoneNumber?: string | null;
@@ -1862,7 +1881,7 @@ export interface components {
              */
             email?: string | null;
             /**
-             * @description Only fields declared on the account, each of its declared type.
+             * @description Only fields declared on the account (`GET /contacts/custom-fields`), each of its declared type: TEXT a string of at most 2000 characters, NUMBER a number, DATE a string `YYYY-MM-DD` that is a real date, BOOLEAN true or false. Another key or type is a 400.
              * @example {
              *       "tier": "gold"
              *     }
@@ -1871,6 +1890,10 @@ export interface components {
                 [key: string]: string | number | boolean;
             };
             isTest?: boolean;
+        } | {
+            phoneNumber: string;
+        } | {
+            email: string;
         };
         CustomFieldIn: {
             /** @example tier */
@@ -1922,7 +1945,10 @@ export interface components {
             /** @enum {string} */
             communicationSupported?: "SMS" | "RCS" | "WHATSAPP";
             isTest?: boolean;
-            /** @description Exact number, any international format. */
+            /**
+             * @description Exact number in international format (`+` or `00` and the country code, any spacing).
+             * @example +351912345678
+             */
             phoneNumber?: string;
             /** Format: email */
             email?: string;
@@ -1969,12 +1995,12 @@ export interface components {
             campaignId?: string;
             /**
              * Format: date-time
-             * @description Sent at or after this instant.
+             * @description Sent at or after this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.
              */
             from?: string;
             /**
              * Format: date-time
-             * @description Sent before this instant.
+             * @description Sent before this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.
              */
             to?: string;
         };
@@ -1991,7 +2017,7 @@ export interface components {
              * @example 5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10
              */
             mediaId?: string;
-        };
+        } & (unknown | unknown);
         ConversationReadInBody: {
             /** @description The id of a message of the conversation: it and every inbound message before it are read. */
             upToMessageId: string;
@@ -2014,7 +2040,7 @@ export interface components {
         };
         WebhookIn: {
             /**
-             * @description HTTPS, port 443 or 8443, no credentials, no fragment; the host must resolve only to publicly reachable addresses.
+             * @description An absolute URL: https, port 443 or 8443, no credentials, no fragment (the pattern says so); and the host must resolve, only to publicly reachable addresses (checked when it is set: a 400 otherwise).
              * @example https://hooks.example.com/pgw/delivery
              */
             callbackUrl: string;
@@ -2053,7 +2079,7 @@ export interface components {
             /** @enum {string|null} */
             gender?: "MALE" | "FEMALE" | "OTHER" | null;
             /**
-             * @description International format; stored as E.164.
+             * @description International format: `+` or `00` and the country code, then a number valid in that country (any spacing); stored as E.164.
              * @example +351 912 345 678
              */
             phoneNumber?: string | null;
@@ -2063,7 +2089,7 @@ export interface components {
              */
             email?: string | null;
             /**
-             * @description Only fields declared on the account, each of its declared type.
+             * @description Only fields declared on the account (`GET /contacts/custom-fields`), each of its declared type: TEXT a string of at most 2000 characters, NUMBER a number, DATE a string `YYYY-MM-DD` that is a real date, BOOLEAN true or false. Another key or type is a 400.
              * @example {
              *       "tier": "gold"
              *     }
@@ -2072,6 +2098,10 @@ export interface components {
                 [key: string]: string | number | boolean;
             };
             isTest?: boolean;
+        } | {
+            phoneNumber: string;
+        } | {
+            email: string;
         };
         /** @description Replaces name, description and isTest (left out: cleared / false). Membership is not changed. */
         ContactListUpdateInBody: {
@@ -2175,6 +2205,28 @@ export interface components {
                  *       "title": "Not Found",
                  *       "status": 404,
                  *       "detail": "Not Found",
+                 *       "requestId": "6f1c2a9e-2b1d-4a53-9d1f-2f8e4c7a9b10"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Request Timeout */
+        Problem408: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "/docs#problem-upload-too-slow",
+                 *       "title": "The upload sent too little for too long",
+                 *       "status": 408,
+                 *       "detail": "The upload sent too little for too long",
                  *       "requestId": "6f1c2a9e-2b1d-4a53-9d1f-2f8e4c7a9b10"
                  *     }
                  */
@@ -2487,7 +2539,7 @@ export interface components {
     parameters: {
         /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
         "X-Request-Id": string;
-        /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+        /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
         "Idempotency-Key": string;
     };
     requestBodies: never;
@@ -3051,7 +3103,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3158,7 +3210,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3220,15 +3272,7 @@ export interface operations {
     };
     contacts_removeMembers: {
         parameters: {
-            query: {
-                /** @description Repeats are ignored. */
-                listIds: number[];
-                /** @description Repeats are ignored. At least one unless allContacts is true (then it may be empty and is not used). */
-                contactIds?: string[];
-                /** @description All contacts of the account, except excludeIdsAllContacts. */
-                allContacts?: boolean;
-                excludeIdsAllContacts?: string[];
-            };
+            query?: never;
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
@@ -3236,7 +3280,25 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "listIds": [
+                 *         42
+                 *       ],
+                 *       "contactIds": [
+                 *         "0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"
+                 *       ],
+                 *       "allContacts": true,
+                 *       "excludeIdsAllContacts": [
+                 *         "0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["RemoveMembersIn"];
+            };
+        };
         responses: {
             /** @description OK */
             200: {
@@ -3258,6 +3320,8 @@ export interface operations {
             };
             400: components["responses"]["Problem400"];
             401: components["responses"]["Problem401"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
             503: components["responses"]["Problem503"];
@@ -3565,7 +3629,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3714,7 +3778,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -3907,7 +3971,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -4050,9 +4114,9 @@ export interface operations {
             query?: {
                 campaignId?: string;
                 channel?: "SMS" | "RCS" | "WHATSAPP";
-                /** @description Messages sent at or after this instant. */
+                /** @description Messages sent at or after this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 from?: string;
-                /** @description Messages sent before this instant. */
+                /** @description Messages sent before this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 to?: string;
             };
             header?: {
@@ -4116,7 +4180,7 @@ export interface operations {
                 isValid?: boolean;
                 communicationSupported?: "SMS" | "RCS" | "WHATSAPP";
                 isTest?: boolean;
-                /** @description Exact number, any international format. */
+                /** @description Exact number in international format (`+` or `00` and the country code, any spacing). */
                 phoneNumber?: string;
                 email?: string;
                 lastContactType?: "SMS" | "RCS" | "WHATSAPP";
@@ -4198,13 +4262,13 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
             cookie?: never;
         };
-        requestBody?: {
+        requestBody: {
             content: {
                 /**
                  * @example {
@@ -4318,7 +4382,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -4541,7 +4605,7 @@ export interface operations {
                 isValid?: boolean;
                 communicationSupported?: "SMS" | "RCS" | "WHATSAPP";
                 isTest?: boolean;
-                /** @description Exact number, any international format. */
+                /** @description Exact number in international format (`+` or `00` and the country code, any spacing). */
                 phoneNumber?: string;
                 email?: string;
                 lastContactType?: "SMS" | "RCS" | "WHATSAPP";
@@ -4725,7 +4789,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path: {
@@ -4935,13 +4999,13 @@ export interface operations {
     inbox_conversationEvents: {
         parameters: {
             query?: {
-                /** @description Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
-                lastEventId?: string | null;
+                /** @description Resume after this event id (1-15 digits, else 400), as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
+                lastEventId?: string;
             };
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. */
+                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. 1-15 digits (an id this API sent), else 400. */
                 "Last-Event-Id"?: string;
             };
             path: {
@@ -5044,7 +5108,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path: {
@@ -5103,13 +5167,13 @@ export interface operations {
     inbox_accountEvents: {
         parameters: {
             query?: {
-                /** @description Resume after this event id, as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
-                lastEventId?: string | null;
+                /** @description Resume after this event id (1-15 digits, else 400), as the `Last-Event-ID` header does (for clients that cannot set headers). The header wins when both are given. */
+                lastEventId?: string;
             };
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. */
+                /** @description Resume after this event id (sent by EventSource clients when they reconnect): events written meanwhile come first. 1-15 digits (an id this API sent), else 400. */
                 "Last-Event-Id"?: string;
             };
             path?: never;
@@ -5208,7 +5272,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5256,6 +5320,7 @@ export interface operations {
             };
             400: components["responses"]["Problem400"];
             401: components["responses"]["Problem401"];
+            408: components["responses"]["Problem408"];
             409: components["responses"]["Problem409"];
             413: components["responses"]["Problem413"];
             415: components["responses"]["Problem415"];
@@ -5347,6 +5412,63 @@ export interface operations {
             503: components["responses"]["Problem503"];
         };
     };
+    media_contentHead: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description The ETag of a copy the client holds: 304 when it is current. */
+                "If-None-Match"?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example (the file's bytes) */
+                    "image/jpeg": string;
+                    /** @example (the file's bytes) */
+                    "image/png": string;
+                    /** @example (the file's bytes) */
+                    "image/gif": string;
+                    /** @example (the file's bytes) */
+                    "image/webp": string;
+                    /** @example (the file's bytes) */
+                    "video/mp4": string;
+                };
+            };
+            /** @description Not Modified */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
     tracking_history: {
         parameters: {
             query?: {
@@ -5357,11 +5479,11 @@ export interface operations {
                 /** @description Only messages to this number (E.164). */
                 destination?: string;
                 campaignId?: string;
-                /** @description Sent at or after this instant. */
+                /** @description Sent at or after this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 from?: string;
-                /** @description Sent before this instant. */
+                /** @description Sent before this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 to?: string;
-                /** @description nextCursor of the previous page. */
+                /** @description nextCursor of the previous page, as given (any other text is a 400). */
                 cursor?: string;
                 /** @description Page size, at most 1000. */
                 limit?: number;
@@ -5424,7 +5546,7 @@ export interface operations {
             query: {
                 /** @description The channel the message was sent on; the key needs this operation. */
                 channel: "SMS" | "RCS" | "WHATSAPP";
-                /** @description Comma-separated customer message ids, at most 1000; answered one entry per id, in order. */
+                /** @description Comma-separated customer message ids, at most 1000, each 1-200 characters once trimmed (more ids, an empty one or a longer one is a 400); answered one entry per id, in order. */
                 ids: string;
             };
             header?: {
@@ -5625,7 +5747,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5871,7 +5993,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5886,12 +6008,12 @@ export interface operations {
                      */
                     file: string;
                     /**
-                     * @description Every imported contact (created or updated) is added to this list.
+                     * @description Every imported contact (created or updated) is added to this list: a live list of the account (else 400).
                      * @example 42
                      */
                     listId?: number;
                     /**
-                     * @description A JSON object from column header to contact field (firstName, lastName, gender, phoneNumber, email, isTest) or custom field key (`tier` or `customFields.tier`); null ignores the column. Columns it does not name are matched by their header. Example: `{"Mobile": "phoneNumber", "Notes": null}`
+                     * @description A JSON object from column header to contact field (firstName, lastName, gender, phoneNumber, email, isTest) or custom field key (`tier` or `customFields.tier`); null ignores the column. Columns it does not name are matched by their header. Example: `{"Mobile": "phoneNumber", "Notes": null}`. Text that is not a JSON object, more than 500 columns, a header of more than 200 characters or a target that is neither a contact field nor a custom field of the account is a 400.
                      * @example {"Mobile":"phoneNumber","E-mail":"email","Tier":"tier"}
                      */
                     mapping?: string;
@@ -5920,6 +6042,7 @@ export interface operations {
             };
             400: components["responses"]["Problem400"];
             401: components["responses"]["Problem401"];
+            408: components["responses"]["Problem408"];
             409: components["responses"]["Problem409"];
             413: components["responses"]["Problem413"];
             415: components["responses"]["Problem415"];
@@ -5935,7 +6058,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -5950,7 +6073,7 @@ export interface operations {
                      */
                     file: string;
                     /**
-                     * @description Every imported contact (created or updated) is added to this list.
+                     * @description Every imported contact (created or updated) is added to this list: a live list of the account (else 400).
                      * @example 42
                      */
                     listId?: number;
@@ -5979,6 +6102,7 @@ export interface operations {
             };
             400: components["responses"]["Problem400"];
             401: components["responses"]["Problem401"];
+            408: components["responses"]["Problem408"];
             409: components["responses"]["Problem409"];
             413: components["responses"]["Problem413"];
             415: components["responses"]["Problem415"];
@@ -5994,7 +6118,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -6008,7 +6132,7 @@ export interface operations {
                  *       "isValid": true,
                  *       "communicationSupported": "SMS",
                  *       "isTest": true,
-                 *       "phoneNumber": "string",
+                 *       "phoneNumber": "+351912345678",
                  *       "email": "ana@example.com",
                  *       "lastContactType": "SMS",
                  *       "lastCampaignType": "SMS",
@@ -6068,7 +6192,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
@@ -6194,7 +6318,7 @@ export interface operations {
             header?: {
                 /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
                 "X-Request-Id"?: components["parameters"]["X-Request-Id"];
-                /** @description 1-255 printable characters (a UUID made for the request, say). A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
             };
             path?: never;
