@@ -331,7 +331,7 @@ export const addMembersIn = {
   // Its items are checked once, above: repeating `items` here reported every bad id twice.
   if: { properties: { allContacts: { const: true } }, required: ["allContacts"] },
   then: {},
-  else: { properties: { contactIds: { type: "array", minItems: 1 } } },
+  else: { properties: { contactIds: { type: "array", items: {}, minItems: 1 } } },
 };
 export const removeMembersIn = { ...addMembersIn, $id: "RemoveMembersIn", description: "contactIds is required unless allContacts is true." };
 export const addMembersOut = {
