@@ -21,6 +21,7 @@ import * as m0015 from "./20261126-0015-campaign-claims";
 import * as m0016 from "./20261126-0016-campaign-contact-marks";
 import * as m0017 from "./20261127-0017-inbox-reply-media";
 import * as m0018 from "./20261128-0018-inbox-event-ids";
+import * as m0019 from "./20261128-0019-opt-outs";
 
 export interface Migration {
   name: string;
@@ -47,4 +48,5 @@ export const migrations: Migration[] = [
   { name: "20261126-0016-campaign-contact-marks", ...m0016 },
   { name: "20261127-0017-inbox-reply-media", ...m0017 },
   { name: "20261128-0018-inbox-event-ids", ...m0018 },
+  { name: "20261128-0019-opt-outs", ...m0019 },
 ];

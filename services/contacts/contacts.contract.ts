@@ -212,3 +212,12 @@ export function audienceSql(o: { companyId: string; listIds: string; customKeys:
 export function liveListsSql(companyId: string, listIds: string, lock = false): string {
   return `SELECT l.id FROM contact_lists l WHERE l.company_id = ${companyId} AND l.id = ANY (${listIds}::bigint[]) AND l.deleted_at IS NULL${lock ? " FOR SHARE" : ""}`;
 }
+
+/**
+ * SQL condition (contract section 7): the number `phone` is opted out of `channel` in the account
+ * `companyId` (each an SQL expression). One probe of the opt_outs primary key; the table is the
+ * contacts service's, read here by campaigns (confirm and each batch) and the preview.
+ */
+export function optedOutSql(companyId: string, channel: string, phone: string): string {
+  return `EXISTS (SELECT 1 FROM opt_outs o WHERE o.company_id = ${companyId} AND o.channel = ${channel} AND o.phone_number = ${phone} AND o.opted_out)`;
+}
