@@ -1,6 +1,7 @@
 /**
  * Rules the schemas state (so that ajv enforces them and openapi.json documents them) in words a
- * partner can act on. A schema may carry `x-message` beside a `pattern`, a `format`, an `anyOf` or a
+ * partner can act on. A schema may carry `x-message` beside a `pattern`, a `format`, a `maxLength`, a
+ * `maxItems`, an `anyOf` or a
  * `oneOf`: when that keyword fails, its error says the message instead of ajv's ("must match
  * pattern ...", "must match a schema in anyOf"). An `anyOf`/`oneOf` whose branches each require a
  * field (`{ required: ["text"] }`) is reported once, at that field (for a `oneOf` that more than one
@@ -12,7 +13,7 @@ import type { ErrorObject } from "ajv";
 export const MESSAGE_KEYWORD = "x-message";
 
 /** Keywords whose failure an `x-message` beside them rewords. */
-const REWORDED = new Set(["pattern", "format", "anyOf", "oneOf"]);
+const REWORDED = new Set(["pattern", "format", "anyOf", "oneOf", "maxItems", "maxLength"]);
 
 /** The value at an ajv schemaPath (`#/properties/text/pattern`) of `root`. */
 function at(root: unknown, schemaPath: string): unknown {

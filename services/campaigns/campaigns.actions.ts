@@ -130,7 +130,7 @@ export const campaignActions = {
     operation: "CAMPAIGNS",
     summary: "Create a campaign (draft)",
     description:
-      "Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future, before 9999. A breach of any of these is a 400 naming its field.",
+      "Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future. A breach of any of these is a 400 naming its field.",
     params: createCampaignIn,
     responses: { 201: campaignOut },
     errors: [400, 503],

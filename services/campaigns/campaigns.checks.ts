@@ -5,6 +5,7 @@
  * Every refusal is a 400 naming its field; media that cannot be checked (no media service) a 503.
  */
 import type { Context } from "moleculer";
+import { instantOf } from "../../lib/time";
 import type { AuthMeta } from "../../lib/api";
 import type { Channel } from "../../lib/channels";
 import { ApiError, badRequest, type FieldError } from "../../lib/errors";
@@ -82,10 +83,9 @@ export async function checkMedia(ctx: Ctx, channel: Channel, mediaIds: string[])
 /** scheduledAt, when given, is a real instant in the future. */
 export function checkSchedule(scheduledAt: string | null): void {
   if (scheduledAt === null) return;
-  const t = Date.parse(scheduledAt);
+  const t = instantOf(scheduledAt);
   const errors: FieldError[] = [];
-  if (Number.isNaN(t)) errors.push({ path: "scheduledAt", message: "must be a date-time this service can read (no leap second)" });
-  else if (t > Date.UTC(9999, 0, 1)) errors.push({ path: "scheduledAt", message: "must be a date-time before 9999" });
+  if (Number.isNaN(t)) errors.push({ path: "scheduledAt", message: "must be a date-time of a year from 1970 to 9999" });
   else if (t <= Date.now()) errors.push({ path: "scheduledAt", message: "must be in the future" });
   if (errors.length) throw badRequest("`scheduledAt` must be a future date-time.", errors);
 }

@@ -2,6 +2,8 @@
  * Campaigns on the wire (spec parts 3 and 4; contract section 4, Campaign).
  */
 import { CHANNELS, STATUS_NAMES, type Channel } from "../../lib/channels";
+import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+import { YEAR_PATTERN } from "../../lib/time";
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { listId, UUID } from "../contacts/contacts.contract";
 import { RANGE_RULE } from "../tracking/tracking.contract";
@@ -52,6 +54,8 @@ const messageIn = {
       items: mediaId,
       maxItems: 10,
       nullable: true,
+      // The document's sample is an SMS campaign: no media.
+      examples: [[]],
       description:
         "Media (POST /media) sent with the message: RCS and WhatsApp only. Referenced until the campaign is final, so it cannot be deleted meanwhile.",
     },
@@ -63,7 +67,12 @@ const campaignFields = {
   channel,
   contactListIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "The lists whose contacts form the audience (distinct contacts)." },
   message: messageIn,
-  scheduledAt: { ...dateTime, nullable: true, description: "When to start sending (in the future); null or absent: at confirmation." },
+  scheduledAt: {
+    ...dateTime,
+    pattern: YEAR_PATTERN,
+    nullable: true,
+    description: "When to start sending (in the future: else 400); a year from 1970 to 9999, no leap second; null or absent: at confirmation.",
+  },
   sendRatePerSecond: {
     type: "integer",
     minimum: 1,
@@ -73,12 +82,33 @@ const campaignFields = {
   },
 };
 
+/** The text's limit and whether media may go with it, per channel: in the schema, so the document says it. */
+const perChannel = {
+  allOf: (Object.keys(MAX_TEXT) as Channel[]).map((ch) => ({
+    if: { properties: { channel: { const: ch } }, required: ["channel"] },
+    then: {
+      properties: {
+        message: {
+          type: "object",
+          properties: {
+            text: { type: "string", maxLength: MAX_TEXT[ch], [MESSAGE_KEYWORD]: `must have at most ${MAX_TEXT[ch]} characters on ${ch}` },
+            ...(ch === "SMS"
+              ? { mediaIds: { type: "array", items: {}, nullable: true, maxItems: 0, [MESSAGE_KEYWORD]: "must be empty on SMS (media go with RCS and WhatsApp)" } }
+              : {}),
+          },
+        },
+      },
+    },
+  })),
+};
+
 export const createCampaignIn = {
   $id: "CreateCampaignIn",
   type: "object",
   additionalProperties: false,
   required: ["name", "channel", "contactListIds", "message"],
   properties: campaignFields,
+  ...perChannel,
 };
 
 export const updateCampaignIn = {
@@ -87,6 +117,10 @@ export const updateCampaignIn = {
   additionalProperties: false,
   required: ["id"],
   properties: { id, ...campaignFields },
+  // An update names at least one field to change.
+  anyOf: Object.keys(campaignFields).map((k) => ({ required: [k] })),
+  [MESSAGE_KEYWORD]: "an update names at least one field to change",
+  ...perChannel,
 };
 
 export const campaignIdIn = { $id: "CampaignIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id } };
@@ -248,8 +282,8 @@ export const statsIn = {
   properties: {
     campaignId: id,
     channel,
-    from: { ...dateTime, description: `Messages sent at or after this instant. ${RANGE_RULE}` },
-    to: { ...dateTime, description: `Messages sent before this instant. ${RANGE_RULE}` },
+    from: { ...dateTime, pattern: YEAR_PATTERN, description: `Messages sent at or after this instant. ${RANGE_RULE}` },
+    to: { ...dateTime, pattern: YEAR_PATTERN, description: `Messages sent before this instant. ${RANGE_RULE}` },
   },
 };
 

@@ -14,6 +14,7 @@
  * alone and is answered alone, so a request and its answer stay the size of one call.
  */
 import type { Context, Service } from "moleculer";
+import { instantOf } from "../../lib/time";
 import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
@@ -38,9 +39,7 @@ function badItems(items: IngestIn["items"]): FieldError[] {
   const errors: FieldError[] = [];
   items.forEach((it, i) => {
     if (!isE164(it.source)) errors.push({ path: `items[${i}].source`, message: PHONE_ERROR });
-    const t = Date.parse(it.receivedDate);
-    if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1))
-      errors.push({ path: `items[${i}].receivedDate`, message: "must be a date-time between 1970 and 9999" });
+    if (Number.isNaN(instantOf(it.receivedDate))) errors.push({ path: `items[${i}].receivedDate`, message: "must be a date-time of a year from 1970 to 9999" });
   });
   return errors;
 }

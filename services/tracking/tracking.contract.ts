@@ -3,6 +3,7 @@
  * filters (schema, range check, SQL conditions) that the exports of messages reuse.
  */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import { instantOf } from "../../lib/time";
 import { CHANNELS, statusByName, type Channel } from "../../lib/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
 import { historyFilterProperties, RANGE_RULE, type HistoryIn, type InboundIn } from "./tracking.schemas";
@@ -94,8 +95,7 @@ export type HistoryFilters = Pick<HistoryIn, "channel" | "status" | "destination
 /** A date-time that matched the format but is no real instant (or one PostgreSQL cannot store). */
 export function dateError(value: string | undefined, path: string): FieldError | null {
   if (value === undefined) return null;
-  const t = Date.parse(value);
-  if (Number.isNaN(t) || t < Date.UTC(1970, 0, 1) || t > Date.UTC(9999, 0, 1)) return { path, message: "must be a date-time between 1970 and 9999" };
+  if (Number.isNaN(instantOf(value))) return { path, message: "must be a date-time of a year from 1970 to 9999" };
   return null;
 }
 
@@ -105,7 +105,7 @@ export function checkHistoryRange(q: HistoryFilters): void {
     const bad = dateError(q[field], field);
     if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
   }
-  if (q.from && q.to && Date.parse(q.from) >= Date.parse(q.to))
+  if (q.from && q.to && instantOf(q.from) >= instantOf(q.to))
     throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
 }
 

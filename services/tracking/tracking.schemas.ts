@@ -3,6 +3,7 @@
  * partners read back (message status, contract section 4; message history).
  */
 import { CHANNELS, finalCodesOf, STATUS_NAMES, type Channel, type DeliveryStatusName } from "../../lib/channels";
+import { YEAR_PATTERN } from "../../lib/time";
 import type { JsonSchema } from "../../lib/api";
 
 /** An array posted to the ingress holds at most this many objects (one transaction). */
@@ -276,15 +277,15 @@ export interface HistoryIn {
 
 /** What the service checks of `from` and `to` that a schema cannot say (tracking.contract.ts checkHistoryRange). */
 export const RANGE_RULE =
-  "Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.";
+  "A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.";
 
 export const historyFilterProperties = {
   channel: { type: "string", enum: [...CHANNELS], description: "Only this channel (the key must have it); default: every channel of the key." },
   status: { type: "string", enum: [...STATUS_NAMES], description: "Only messages whose deliveryStatus is this." },
   destination: { ...phone, description: "Only messages to this number (E.164)." },
   campaignId: { type: "string", minLength: 1, maxLength: 100 },
-  from: { ...dateTime, description: `Sent at or after this instant. ${RANGE_RULE}` },
-  to: { ...dateTime, description: `Sent before this instant. ${RANGE_RULE}` },
+  from: { ...dateTime, pattern: YEAR_PATTERN, description: `Sent at or after this instant. ${RANGE_RULE}` },
+  to: { ...dateTime, pattern: YEAR_PATTERN, description: `Sent before this instant. ${RANGE_RULE}` },
 } satisfies Record<string, JsonSchema>;
 
 export const historyIn = {
