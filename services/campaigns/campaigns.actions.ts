@@ -274,15 +274,19 @@ export const campaignActions = {
         if (!c) throw notFound(old.id);
         if (c.status !== "DRAFT") throw conflict(c.status, "only a DRAFT can be confirmed");
         await checkLists(exec, companyId, c.contact_list_ids.map(Number), true);
-        const n = await snapshotAudience(exec, c, parseText(c.text).customKeys);
-        if (n === 0)
+        const { audience, skipped } = await snapshotAudience(exec, c, parseText(c.text).customKeys);
+        if (audience === 0)
           throw badRequest("The audience is empty: no contact of these lists can be reached on this channel; the campaign stays DRAFT.", [
             { path: "contactListIds", message: `no contact reachable on ${c.channel}` },
           ]);
+        if (audience === skipped)
+          throw badRequest(`Every contact of these lists opted out of ${c.channel}; the campaign stays DRAFT.`, [
+            { path: "contactListIds", message: `no contact reachable on ${c.channel}: every number opted out` },
+          ]);
         const [r] = await exec<CampaignRow>(
-          `UPDATE campaigns SET status = 'SCHEDULED', audience = $2, confirmed_at = now(), scheduled_at = coalesce(scheduled_at, now()), updated_at = now()
+          `UPDATE campaigns SET status = 'SCHEDULED', audience = $2, skipped = $3, confirmed_at = now(), scheduled_at = coalesce(scheduled_at, now()), updated_at = now()
             WHERE id = $1 RETURNING *`,
-          [c.id, n],
+          [c.id, audience, skipped],
         );
         return r!;
       });

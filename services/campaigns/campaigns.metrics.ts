@@ -14,7 +14,7 @@ export class CampaignMetrics {
   readonly registry = new Registry();
   private readonly recipients = new Counter({
     name: "campaign_recipients_total",
-    help: "Campaign recipients by outcome of an attempt (sent, retried, failed after 3 attempts) and channel, on this node",
+    help: "Campaign recipients by outcome of an attempt (sent, retried, failed after 3 attempts, skipped: opted out or deleted) and channel, on this node",
     labelNames: ["channel", "outcome"] as const,
     registers: [this.registry],
   });
@@ -63,7 +63,7 @@ export class CampaignMetrics {
     });
   }
 
-  counted(channel: Channel, outcome: "sent" | "retried" | "failed", n: number): void {
+  counted(channel: Channel, outcome: "sent" | "retried" | "failed" | "skipped", n: number): void {
     if (n > 0) this.recipients.labels(channel, outcome).inc(n);
   }
 

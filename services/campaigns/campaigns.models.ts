@@ -17,6 +17,7 @@ export interface CampaignRow {
   audience: number;
   sent: number;
   failed: number;
+  skipped: number;
   pause_reason: string | null;
   created_at: Date | string;
   updated_at: Date | string;
@@ -25,7 +26,7 @@ export interface CampaignRow {
 }
 
 export const CAMPAIGN_COLUMNS = `id, company_id, name, channel, status, contact_list_ids, text, media_ids, scheduled_at, send_rate_per_second,
-  audience, sent, failed, pause_reason, created_at, updated_at, confirmed_at, completed_at`;
+  audience, sent, failed, skipped, pause_reason, created_at, updated_at, confirmed_at, completed_at`;
 
 export function toCampaignOut(r: CampaignRow): CampaignOut {
   return {
@@ -37,7 +38,7 @@ export function toCampaignOut(r: CampaignRow): CampaignOut {
     message: { text: r.text, mediaIds: r.media_ids ?? [] },
     scheduledAt: iso(r.scheduled_at),
     sendRatePerSecond: r.send_rate_per_second === null ? null : Number(r.send_rate_per_second),
-    progress: { audience: Number(r.audience), sent: Number(r.sent), failed: Number(r.failed) },
+    progress: { audience: Number(r.audience), sent: Number(r.sent), failed: Number(r.failed), skipped: Number(r.skipped ?? 0) },
     pauseReason: r.pause_reason,
     createdAt: iso(r.created_at)!,
     updatedAt: iso(r.updated_at)!,

@@ -35,22 +35,36 @@ export async function preview(exec: Exec, c: CampaignRow, o: PreviewOptions): Pr
   const max = MAX_TEXT[c.channel];
   const sms = c.channel === "SMS";
   const source = previewSource(c, parsed.customKeys);
-  const out: PreviewOut = { audience: 0, messages: 0, tooLong: 0, parts: sms ? 0 : null, encodings: sms ? { GSM7: 0, UCS2: 0 } : null, samples: [] };
+  const out: PreviewOut = {
+    audience: 0,
+    messages: 0,
+    tooLong: 0,
+    excluded: { optedOut: 0 },
+    parts: sms ? 0 : null,
+    encodings: sms ? { GSM7: 0, UCS2: 0 } : null,
+    samples: [],
+  };
   if (parsed.pieces.every((p) => typeof p === "string")) {
     // The same text for everyone: counted once.
-    const [row] = await exec<{ n: number }>(`SELECT count(*)::int AS n FROM (${source.sql}) a`, source.params);
+    const [row] = await exec<{ n: number; opted_out: number }>(
+      `SELECT count(*)::int AS n, count(*) FILTER (WHERE a.opted_out)::int AS opted_out FROM (${source.sql}) a`,
+      source.params,
+    );
     out.audience = Number(row?.n ?? 0);
+    out.excluded.optedOut = Number(row?.opted_out ?? 0);
+    const reached = out.audience - out.excluded.optedOut;
     const text = render(parsed, {}, max);
-    if (!fits(text, max)) out.tooLong = out.audience;
+    if (!fits(text, max)) out.tooLong = reached;
     else if (sms) {
       const info = smsInfo(text);
-      out.parts = info.parts * out.audience;
-      out.encodings![info.encoding] = out.audience;
+      out.parts = info.parts * reached;
+      out.encodings![info.encoding] = reached;
     }
   } else {
     const totals = previewTotals(source, parsed.pieces, c.channel, max);
     const [t] = await exec<PreviewTotals>(totals.sql, totals.params);
     out.audience = Number(t!.audience);
+    out.excluded.optedOut = Number(t!.opted_out);
     out.tooLong = Number(t!.too_long);
     if (sms) {
       out.encodings = { GSM7: Number(t!.gsm7), UCS2: Number(t!.ucs2) };
@@ -61,7 +75,7 @@ export async function preview(exec: Exec, c: CampaignRow, o: PreviewOptions): Pr
       }
     }
   }
-  out.messages = out.audience - out.tooLong;
+  out.messages = out.audience - out.excluded.optedOut - out.tooLong;
   if (o.samples && out.messages > 0) {
     const first = previewSamples(source, parsed.pieces, max, SAMPLES);
     for (const r of await exec<{ contact_id: string; destination: string; vars: Record<string, unknown> }>(first.sql, first.params)) {

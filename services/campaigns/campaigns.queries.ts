@@ -3,7 +3,7 @@ import type { Sequelize } from "sequelize";
 import type { Channel } from "../../lib/channels";
 import { rawQuery, type Exec } from "../../lib/db";
 import { GSM7_BASIC, GSM7_EXTENSION } from "../../lib/sms";
-import { audienceSql, likeEscape, liveListsSql } from "../contacts/contacts.contract";
+import { audienceSql, contactGoneSql, likeEscape, liveListsSql, optedOutSql } from "../contacts/contacts.contract";
 import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
 import type { CampaignSort, ListCampaignsIn } from "./campaigns.schemas";
 import type { Piece } from "./campaigns.text";
@@ -83,17 +83,18 @@ export async function campaignsPage(exec: Q, companyId: string, p: ListCampaigns
  * The audience snapshot, one statement: every recipient of the campaign's lists (contacts'
  * audienceSql) inserted with what its message needs; answers how many.
  */
-export async function snapshotAudience(exec: Q, c: CampaignRow, customKeys: string[]): Promise<number> {
-  const [row] = await exec<{ n: number }>(
+export async function snapshotAudience(exec: Q, c: CampaignRow, customKeys: string[]): Promise<{ audience: number; skipped: number }> {
+  const [row] = await exec<{ n: number; skipped: number }>(
     `WITH ins AS (
-       INSERT INTO campaign_recipients (campaign_id, contact_id, destination, vars, simulation)
-       SELECT $1::uuid, a.contact_id, a.destination, a.vars, a.simulation
+       INSERT INTO campaign_recipients (campaign_id, contact_id, destination, vars, simulation, status)
+       SELECT $1::uuid, a.contact_id, a.destination, a.vars, a.simulation,
+              CASE WHEN ${optedOutSql("$2::text", "$5::text", "a.destination")} THEN 'SKIPPED' ELSE 'PENDING' END
          FROM (${audienceSql({ companyId: "$2::text", listIds: "$3", customKeys: "$4", channel: c.channel })}) a
-       RETURNING 1)
-     SELECT count(*)::int AS n FROM ins`,
-    [c.id, c.company_id, c.contact_list_ids.map(Number), customKeys],
+       RETURNING status)
+     SELECT count(*)::int AS n, count(*) FILTER (WHERE status = 'SKIPPED')::int AS skipped FROM ins`,
+    [c.id, c.company_id, c.contact_list_ids.map(Number), customKeys, c.channel],
   );
-  return Number(row!.n);
+  return { audience: Number(row!.n), skipped: Number(row!.skipped) };
 }
 
 /** A change of status from one of `from`, as one guarded UPDATE; null when the campaign was in none of them (or is not the account's). */
@@ -114,12 +115,19 @@ export async function transition(
 
 /** Where a preview reads its recipients: the audience now (a DRAFT) or the snapshot (confirmed). */
 export function previewSource(c: CampaignRow, customKeys: string[]): { sql: string; params: unknown[] } {
+  // Each row: contact_id, destination, vars, and opted_out (its number opted out of the channel: it would be, or was, skipped).
   return c.status === "DRAFT"
     ? {
-        sql: audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel }),
-        params: [c.company_id, c.contact_list_ids.map(Number), customKeys],
+        sql: `SELECT au.contact_id, au.destination, au.vars, ${optedOutSql("$1::text", "$4::text", "au.destination")} AS opted_out
+                FROM (${audienceSql({ companyId: "$1::text", listIds: "$2", customKeys: "$3", channel: c.channel })}) au`,
+        params: [c.company_id, c.contact_list_ids.map(Number), customKeys, c.channel],
       }
-    : { sql: `SELECT contact_id, destination, vars FROM campaign_recipients WHERE campaign_id = $1`, params: [c.id] };
+    : {
+        // The snapshot without the contacts deleted since: the preview never shows a deleted contact.
+        sql: `SELECT r.contact_id, r.destination, r.vars, (r.status = 'SKIPPED' OR ${optedOutSql("$2::text", "$3::text", "r.destination")}) AS opted_out
+                FROM campaign_recipients r WHERE r.campaign_id = $1 AND NOT ${contactGoneSql("$2::text", "r.contact_id")}`,
+        params: [c.id, c.company_id, c.channel],
+      };
 }
 
 /**
@@ -143,6 +151,7 @@ function renderedSql(pieces: Piece[], params: unknown[]): string {
 
 export interface PreviewTotals {
   audience: number;
+  opted_out: number;
   too_long: number;
   gsm7: number;
   ucs2: number;
@@ -167,7 +176,8 @@ export function previewTotals(source: { sql: string; params: unknown[] }, pieces
     const text = renderedSql(pieces, params);
     params.push(max);
     return {
-      sql: `SELECT count(*)::int AS audience, count(*) FILTER (WHERE char_length(${text}) > $${params.length}::int)::int AS too_long, 0 AS gsm7, 0 AS ucs2, 0 AS parts, 0 AS unsure
+      sql: `SELECT count(*)::int AS audience, count(*) FILTER (WHERE a.opted_out)::int AS opted_out,
+                   count(*) FILTER (WHERE NOT a.opted_out AND char_length(${text}) > $${params.length}::int)::int AS too_long, 0 AS gsm7, 0 AS ucs2, 0 AS parts, 0 AS unsure
               FROM (${source.sql}) a`,
       params,
     };
@@ -175,7 +185,8 @@ export function previewTotals(source: { sql: string; params: unknown[] }, pieces
   const { cte, params, maxP } = smsCte(source, pieces, max);
   return {
     sql: `${cte}
-          SELECT (SELECT count(*) FROM m)::int AS audience, (SELECT count(*) FROM m WHERE n > ${maxP})::int AS too_long,
+          SELECT (SELECT count(*) FROM m)::int AS audience, (SELECT count(*) FROM m WHERE opted_out)::int AS opted_out,
+                 (SELECT count(*) FROM m WHERE n > ${maxP} AND NOT opted_out)::int AS too_long,
                  count(*) FILTER (WHERE gsm)::int AS gsm7, count(*) FILTER (WHERE NOT gsm)::int AS ucs2,
                  coalesce(sum(parts), 0)::int AS parts, count(*) FILTER (WHERE parts IS NULL)::int AS unsure
             FROM k`,
@@ -206,10 +217,11 @@ function smsCte(source: { sql: string; params: unknown[] }, pieces: Piece[], max
   const all = `$${params.length - 1}::text`;
   const ext = `$${params.length}::text`;
   const cte = `WITH m AS (
-            SELECT t, n, gsm, CASE WHEN gsm THEN n - char_length(translate(t, ${ext}, '')) ELSE n - char_length(regexp_replace(t, '[\\U00010000-\\U0010FFFF]', '', 'g')) END AS two
-              FROM (SELECT t, char_length(t) AS n, t ~ ${all} AS gsm FROM (SELECT ${text} AS t FROM (${source.sql}) a) r) x
+            SELECT t, n, gsm, opted_out, CASE WHEN gsm THEN n - char_length(translate(t, ${ext}, '')) ELSE n - char_length(regexp_replace(t, '[\\U00010000-\\U0010FFFF]', '', 'g')) END AS two
+              FROM (SELECT t, opted_out, char_length(t) AS n, t ~ ${all} AS gsm FROM (SELECT ${text} AS t, a.opted_out FROM (${source.sql}) a) r) x
           ), u AS (
-            SELECT t, gsm, two, n + two AS units, CASE WHEN gsm THEN 160 ELSE 70 END AS single, CASE WHEN gsm THEN 153 ELSE 67 END AS part FROM m WHERE n <= ${maxP}
+            SELECT t, gsm, two, n + two AS units, CASE WHEN gsm THEN 160 ELSE 70 END AS single, CASE WHEN gsm THEN 153 ELSE 67 END AS part
+              FROM m WHERE n <= ${maxP} AND NOT opted_out
           ), k AS (
             SELECT t, gsm, CASE WHEN units <= single THEN 1
                                 WHEN two = 0 OR (units + part - 1) / part = (units - 1) / (part - 1) + 1 THEN (units + part - 1) / part END AS parts FROM u
@@ -217,13 +229,14 @@ function smsCte(source: { sql: string; params: unknown[] }, pieces: Piece[], max
   return { cte, params, maxP };
 }
 
-/** The first `limit` recipients (by contact id) whose text fits `max`: the preview's samples, rendered by the caller. */
+/** The first `limit` recipients (by contact id) not opted out whose text fits `max`: the preview's samples, rendered by the caller. */
 export function previewSamples(source: { sql: string; params: unknown[] }, pieces: Piece[], max: number, limit: number): { sql: string; params: unknown[] } {
   const params = [...source.params];
   const text = renderedSql(pieces, params);
   params.push(max);
   return {
-    sql: `SELECT a.contact_id, a.destination, a.vars FROM (${source.sql}) a WHERE char_length(${text}) <= $${params.length}::int ORDER BY a.contact_id LIMIT ${Number(limit)}`,
+    sql: `SELECT a.contact_id, a.destination, a.vars FROM (${source.sql}) a
+           WHERE NOT a.opted_out AND char_length(${text}) <= $${params.length}::int ORDER BY a.contact_id LIMIT ${Number(limit)}`,
     params,
   };
 }

@@ -134,7 +134,7 @@ export interface CampaignOut {
   message: { text: string; mediaIds: string[] };
   scheduledAt: string | null;
   sendRatePerSecond: number | null;
-  progress: { audience: number; sent: number; failed: number };
+  progress: { audience: number; sent: number; failed: number; skipped: number };
   pauseReason: string | null;
   createdAt: string;
   updatedAt: string;
@@ -186,11 +186,16 @@ export const campaignOut = {
     progress: {
       type: "object",
       additionalProperties: false,
-      required: ["audience", "sent", "failed"],
+      required: ["audience", "sent", "failed", "skipped"],
       properties: {
         audience: { ...count, description: "Recipients snapshotted at confirmation (0 while DRAFT)." },
         sent: { ...count, description: "Recipients handed to the upstream." },
         failed: { ...count, description: "Recipients the upstream refused 3 times." },
+        skipped: {
+          ...count,
+          description:
+            "Recipients never sent to: their number opted out of the channel (at the confirm, or before their batch was sent), or their contact was deleted after the confirm. Once the campaign ends, audience = sent + failed + skipped.",
+        },
       },
     },
     pauseReason: { type: "string", nullable: true },
@@ -221,6 +226,7 @@ export interface PreviewOut {
   audience: number;
   messages: number;
   tooLong: number;
+  excluded: { optedOut: number };
   parts: number | null;
   encodings: { GSM7: number; UCS2: number } | null;
   samples: Array<{ contactId: string; destination: string; text: string; encoding: "GSM7" | "UCS2" | null; parts: number | null }>;
@@ -230,10 +236,21 @@ export const previewOut = {
   $id: "CampaignPreview",
   type: "object",
   additionalProperties: false,
-  required: ["audience", "messages", "tooLong", "parts", "encodings", "samples"],
+  required: ["audience", "messages", "tooLong", "excluded", "parts", "encodings", "samples"],
   properties: {
     audience: { ...count, description: "Recipients if the campaign were confirmed now (the snapshot once confirmed)." },
-    messages: { ...count, description: "Messages to send: one per recipient whose text fits the channel." },
+    messages: { ...count, description: "Messages to send: one per recipient not opted out whose text fits the channel." },
+    excluded: {
+      type: "object",
+      additionalProperties: false,
+      required: ["optedOut"],
+      properties: {
+        optedOut: {
+          ...count,
+          description: "Recipients whose number opted out of the channel (GET /contacts/opt-outs): never sent to, counted in progress.skipped.",
+        },
+      },
+    },
     tooLong: {
       ...count,
       description:

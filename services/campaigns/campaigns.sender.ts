@@ -19,6 +19,10 @@
  *   campaign pauses itself with a pauseReason.
  * - The contacts a batch reached are written, in its outcome statement, to campaign_contact_marks:
  *   the runner hands them to contacts.markContacted, again until it answers.
+ * - Consent at the last moment (contract section 7): the claim itself says, for each recipient it
+ *   takes, whether its number has opted out of the channel or its contact was deleted since the
+ *   confirm (two primary-key probes a recipient inside the claim statement: no extra round trip);
+ *   such a recipient is not sent and ends SKIPPED, counted in the campaign's `skipped`.
  */
 import { randomUUID } from "node:crypto";
 import type { Sequelize } from "sequelize";
@@ -27,6 +31,7 @@ import { rawQuery } from "../../lib/db";
 import { claimSql, type JobTable } from "../../lib/jobs";
 import type { OutboundMessage, Upstream } from "../../lib/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
+import { contactGoneSql, optedOutSql } from "../contacts/contacts.contract";
 import { customerMessageIdOf, type CampaignRow, type RecipientRow } from "./campaigns.models";
 import { fits, MAX_TEXT, parseText, render, type Parsed } from "./campaigns.text";
 
@@ -69,17 +74,19 @@ function claimStatement(cursor: boolean): string {
     returning: "r.contact_id, r.destination, r.vars, r.simulation, r.attempts, next.was_due, next.due_key",
   });
   return `WITH k AS (
-      SELECT id, send_rate_per_second AS rate, coalesce(rate_next_at, now()) AS slot FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE),
+      SELECT id, company_id, channel, send_rate_per_second AS rate, coalesce(rate_next_at, now()) AS slot FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE),
     took AS (${took}),
     moved AS (
       UPDATE campaigns c SET rate_next_at = greatest(k.slot, now()) + make_interval(secs => (SELECT count(*) FROM took)::float8 / k.rate)
         FROM k WHERE c.id = k.id AND k.rate IS NOT NULL AND EXISTS (SELECT 1 FROM took))
-    SELECT (EXTRACT(EPOCH FROM k.slot - now()) * 1000)::float8 AS slot_wait_ms, t.* FROM k LEFT JOIN took t ON true`;
+    SELECT (EXTRACT(EPOCH FROM k.slot - now()) * 1000)::float8 AS slot_wait_ms, t.*,
+           t.contact_id IS NOT NULL AND (${optedOutSql("k.company_id", "k.channel", "t.destination")} OR ${contactGoneSql("k.company_id", "t.contact_id")}) AS skip
+      FROM k LEFT JOIN took t ON true`;
 }
 const CLAIM_FROM_START = claimStatement(false);
 const CLAIM_AFTER = claimStatement(true);
 
-type Claimed = RecipientRow & { was_due: Date; due_key: string; slot_wait_ms: number };
+type Claimed = RecipientRow & { was_due: Date; due_key: string; slot_wait_ms: number; skip: boolean };
 
 /** What a claim gave: recipients, nothing (yet), or the campaign is no longer SENDING. */
 type Claim = { kind: "batch"; token: string; rows: Claimed[] } | { kind: "none"; slotWaitMs: number } | { kind: "off" };
@@ -228,6 +235,8 @@ export class CampaignSend {
     const { c } = this;
     const started = Date.now();
     const max = MAX_TEXT[c.channel];
+    // Opted out, or deleted since the confirm: not sent, SKIPPED.
+    const skipped = new Set(rows.filter((r) => r.skip).map((r) => r.contact_id));
     const all: OutboundMessage[] = rows.map((r) => ({
       companyId: c.company_id,
       channel: c.channel,
@@ -247,20 +256,23 @@ export class CampaignSend {
           `The rendered text has more than ${max} characters, the maximum on ${c.channel} (placeholder values too long); not sent, never cut.`,
         ]),
     );
-    const messages = tooLong.size ? all.filter((m) => !tooLong.has(m.customerMessageId)) : all;
+    const messages =
+      tooLong.size || skipped.size ? all.filter((m, i) => !tooLong.has(m.customerMessageId) && !skipped.has(rows[i]!.contact_id)) : all;
     const outcome = messages.length ? await this.d.upstream.send(messages) : { failed: [] };
     const failedIds = new Map(outcome.failed.map((f) => [f.customerMessageId, f]));
     const results = rows.map((r, i) => {
       const key = all[i]!.customerMessageId;
       const f = failedIds.get(key);
-      if (tooLong.has(key)) return { id: r.contact_id, ok: false, final: true, wait: 0, upstream: false, error: tooLong.get(key)! };
-      return { id: r.contact_id, ok: !f, final: f?.final ?? false, wait: f?.retryAfterMs ?? 0, upstream: true, error: f?.error ?? null };
+      if (skipped.has(r.contact_id)) return { id: r.contact_id, ok: false, skip: true, final: true, wait: 0, upstream: false, error: null };
+      if (tooLong.has(key)) return { id: r.contact_id, ok: false, skip: false, final: true, wait: 0, upstream: false, error: tooLong.get(key)! };
+      return { id: r.contact_id, ok: !f, skip: false, final: f?.final ?? false, wait: f?.retryAfterMs ?? 0, upstream: true, error: f?.error ?? null };
     });
     const counts = await this.record(token, results);
     const { metrics } = this.d;
     metrics.counted(c.channel, "sent", counts.sent);
     metrics.counted(c.channel, "failed", counts.failed);
     metrics.counted(c.channel, "retried", counts.retried);
+    metrics.counted(c.channel, "skipped", counts.skipped);
     metrics.lagged(
       c.channel,
       rows.filter((_, i) => results[i]!.ok).map((r) => (started - new Date(r.was_due).getTime()) / 1000),
@@ -293,14 +305,14 @@ export class CampaignSend {
    * rows by the primary key, never through the PENDING index (a scan of every PENDING recipient of
    * the campaign per batch: seconds at 1,000,000, measured).
    */
-  private async record(token: string, results: Array<{ id: string; ok: boolean; final: boolean; wait: number; error: string | null }>) {
-    const [row] = await rawQuery<{ sent: number; failed: number; retried: number; written: number; marked: number }>(
+  private async record(token: string, results: Array<{ id: string; ok: boolean; skip: boolean; final: boolean; wait: number; error: string | null }>) {
+    const [row] = await rawQuery<{ sent: number; failed: number; skipped: number; retried: number; written: number; marked: number }>(
       this.d.sequelize,
-      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, final boolean, wait float8, error text)),
+      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, skip boolean, final boolean, wait float8, error text)),
        upd AS (
          UPDATE campaign_recipients r
-            SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.final OR r.attempts + 1 >= ${MAX_ATTEMPTS} THEN 'FAILED' ELSE 'PENDING' END,
-                attempts = r.attempts + 1,
+            SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.skip THEN 'SKIPPED' WHEN x.final OR r.attempts + 1 >= ${MAX_ATTEMPTS} THEN 'FAILED' ELSE 'PENDING' END,
+                attempts = r.attempts + CASE WHEN x.skip THEN 0 ELSE 1 END,
                 sent_at = CASE WHEN x.ok THEN now() END,
                 error = CASE WHEN x.ok THEN NULL ELSE x.error END,
                 due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => GREATEST($3::float8 * power(4, r.attempts), x.wait) / 1000) END,
@@ -308,16 +320,18 @@ export class CampaignSend {
            FROM x WHERE r.campaign_id = $1 AND r.contact_id = x.id AND r.owner = $4
          RETURNING r.status, r.contact_id, r.simulation),
        n AS (SELECT count(*) FILTER (WHERE status = 'SENT')::int AS sent, count(*) FILTER (WHERE status = 'FAILED')::int AS failed,
+                    count(*) FILTER (WHERE status = 'SKIPPED')::int AS skipped,
                     count(*) FILTER (WHERE status = 'PENDING')::int AS retried, count(*)::int AS written FROM upd),
-       bump AS (UPDATE campaigns k SET sent = k.sent + n.sent, failed = k.failed + n.failed, updated_at = now() FROM n WHERE k.id = $1 AND (n.sent > 0 OR n.failed > 0)),
+       bump AS (UPDATE campaigns k SET sent = k.sent + n.sent, failed = k.failed + n.failed, skipped = k.skipped + n.skipped, updated_at = now()
+                  FROM n WHERE k.id = $1 AND (n.sent > 0 OR n.failed > 0 OR n.skipped > 0)),
        mark AS (
          INSERT INTO campaign_contact_marks (campaign_id, company_id, channel, contact_ids)
          SELECT $1, $5, $6, array_agg(contact_id) FROM upd WHERE status = 'SENT' AND NOT simulation HAVING count(*) > 0
          RETURNING 1)
-       SELECT sent, failed, retried, written, (SELECT count(*)::int FROM mark) AS marked FROM n`,
+       SELECT sent, failed, skipped, retried, written, (SELECT count(*)::int FROM mark) AS marked FROM n`,
       [
         this.c.id,
-        JSON.stringify(results.map(({ id, ok, final, wait, error }) => ({ id, ok, final, wait, error }))),
+        JSON.stringify(results.map(({ id, ok, skip, final, wait, error }) => ({ id, ok, skip, final, wait, error }))),
         RETRY_BASE_MS,
         token,
         this.c.company_id,

@@ -52,7 +52,7 @@ describe("a campaign sent end to end on the simulator", () => {
     expectProblem(await a.api.delete(`/campaigns/${c.id}`), 409);
 
     const done = await untilStatus(a, c.id, "SENT");
-    expect(done.progress).toEqual({ audience: 5, sent: 5, failed: 0 });
+    expect(done.progress).toEqual({ audience: 5, sent: 5, failed: 0, skipped: 0 });
     expect(done.completedAt).not.toBeNull();
     const perNumber = await messagesPerDestination(t, c.id);
     expect(perNumber.size).toBe(5);
@@ -94,7 +94,7 @@ describe("a campaign sent end to end on the simulator", () => {
     expect(pre.body.samples.map((x: any) => x.text)).toEqual([`${"🎉".repeat(1570)}ok`, `${"🎉".repeat(1570)}ok`]);
     await a.api.put(`/campaigns/${c.id}/confirm`);
     const done = await untilStatus(a, c.id, "SENT");
-    expect(done.progress).toEqual({ audience: 3, sent: 2, failed: 1 });
+    expect(done.progress).toEqual({ audience: 3, sent: 2, failed: 1, skipped: 0 });
     const rows = await sql<{ contact_id: string; status: string; error: string }>(
       `SELECT contact_id, status, error FROM campaign_recipients WHERE campaign_id = $1 AND status = 'FAILED'`,
       [c.id],
@@ -190,7 +190,7 @@ describe("scheduling, pause, resume and cancel", () => {
     expect(resumed.body).toMatchObject({ status: "SENDING", pauseReason: null });
     expectProblem(await a.api.put(`/campaigns/${c.id}/resume`), 409);
     const done = await untilStatus(a, c.id, "SENT", 30_000);
-    expect(done.progress).toEqual({ audience: 12, sent: 12, failed: 0 });
+    expect(done.progress).toEqual({ audience: 12, sent: 12, failed: 0, skipped: 0 });
     expect([...(await messagesPerDestination(t, c.id)).values()].every((n) => n === 1)).toBe(true);
 
     const d = (await a.api.post("/campaigns", campaignIn([listId], { sendRatePerSecond: 2 }))).body;

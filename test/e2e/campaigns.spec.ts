@@ -45,7 +45,7 @@ describe("creating and reading campaigns", () => {
       contactListIds: [listA],
       message: { text: body.message.text, mediaIds: [] },
       sendRatePerSecond: 20,
-      progress: { audience: 0, sent: 0, failed: 0 },
+      progress: { audience: 0, sent: 0, failed: 0, skipped: 0 },
       pauseReason: null,
       confirmedAt: null,
       completedAt: null,

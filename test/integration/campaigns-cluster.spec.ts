@@ -65,8 +65,29 @@ describeOverNats("campaigns over NATS", () => {
     expect(again.body.campaignStatus).toMatch(/SCHEDULED|SENDING|SENT/);
     expect(again.body.detail).toContain(again.body.campaignStatus);
     const done = await untilStatus(a, c.id, "SENT");
-    expect(done.progress).toEqual({ audience: 3, sent: 3, failed: 0 });
+    expect(done.progress).toEqual({ audience: 3, sent: 3, failed: 0, skipped: 0 });
     expect([...(await messagesPerDestination(core, c.id)).values()]).toEqual([1, 1, 1]);
     await eventually(async () => expect((await a.api.get(`/campaigns/stats?campaignId=${c.id}`)).body).toMatchObject({ total: 3, byStatus: { DELIVERED: 3 } }));
+  }, 60_000);
+
+  it("skips, from the campaigns node, a number opted out and a contact deleted after the confirm", async () => {
+    const a = await core.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const { listId, contactIds } = await seedList(a.api, 4);
+    const order = [...contactIds].sort();
+    const phoneOf = async (id: string) => (await a.api.get(`/contacts/${id}`)).body.phoneNumber as string;
+    const optedOut = await phoneOf(order[3]!);
+    const deleted = await phoneOf(order[2]!);
+    const c = (await a.api.post("/campaigns", campaignIn([listId], { sendRatePerSecond: 1 }))).body;
+    expect((await a.api.put(`/campaigns/${c.id}/confirm`)).status).toBe(202);
+    // After the confirm: one contact deleted, one number opted out (as the contacts service records it).
+    expect((await a.api.delete(`/contacts/${order[2]}`)).status).toBe(204);
+    await tdb.db.sequelize.query(`INSERT INTO opt_outs (company_id, channel, phone_number, source) VALUES ($1, 'SMS', $2, 'API')`, {
+      bind: [a.companyId, optedOut],
+    });
+    const done = await untilStatus(a, c.id, "SENT", 20_000);
+    expect(done.progress).toEqual({ audience: 4, sent: 2, failed: 0, skipped: 2 });
+    const sent = await messagesPerDestination(core, c.id);
+    expect(sent.get(optedOut)).toBeUndefined();
+    expect(sent.get(deleted)).toBeUndefined();
   }, 60_000);
 });

@@ -94,7 +94,7 @@ describeOverNats("two campaigns nodes sending one campaign over NATS", () => {
     expect((await a.api.put(`/campaigns/${c.id}/confirm`)).status).toBe(202);
     const done = await untilStatus(a, c.id, "SENT", 30_000);
     const took = Date.now() - t0;
-    expect(done.progress).toEqual({ audience: AUDIENCE, sent: AUDIENCE, failed: 0 });
+    expect(done.progress).toEqual({ audience: AUDIENCE, sent: AUDIENCE, failed: 0, skipped: 0 });
 
     const perKey = upstream.perKey(`cmp-${c.id}-`);
     expect(new Set(perKey.keys())).toEqual(new Set(contacts.map((x) => `cmp-${c.id}-${x.contact_id}`)));
@@ -144,7 +144,7 @@ describeOverNats("two campaigns nodes sending one campaign over NATS", () => {
       upstream.release();
     }
     const done = await untilStatus(a, c.id, "SENT", 30_000);
-    expect(done.progress).toEqual({ audience: 200, sent: 200, failed: 0 });
+    expect(done.progress).toEqual({ audience: 200, sent: 200, failed: 0, skipped: 0 });
     const perKey = upstream.perKey(prefix);
     expect(perKey.size).toBe(200);
     expect([...perKey.entries()].filter(([, n]) => n !== 1)).toEqual([]);

@@ -85,7 +85,7 @@ it("retries failed messages with backoff, ends one FAILED after 3 attempts, and 
   const c = (await a.api.post("/campaigns", campaignIn([listId], { channel: "WHATSAPP", message: { text: "Hi {{firstName}}" } }))).body;
   await a.api.put(`/campaigns/${c.id}/confirm`);
   const done = await untilStatus(a, c.id, "SENT", 40_000);
-  expect(done.progress).toEqual({ audience: 10, sent: 9, failed: 1 });
+  expect(done.progress).toEqual({ audience: 10, sent: 9, failed: 1, skipped: 0 });
 
   const mine = requests.filter((r) => r.key.startsWith(`cmp-${c.id}-`));
   expect(mine.every((r) => r.path === "/whatsapp" && r.body.customerMessageId === r.key && r.body.channel === "WHATSAPP" && r.body.campaignId === c.id)).toBe(
@@ -111,14 +111,14 @@ it("pauses a campaign by itself when most of a batch window fails, and sends the
   await a.api.put(`/campaigns/${c.id}/confirm`);
   const paused = await untilStatus(a, c.id, "PAUSED");
   expect(paused.pauseReason).toMatch(/6 of the last 6 messages failed/);
-  expect(paused.progress).toEqual({ audience: 6, sent: 0, failed: 0 });
+  expect(paused.progress).toEqual({ audience: 6, sent: 0, failed: 0, skipped: 0 });
   const before = requests.length;
   await new Promise((r) => setTimeout(r, 2500)); // past the first backoff: a paused campaign sends nothing
   expect(requests.length).toBe(before);
   behave = () => "ok";
   expect((await a.api.put(`/campaigns/${c.id}/resume`)).status).toBe(200);
   const done = await untilStatus(a, c.id, "SENT", 20_000);
-  expect(done.progress).toEqual({ audience: 6, sent: 6, failed: 0 });
+  expect(done.progress).toEqual({ audience: 6, sent: 6, failed: 0, skipped: 0 });
   await eventually(async () => expect((await recipients(c.id)).every((r) => r.status === "SENT" && r.attempts === 2)).toBe(true));
 }, 60_000);
 
@@ -128,7 +128,7 @@ it("never hands test-list messages to the HTTP upstream: registers them with sim
   const c = (await a.api.post("/campaigns", campaignIn([listId]))).body;
   await a.api.put(`/campaigns/${c.id}/confirm`);
   const done = await untilStatus(a, c.id, "SENT", 20_000);
-  expect(done.progress).toEqual({ audience: 3, sent: 3, failed: 0 });
+  expect(done.progress).toEqual({ audience: 3, sent: 3, failed: 0, skipped: 0 });
   expect(requests.filter((r) => r.key.startsWith(`cmp-${c.id}-`))).toEqual([]);
   const rows = await t.db.sequelize.query<{ simulation: boolean }>(`SELECT simulation FROM messages WHERE campaign_id = $1`, {
     bind: [c.id],
@@ -151,7 +151,7 @@ it("fails a message at once on a 4xx other than 408/429, and waits a 429's Retry
   const c = (await a.api.post("/campaigns", campaignIn([listId]))).body;
   await a.api.put(`/campaigns/${c.id}/confirm`);
   const done = await untilStatus(a, c.id, "SENT", 30_000);
-  expect(done.progress).toEqual({ audience: 6, sent: 5, failed: 1 });
+  expect(done.progress).toEqual({ audience: 6, sent: 5, failed: 1, skipped: 0 });
   const mine = requests.filter((r) => r.key.startsWith(`cmp-${c.id}-`));
   expect(mine.filter((r) => r.key === order[0]).map((r) => r.answered)).toEqual(["400"]);
   const limited = mine.filter((r) => r.key === order[1]);
