@@ -210,6 +210,8 @@ export interface HeavyOptions {
   slots: number;
   /** statement_timeout for the transaction, in ms (statementBudgetMs); 0 leaves the server's. */
   statementTimeoutMs: number;
+  /** The node's gate, passed before the pool is asked for a connection (absent: only the advisory lock). */
+  gate?: HeavyGate;
 }
 
 /**
@@ -217,6 +219,10 @@ export interface HeavyOptions {
  * limited to `statementTimeoutMs`; throws the 429 of `heavyBusy` when every slot is taken.
  */
 export function withHeavySlot<T>(sequelize: Sequelize, o: HeavyOptions, fn: (transaction: Transaction) => Promise<T>): Promise<T> {
+  if (o.gate) {
+    const { gate, ...rest } = o;
+    return gate.run(o.companyId, () => withHeavySlot(sequelize, rest, fn));
+  }
   return sequelize.transaction(async (transaction) => {
     let held = false;
     for (let slot = 1; slot <= o.slots && !held; slot++) {

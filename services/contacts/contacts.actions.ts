@@ -195,7 +195,7 @@ export const contactActions = {
     async handler(this: ContactsThis, ctx: Ctx<{ key: string }>): Promise<null> {
       const { companyId } = ctx.meta;
       const { key } = ctx.params;
-      const heavy = { companyId, slots: this.heavyOpsPerAccount, statementTimeoutMs: statementBudgetMs(ctx) };
+      const heavy = { companyId, slots: this.heavyOpsPerAccount, statementTimeoutMs: statementBudgetMs(ctx), gate: this.heavyGate };
       const gone = await withHeavySlot(this.sequelize, heavy, (transaction) => deleteCustomField(this.sequelize, companyId, key, transaction));
       if (!gone) throw new ApiError("CUSTOM_FIELD_NOT_FOUND", `No custom field ${key} in this account.`);
       ctx.meta.$statusCode = 204;

@@ -58,6 +58,7 @@ const heavyOf = (self: ContactsThis, ctx: Ctx<unknown>): HeavyOptions => ({
   companyId: ctx.meta.companyId,
   slots: self.heavyOpsPerAccount,
   statementTimeoutMs: statementBudgetMs(ctx),
+  gate: self.heavyGate,
 });
 
 async function getList(sequelize: Sequelize, companyId: string, id: number, includeDeleted: boolean): Promise<ListOut> {
