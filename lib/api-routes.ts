@@ -37,6 +37,9 @@ export const API_ROUTES: ReadonlyArray<readonly [string, string]> = [
   ["POST", "/contacts/list/contacts"],
   ["DELETE", "/contacts/list/contacts"],
   ["DELETE", "/contacts/list/contacts/{id}"],
+  ["GET", "/contacts/opt-outs"],
+  ["POST", "/contacts/opt-outs"],
+  ["DELETE", "/contacts/opt-outs/{channel}/{phoneNumber}"],
   ["POST", "/contacts/upload"],
   ["POST", "/contacts/upload/vcard"],
   ["PATCH", "/conversations/{chatId}/unarchive"],
@@ -76,4 +79,5 @@ export const API_ROUTES: ReadonlyArray<readonly [string, string]> = [
   ["POST", "/webhooks/delivery-status"],
   ["DELETE", "/webhooks/delivery-status"],
   ["GET", "/webhooks/delivery-status/attempts"],
+  ["POST", "/webhooks/delivery-status/secret"],
 ];

@@ -35,6 +35,8 @@ export interface Config {
   readonly notifierRetryDelaySmsMs: number;
   readonly notifierRetryDelayRcsWhatsappMs: number;
   readonly webhookAllowPrivateTargets: boolean;
+  /** After a signing secret's rotation, how long deliveries still carry a signature with the secret it replaced. */
+  readonly webhookSecretOverlapMs: number;
   /** Most attempts one notifier replica has in flight to one account's endpoint. */
   readonly notifierEndpointConcurrency: number;
   /** Most attempts one notifier replica has in flight in all. */
@@ -166,6 +168,8 @@ export const VARIABLES = {
   NOTIFIER_RETRY_DELAY_SMS_MS: { field: "notifierRetryDelaySmsMs", schema: { type: "integer", minimum: 1 }, default: 300000 },
   NOTIFIER_RETRY_DELAY_RCS_WHATSAPP_MS: { field: "notifierRetryDelayRcsWhatsappMs", schema: { type: "integer", minimum: 1 }, default: 600000 },
   WEBHOOK_ALLOW_PRIVATE_TARGETS: { field: "webhookAllowPrivateTargets", schema: { type: "boolean" }, default: false },
+  // 24 h (contract section 8); at most 30 days.
+  WEBHOOK_SECRET_OVERLAP_MS: { field: "webhookSecretOverlapMs", schema: { type: "integer", minimum: 0, maximum: 2592000000 }, default: 86400000 },
   NOTIFIER_ENDPOINT_CONCURRENCY: { field: "notifierEndpointConcurrency", schema: { type: "integer", minimum: 1, maximum: 1024 }, default: 16 },
   NOTIFIER_MAX_IN_FLIGHT: { field: "notifierMaxInFlight", schema: { type: "integer", minimum: 1, maximum: 10000 }, default: 256 },
   NOTIFIER_POLL_MS: { field: "notifierPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 1000 },
@@ -311,9 +315,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
       "Cluster mode refused: TRANSPORTER is set but EXPORT_SIGNING_KEY is not; every exports node must sign download URLs with the same key (set EXPORT_SIGNING_KEY to 32 or more random characters)",
     );
   }
-  if (config.transporter && !config.secretsKey && config.services.includes("profiles") && opts.runsServices !== false) {
+  const sealing = config.services.filter((s) => s === "profiles" || s === "notifier");
+  if (config.transporter && !config.secretsKey && sealing.length > 0 && opts.runsServices !== false) {
     throw new ConfigError(
-      "Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not; every profiles node must encrypt tokens with the same key (set SECRETS_KEY to 32 random bytes in base64, e.g. `openssl rand -base64 32`)",
+      `Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not; every ${sealing.join(" and ")} node must encrypt secrets (profile tokens, webhook signing secrets) with the same key (set SECRETS_KEY to 32 random bytes in base64, e.g. \`openssl rand -base64 32\`)`,
     );
   }
   if (config.upstreamMode === "http" && (config.services.includes("campaigns") || config.services.includes("inbox")) && opts.runsServices !== false) {

@@ -22,6 +22,8 @@ import * as m0016 from "./20261126-0016-campaign-contact-marks";
 import * as m0017 from "./20261127-0017-inbox-reply-media";
 import * as m0018 from "./20261128-0018-inbox-event-ids";
 import * as m0019 from "./20261128-0019-opt-outs";
+import * as m0020 from "./20261128-0020-webhook-signing";
+import * as m0021 from "./20261128-0021-campaign-skipped";
 
 export interface Migration {
   name: string;
@@ -49,4 +51,6 @@ export const migrations: Migration[] = [
   { name: "20261127-0017-inbox-reply-media", ...m0017 },
   { name: "20261128-0018-inbox-event-ids", ...m0018 },
   { name: "20261128-0019-opt-outs", ...m0019 },
+  { name: "20261128-0020-webhook-signing", ...m0020 },
+  { name: "20261128-0021-campaign-skipped", ...m0021 },
 ];

@@ -9,10 +9,11 @@
  *
  *   npm run admin -- secrets:rotate [--batch-size 500]
  *
- * Re-encrypts every social-profile access token not already under SECRETS_KEY (reading with
- * SECRETS_KEY or SECRETS_KEY_PREVIOUS) and prints one JSON line `{ "rotated", "alreadyCurrent",
- * "failed", "remaining" }`: exit 0, or 1 when some token could not be decrypted (their ids on stderr
- * as met, never a token) or some row is still not under SECRETS_KEY after three walks (`remaining`). Works against the same DATA_DIR or DATABASE_URL as the service, whether the
+ * Re-encrypts every stored secret not already under SECRETS_KEY (social-profile access tokens and
+ * webhook signing secrets, reading with SECRETS_KEY or SECRETS_KEY_PREVIOUS) and prints one JSON line
+ * `{ "rotated", "alreadyCurrent", "failed", "remaining" }` (secrets of both kinds counted together):
+ * exit 0, or 1 when some secret could not be decrypted (profile ids and accounts on stderr as met,
+ * never a secret) or some row is still not under SECRETS_KEY after three walks (`remaining`). Works against the same DATA_DIR or DATABASE_URL as the service, whether the
  * service is running or not (embedded: it connects to the running service's database, or opens
  * the data directory itself while holding its lock). It never creates a key: SECRETS_KEY is
  * required with DATABASE_URL or SECRETS_KEY_PREVIOUS, and without it an embedded DATA_DIR must already
@@ -25,6 +26,7 @@ import { ConfigError, loadConfig, type Config } from "../lib/config";
 import { openDatabase } from "../lib/db";
 import { ApiError } from "../lib/errors";
 import { createKeyAsAdmin } from "../services/auth/auth.contract";
+import { rotateSigningSecrets } from "../services/notifier/notifier.contract";
 import { rotateSecrets, rotationKeyProblem } from "../services/profiles/profiles.contract";
 
 const USAGE = [
@@ -146,14 +148,18 @@ async function main(): Promise<number> {
 }
 
 /**
- * secrets:rotate: one JSON line of counts; each profile whose token no configured key opens is named on
- * stderr as it is met (ids only, nothing kept). Exit 1 when some row is still not under SECRETS_KEY.
+ * secrets:rotate: one JSON line of counts (profile tokens and webhook signing secrets together); each
+ * secret no configured key opens is named on stderr as it is met (ids only, nothing kept). Exit 1
+ * when some secret is still not under SECRETS_KEY.
  */
 async function rotate(sequelize: Sequelize, config: Config, batchSize: number): Promise<number> {
   const onFailure = (id: string, reason: string) => process.stderr.write(`admin: social profile ${id}: access token not rotated, ${reason}\n`);
-  const { rotated, alreadyCurrent, failed, remaining } = await rotateSecrets(sequelize, config, batchSize, { onFailure });
+  const tokens = await rotateSecrets(sequelize, config, batchSize, { onFailure });
+  const onWebhookFailure = (companyId: string, reason: string) => process.stderr.write(`admin: webhook of account ${companyId}: not rotated, ${reason}\n`);
+  const signing = await rotateSigningSecrets(sequelize, config, batchSize, { onFailure: onWebhookFailure });
+  const [rotated, alreadyCurrent, failed, remaining] = (["rotated", "alreadyCurrent", "failed", "remaining"] as const).map((k) => tokens[k] + signing[k]);
   process.stdout.write(`${JSON.stringify({ rotated, alreadyCurrent, failed, remaining })}\n`);
-  if (remaining > failed) process.stderr.write(`admin: ${remaining - failed} token(s) were written under an old key during the rotation; run it again\n`);
+  if (remaining > failed) process.stderr.write(`admin: ${remaining - failed} secret(s) were written under an old key during the rotation; run it again\n`);
   return failed > 0 || remaining > 0 ? 1 : 0;
 }
 

@@ -15,6 +15,7 @@
  *
  *   npm run bench:cluster [-- --messages 20000 --events 20000]
  */
+import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { startReceiver, testCa } from "../../test/helpers/receiver";
@@ -85,7 +86,8 @@ async function main() {
   const namespace = `bench-${process.pid}`;
   const split = await ingestAndDeliver("split", async (url) => {
     const p = nextPort();
-    const cluster = { ...env, TRANSPORTER: NATS, NAMESPACE: namespace, INTERNAL_TOKEN_DISABLED: "true" };
+    // SECRETS_KEY: a notifier in a cluster seals (and opens) webhook signing secrets with the key every notifier shares.
+    const cluster = { ...env, TRANSPORTER: NATS, NAMESPACE: namespace, INTERNAL_TOKEN_DISABLED: "true", SECRETS_KEY: randomBytes(32).toString("base64") };
     const tracking = await startService(url, p, { ...cluster, SERVICES: "gateway,auth,tracking", INTERNAL_PORT: String(p + 1) });
     const notifier = await startService(url, nextPort(), { ...cluster, SERVICES: "notifier" });
     return { ingress: `http://127.0.0.1:${p + 1}/internal/v1`, nodes: [notifier, tracking] };

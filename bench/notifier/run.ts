@@ -15,6 +15,7 @@
  *   BENCH_NOTIFIER_NODE_OPTIONS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the notifier process.
  */
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -86,6 +87,8 @@ async function main() {
     TRANSPORTER: process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222",
     NAMESPACE: `bench-notifier-${process.pid}`,
     INTERNAL_TOKEN_DISABLED: "true",
+    // A notifier in a cluster needs the SECRETS_KEY every notifier shares (signed webhooks).
+    SECRETS_KEY: randomBytes(32).toString("base64"),
   };
   const port = 3960 + Math.floor(Math.random() * 9);
   const ingest = await startService(db.url, port, { ...env, SERVICES: "gateway,auth,tracking", INTERNAL_PORT: String(port + 10) });

@@ -196,6 +196,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/contacts/opt-outs/{channel}/{phoneNumber}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove an opt-out
+         * @description The number may be messaged on the channel again. Whatever made the opt-out (a keyword, the upstream, the API, an import), only do this when the end user asked for it. The `+` of the number is URL-encoded in the path (`%2B`). 404 when the number is not opted out of the channel.
+         *
+         *     Requires an API key with the `CONTACTS` operation.
+         */
+        delete: operations["contacts_removeOptOut"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/media/{id}": {
         parameters: {
             query?: never;
@@ -259,13 +281,15 @@ export interface paths {
          */
         get: operations["notifier_getWebhook"];
         /**
-         * Change the delivery-status webhook's URL
-         * @description Requires an API key with the `WEBHOOKS` operation.
+         * Change the delivery-status webhook
+         * @description Replaces the webhook's URL and `signed`. `signed: true` on a webhook that did not sign makes a secret and answers it as `signingSecret` (shown only this once); on one that signs already it keeps the secret (no `signingSecret` in the answer). `signed: false`, or no `signed`, stops signing and discards the secrets.
+         *
+         *     Requires an API key with the `WEBHOOKS` operation.
          */
         put: operations["notifier_updateWebhook"];
         /**
          * Register the delivery-status webhook
-         * @description One webhook per account. The URL must use https on port 443 or 8443, carry no credentials and no fragment, and its host must resolve only to publicly reachable addresses.
+         * @description One webhook per account. The URL must use https on port 443 or 8443, carry no credentials and no fragment, and its host must resolve only to publicly reachable addresses. With `signed: true` deliveries carry Standard Webhooks signatures and the answer carries `signingSecret`, shown only this once.
          *
          *     Requires an API key with the `WEBHOOKS` operation.
          */
@@ -343,7 +367,7 @@ export interface paths {
         put?: never;
         /**
          * Create a campaign (draft)
-         * @description Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future, before 9999. A breach of any of these is a 400 naming its field.
+         * @description Creates a DRAFT. The key needs CAMPAIGNS and the campaign's channel (else 401). The text fits the channel (1600 characters on SMS, 3072 on RCS, 4096 on WhatsApp) and names only {{firstName}}, {{lastName}} or {{customFields.<key>}} of a declared field, each with an optional fallback ({{firstName|there}}). mediaIds only on RCS and WhatsApp, each a media of the account (503 while media cannot be checked). Lists: live lists of the account. scheduledAt: in the future. A breach of any of these is a 400 naming its field.
          *
          *     Requires an API key with the `CAMPAIGNS` operation.
          */
@@ -512,6 +536,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/contacts/opt-outs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Find opt-outs
+         * @description The numbers of the account that opted out, per channel, newest first. Campaigns skip them on that channel and inbox replies to them are a 409 `recipient-opted-out`. `phoneNumber` is taken in international format and compared as E.164.
+         *
+         *     Requires an API key with the `CONTACTS` operation.
+         */
+        get: operations["contacts_listOptOuts"];
+        put?: never;
+        /**
+         * Opt a number out
+         * @description The number is never messaged on the channel by this account again (campaigns skip it, inbox replies are a 409) until the opt-out is removed or the end user writes START. Answers 201 with the new opt-out, or 200 with the one that exists (unchanged, whatever its source).
+         *
+         *     Requires an API key with the `CONTACTS` operation.
+         */
+        post: operations["contacts_createOptOut"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/exports": {
         parameters: {
             query?: never;
@@ -665,7 +717,7 @@ export interface paths {
         put?: never;
         /**
          * Reply in a conversation
-         * @description Exactly one of `text` (at most 3072 characters on RCS, 4096 on WhatsApp) and `mediaId` (a media of the account). Answers 202 with the message; its `id` is the customerMessageId under which `GET /messages/status`, the history and the DELIVERY/READ events know it. On WhatsApp more than 24 hours after the last inbound message, nothing is sent and the reply ends CONVERSATION_CLOSED (12). An upstream that refuses the reply is a 502 (nothing stored).
+         * @description Exactly one of `text` (at most 3072 characters on RCS, 4096 on WhatsApp) and `mediaId` (a media of the account). Answers 202 with the message; its `id` is the customerMessageId under which `GET /messages/status`, the history and the DELIVERY/READ events know it. On WhatsApp more than 24 hours after the last inbound message, nothing is sent and the reply ends CONVERSATION_CLOSED (12). A number that opted out of the channel (it wrote STOP, say: `GET /contacts/opt-outs`) is a 409 `recipient-opted-out` and nothing is sent or stored. An upstream that refuses the reply is a 502 (nothing stored).
          *
          *     Requires an API key with the `INBOX` operation.
          */
@@ -1086,6 +1138,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks/delivery-status/secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the webhook's signing secret
+         * @description Makes a new signing secret and answers it as `signingSecret` (shown only this once). For 24 h deliveries carry two signatures, with the new and with the replaced secret, so receivers can switch at their pace; then only the new one. Rotating again within that time drops the older secret at once. 404 when the account has no webhook, 409 when its webhook does not sign (turn signing on with `PUT` and `signed: true`).
+         *
+         *     Requires an API key with the `WEBHOOKS` operation.
+         */
+        post: operations["notifier_rotateSigningSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/campaigns/{id}/cancel": {
         parameters: {
             query?: never;
@@ -1301,6 +1375,8 @@ export interface components {
                 sent: number;
                 /** @description Recipients the upstream refused 3 times. */
                 failed: number;
+                /** @description Recipients never sent to: their number opted out of the channel (at the confirm, or before their batch was sent), or their contact was deleted after the confirm. Once the campaign ends, audience = sent + failed + skipped. */
+                skipped: number;
             };
             pauseReason: string | null;
             /** Format: date-time */
@@ -1322,8 +1398,12 @@ export interface components {
         CampaignPreview: {
             /** @description Recipients if the campaign were confirmed now (the snapshot once confirmed). */
             audience: number;
-            /** @description Messages to send: one per recipient whose text fits the channel. */
+            /** @description Messages to send: one per recipient not opted out whose text fits the channel. */
             messages: number;
+            excluded: {
+                /** @description Recipients whose number opted out of the channel (GET /contacts/opt-outs): never sent to, counted in progress.skipped. */
+                optedOut: number;
+            };
             /** @description Recipients whose placeholder values push their text past the channel's maximum (in characters: Unicode code points): never cut, the sender records them FAILED. */
             tooLong: number;
             /** @description SMS: parts in all (GSM-7: 160, or 153 per part; UCS-2: 70, or 67 per part). Null on RCS and WhatsApp. */
@@ -1403,6 +1483,8 @@ export interface components {
             lastContactType: "SMS" | "RCS" | "WHATSAPP" | null;
             /** @enum {string|null} */
             lastCampaignType: "SMS" | "RCS" | "WHATSAPP" | null;
+            /** @description The channels the contact's phone number opted out of in this account (`GET /contacts/opt-outs`); campaigns skip it there. Read only: it belongs to the number, not the contact. */
+            readonly optedOut: ("SMS" | "RCS" | "WHATSAPP")[];
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -1474,6 +1556,32 @@ export interface components {
         };
         ContactListPage: {
             data: components["schemas"]["ContactList"][];
+            page: number;
+            limit: number;
+            total: number;
+            totalPages: number;
+        };
+        OptOut: {
+            /** @enum {string} */
+            channel: "SMS" | "RCS" | "WHATSAPP";
+            /**
+             * @description E.164
+             * @example +351912345678
+             */
+            phoneNumber: string;
+            /**
+             * @description KEYWORD: the end user wrote STOP (or another opt-out keyword) on RCS or WhatsApp; UPSTREAM: the channel's upstream reported it (an SMS carrier's STOP); API: `POST /contacts/opt-outs`; IMPORT: a contact import's `optedOut` column.
+             * @enum {string}
+             */
+            source: "KEYWORD" | "UPSTREAM" | "API" | "IMPORT";
+            /**
+             * Format: date-time
+             * @description When the opt-out began.
+             */
+            createdAt: string;
+        };
+        OptOutPage: {
+            data: components["schemas"]["OptOut"][];
             page: number;
             limit: number;
             total: number;
@@ -1751,6 +1859,13 @@ export interface components {
             companyId: string;
             /** @example https://hooks.example.com/pgw/delivery */
             callbackUrl: string;
+            /** @description Whether deliveries carry Standard Webhooks signatures. */
+            signed: boolean;
+            /**
+             * @description The signing secret, `whsec_` and 32 random bytes in base64: only in the answer that made it (a signed registration, a PUT that turned signing on, a rotation), never again. Verify deliveries with it, e.g. `new Webhook(secret).verify(body, headers)` of the `standardwebhooks` library.
+             * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw7j0hXQ4tuvE=
+             */
+            signingSecret?: string;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -1851,17 +1966,20 @@ export interface components {
                  * @example Hi {{firstName|there}}, our sale starts today!
                  */
                 text: string;
-                /** @description Media (POST /media) sent with the message: RCS and WhatsApp only. Referenced until the campaign is final, so it cannot be deleted meanwhile. */
+                /**
+                 * @description Media (POST /media) sent with the message: RCS and WhatsApp only. Referenced until the campaign is final, so it cannot be deleted meanwhile.
+                 * @example []
+                 */
                 mediaIds?: string[] | null;
             };
             /**
              * Format: date-time
-             * @description When to start sending (in the future); null or absent: at confirmation.
+             * @description When to start sending (in the future: else 400); a year from 1970 to 9999, no leap second; null or absent: at confirmation.
              */
             scheduledAt?: string | null;
             /** @description The most messages sent per second; null: as fast as the upstream takes them. */
             sendRatePerSecond?: number | null;
-        };
+        } & (unknown & unknown & unknown);
         /** @description At least one of phoneNumber and email. */
         ContactIn: {
             /** @example Ana */
@@ -1930,6 +2048,15 @@ export interface components {
             /** @description Contacts that were in the list already (kept, not duplicated). */
             existing: number;
         };
+        OptOutIn: {
+            /** @enum {string} */
+            channel: "SMS" | "RCS" | "WHATSAPP";
+            /**
+             * @description International format: `+` or `00` and the country code, then a number valid in that country (any spacing); taken as E.164.
+             * @example +351912345678
+             */
+            phoneNumber: string;
+        };
         ContactImportAccepted: {
             /** @example 0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69 */
             importId: string;
@@ -1963,6 +2090,11 @@ export interface components {
             /** @description Contacts in any of these lists. */
             listIds?: number[];
             /**
+             * @description A channel: contacts whose phone number opted out of it (`GET /contacts/opt-outs`). `none`: contacts opted out of no channel.
+             * @enum {string}
+             */
+            optedOut?: "SMS" | "RCS" | "WHATSAPP" | "none";
+            /**
              * @default fullName
              * @enum {string}
              */
@@ -1995,12 +2127,12 @@ export interface components {
             campaignId?: string;
             /**
              * Format: date-time
-             * @description Sent at or after this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.
+             * @description Sent at or after this instant. A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.
              */
             from?: string;
             /**
              * Format: date-time
-             * @description Sent before this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.
+             * @description Sent before this instant. A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400.
              */
             to?: string;
         };
@@ -2044,8 +2176,14 @@ export interface components {
              * @example https://hooks.example.com/pgw/delivery
              */
             callbackUrl: string;
+            /**
+             * @description Sign deliveries (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`). When the webhook becomes signed, the answer carries `signingSecret`, shown only then. On `PUT`, `true` keeps the secret of a webhook already signed, and `false` (also when omitted: PUT replaces the webhook) stops signing and discards its secrets.
+             * @default false
+             */
+            signed?: boolean;
         };
-        UpdateCampaignInBody: {
+        WebhookSecretRotateIn: Record<string, never>;
+        UpdateCampaignInBody: ({
             /** @example Black Friday */
             name?: string;
             /** @enum {string} */
@@ -2058,17 +2196,20 @@ export interface components {
                  * @example Hi {{firstName|there}}, our sale starts today!
                  */
                 text: string;
-                /** @description Media (POST /media) sent with the message: RCS and WhatsApp only. Referenced until the campaign is final, so it cannot be deleted meanwhile. */
+                /**
+                 * @description Media (POST /media) sent with the message: RCS and WhatsApp only. Referenced until the campaign is final, so it cannot be deleted meanwhile.
+                 * @example []
+                 */
                 mediaIds?: string[] | null;
             };
             /**
              * Format: date-time
-             * @description When to start sending (in the future); null or absent: at confirmation.
+             * @description When to start sending (in the future: else 400); a year from 1970 to 9999, no leap second; null or absent: at confirmation.
              */
             scheduledAt?: string | null;
             /** @description The most messages sent per second; null: as fast as the upstream takes them. */
             sendRatePerSecond?: number | null;
-        };
+        } & (unknown & unknown & unknown)) | unknown | unknown | unknown | unknown | unknown | unknown;
         CampaignIdInBody: Record<string, never>;
         /** @description Replaces the contact's fields: a field left out is cleared. At least one of phoneNumber and email. */
         ContactUpdateInBody: {
@@ -2686,7 +2827,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",
@@ -2729,9 +2871,7 @@ export interface operations {
                  *       ],
                  *       "message": {
                  *         "text": "Hi {{firstName|there}}, our sale starts today!",
-                 *         "mediaIds": [
-                 *           "6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
-                 *         ]
+                 *         "mediaIds": []
                  *       },
                  *       "scheduledAt": "2026-11-22T10:00:00Z",
                  *       "sendRatePerSecond": 1
@@ -2771,7 +2911,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",
@@ -2870,6 +3011,9 @@ export interface operations {
                      *       ],
                      *       "lastContactType": "SMS",
                      *       "lastCampaignType": "SMS",
+                     *       "optedOut": [
+                     *         "SMS"
+                     *       ],
                      *       "createdAt": "2026-11-22T10:00:00Z",
                      *       "updatedAt": "2026-11-22T10:00:00Z"
                      *     }
@@ -2944,6 +3088,9 @@ export interface operations {
                      *       ],
                      *       "lastContactType": "SMS",
                      *       "lastCampaignType": "SMS",
+                     *       "optedOut": [
+                     *         "SMS"
+                     *       ],
                      *       "createdAt": "2026-11-22T10:00:00Z",
                      *       "updatedAt": "2026-11-22T10:00:00Z"
                      *     }
@@ -3367,6 +3514,40 @@ export interface operations {
             503: components["responses"]["Problem503"];
         };
     };
+    contacts_removeOptOut: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path: {
+                channel: "SMS" | "RCS" | "WHATSAPP";
+                phoneNumber: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
     media_get: {
         parameters: {
             query?: never;
@@ -3557,6 +3738,8 @@ export interface operations {
                      * @example {
                      *       "companyId": "acme",
                      *       "callbackUrl": "https://hooks.example.com/pgw/delivery",
+                     *       "signed": true,
+                     *       "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw7j0hXQ4tuvE=",
                      *       "createdAt": "2026-11-22T10:00:00Z",
                      *       "updatedAt": "2026-11-22T10:00:00Z"
                      *     }
@@ -3585,7 +3768,8 @@ export interface operations {
             content: {
                 /**
                  * @example {
-                 *       "callbackUrl": "https://hooks.example.com/pgw/delivery"
+                 *       "callbackUrl": "https://hooks.example.com/pgw/delivery",
+                 *       "signed": true
                  *     }
                  */
                 "application/json": components["schemas"]["WebhookIn"];
@@ -3606,6 +3790,8 @@ export interface operations {
                      * @example {
                      *       "companyId": "acme",
                      *       "callbackUrl": "https://hooks.example.com/pgw/delivery",
+                     *       "signed": true,
+                     *       "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw7j0hXQ4tuvE=",
                      *       "createdAt": "2026-11-22T10:00:00Z",
                      *       "updatedAt": "2026-11-22T10:00:00Z"
                      *     }
@@ -3639,7 +3825,8 @@ export interface operations {
             content: {
                 /**
                  * @example {
-                 *       "callbackUrl": "https://hooks.example.com/pgw/delivery"
+                 *       "callbackUrl": "https://hooks.example.com/pgw/delivery",
+                 *       "signed": true
                  *     }
                  */
                 "application/json": components["schemas"]["WebhookIn"];
@@ -3660,6 +3847,8 @@ export interface operations {
                      * @example {
                      *       "companyId": "acme",
                      *       "callbackUrl": "https://hooks.example.com/pgw/delivery",
+                     *       "signed": true,
+                     *       "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw7j0hXQ4tuvE=",
                      *       "createdAt": "2026-11-22T10:00:00Z",
                      *       "updatedAt": "2026-11-22T10:00:00Z"
                      *     }
@@ -3940,7 +4129,8 @@ export interface operations {
                      *           "progress": {
                      *             "audience": 0,
                      *             "sent": 0,
-                     *             "failed": 0
+                     *             "failed": 0,
+                     *             "skipped": 0
                      *           },
                      *           "pauseReason": "string",
                      *           "createdAt": "2026-11-22T10:00:00Z",
@@ -3988,9 +4178,7 @@ export interface operations {
                  *       ],
                  *       "message": {
                  *         "text": "Hi {{firstName|there}}, our sale starts today!",
-                 *         "mediaIds": [
-                 *           "6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
-                 *         ]
+                 *         "mediaIds": []
                  *       },
                  *       "scheduledAt": "2026-11-22T10:00:00Z",
                  *       "sendRatePerSecond": 1
@@ -4030,7 +4218,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",
@@ -4081,6 +4270,9 @@ export interface operations {
                      * @example {
                      *       "audience": 0,
                      *       "messages": 0,
+                     *       "excluded": {
+                     *         "optedOut": 0
+                     *       },
                      *       "tooLong": 0,
                      *       "parts": 0,
                      *       "encodings": {
@@ -4114,9 +4306,9 @@ export interface operations {
             query?: {
                 campaignId?: string;
                 channel?: "SMS" | "RCS" | "WHATSAPP";
-                /** @description Messages sent at or after this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
+                /** @description Messages sent at or after this instant. A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 from?: string;
-                /** @description Messages sent before this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
+                /** @description Messages sent before this instant. A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 to?: string;
             };
             header?: {
@@ -4190,6 +4382,8 @@ export interface operations {
                 search?: string;
                 /** @description Contacts in any of these lists. */
                 listIds?: number[];
+                /** @description A channel: contacts whose phone number opted out of it (`GET /contacts/opt-outs`). `none`: contacts opted out of no channel. */
+                optedOut?: "SMS" | "RCS" | "WHATSAPP" | "none";
                 /** @description 0-based page index. */
                 page?: number;
                 /** @description Page size, at most 1000. */
@@ -4236,6 +4430,9 @@ export interface operations {
                      *           ],
                      *           "lastContactType": "SMS",
                      *           "lastCampaignType": "SMS",
+                     *           "optedOut": [
+                     *             "SMS"
+                     *           ],
                      *           "createdAt": "2026-11-22T10:00:00Z",
                      *           "updatedAt": "2026-11-22T10:00:00Z"
                      *         }
@@ -4315,6 +4512,9 @@ export interface operations {
                      *       ],
                      *       "lastContactType": "SMS",
                      *       "lastCampaignType": "SMS",
+                     *       "optedOut": [
+                     *         "SMS"
+                     *       ],
                      *       "createdAt": "2026-11-22T10:00:00Z",
                      *       "updatedAt": "2026-11-22T10:00:00Z"
                      *     }
@@ -4613,6 +4813,8 @@ export interface operations {
                 gender?: "MALE" | "FEMALE" | "OTHER";
                 /** @description Case-insensitive part of the name, phone number or email. */
                 search?: string;
+                /** @description A channel: contacts whose phone number opted out of it (`GET /contacts/opt-outs`). `none`: contacts opted out of no channel. */
+                optedOut?: "SMS" | "RCS" | "WHATSAPP" | "none";
                 /** @description 0-based page index. */
                 page?: number;
                 /** @description Page size, at most 1000. */
@@ -4661,6 +4863,9 @@ export interface operations {
                      *           ],
                      *           "lastContactType": "SMS",
                      *           "lastCampaignType": "SMS",
+                     *           "optedOut": [
+                     *             "SMS"
+                     *           ],
                      *           "createdAt": "2026-11-22T10:00:00Z",
                      *           "updatedAt": "2026-11-22T10:00:00Z"
                      *         }
@@ -4677,6 +4882,141 @@ export interface operations {
             400: components["responses"]["Problem400"];
             401: components["responses"]["Problem401"];
             404: components["responses"]["Problem404"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
+    contacts_listOptOuts: {
+        parameters: {
+            query?: {
+                channel?: "SMS" | "RCS" | "WHATSAPP";
+                /** @description International format: `+` or `00` and the country code, then a number valid in that country (any spacing); taken as E.164. */
+                phoneNumber?: string;
+                /** @description 0-based page index. */
+                page?: number;
+                /** @description Page size, at most 1000. */
+                limit?: number;
+                sortBy?: "createdAt";
+                sortOrder?: "asc" | "desc";
+            };
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "channel": "SMS",
+                     *           "phoneNumber": "+351912345678",
+                     *           "source": "KEYWORD",
+                     *           "createdAt": "2026-11-22T10:00:00Z"
+                     *         }
+                     *       ],
+                     *       "page": 0,
+                     *       "limit": 1,
+                     *       "total": 0,
+                     *       "totalPages": 0
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OptOutPage"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
+    contacts_createOptOut: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "channel": "SMS",
+                 *       "phoneNumber": "+351912345678"
+                 *     }
+                 */
+                "application/json": components["schemas"]["OptOutIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "channel": "SMS",
+                     *       "phoneNumber": "+351912345678",
+                     *       "source": "KEYWORD",
+                     *       "createdAt": "2026-11-22T10:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OptOut"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "channel": "SMS",
+                     *       "phoneNumber": "+351912345678",
+                     *       "source": "KEYWORD",
+                     *       "createdAt": "2026-11-22T10:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OptOut"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            409: components["responses"]["Problem409"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
+            422: components["responses"]["Problem422"];
             429: components["responses"]["Problem429"];
             500: components["responses"]["Problem500"];
             503: components["responses"]["Problem503"];
@@ -5479,9 +5819,9 @@ export interface operations {
                 /** @description Only messages to this number (E.164). */
                 destination?: string;
                 campaignId?: string;
-                /** @description Sent at or after this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
+                /** @description Sent at or after this instant. A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 from?: string;
-                /** @description Sent before this instant. Between 1970 and 9999; when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
+                /** @description Sent before this instant. A year from 1970 to 9999, as written, and no leap second (the pattern); when both are given, `from` must be before `to` (equal is refused: the range [from, to) would be empty), else 400. */
                 to?: string;
                 /** @description nextCursor of the previous page, as given (any other text is a 400). */
                 cursor?: string;
@@ -6141,6 +6481,7 @@ export interface operations {
                  *       "listIds": [
                  *         42
                  *       ],
+                 *       "optedOut": "SMS",
                  *       "sortBy": "fullName",
                  *       "sortOrder": "asc"
                  *     }
@@ -6377,6 +6718,60 @@ export interface operations {
             503: components["responses"]["Problem503"];
         };
     };
+    notifier_rotateSigningSecret: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your own request id (1-128 of `[A-Za-z0-9._:-]`, e.g. `order-4711`); kept when well-formed, otherwise replaced. Echoed on every answer. */
+                "X-Request-Id"?: components["parameters"]["X-Request-Id"];
+                /** @description 1-255 printable ASCII characters, space to `~` (a UUID made for the request, say); anything else is a 400. A repeat with the same key from the same account within 24 h answers the first answer again without acting twice; the same key with another body is a 422; a repeat while the first is still running is a 409. */
+                "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /** @example {} */
+                "application/json": components["schemas"]["WebhookSecretRotateIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "companyId": "acme",
+                     *       "callbackUrl": "https://hooks.example.com/pgw/delivery",
+                     *       "signed": true,
+                     *       "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw7j0hXQ4tuvE=",
+                     *       "createdAt": "2026-11-22T10:00:00Z",
+                     *       "updatedAt": "2026-11-22T10:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["Problem400"];
+            401: components["responses"]["Problem401"];
+            404: components["responses"]["Problem404"];
+            409: components["responses"]["Problem409"];
+            413: components["responses"]["Problem413"];
+            415: components["responses"]["Problem415"];
+            422: components["responses"]["Problem422"];
+            429: components["responses"]["Problem429"];
+            500: components["responses"]["Problem500"];
+            503: components["responses"]["Problem503"];
+        };
+    };
     campaigns_cancel: {
         parameters: {
             query?: never;
@@ -6426,7 +6821,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",
@@ -6498,7 +6894,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",
@@ -6570,7 +6967,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",
@@ -6642,7 +7040,8 @@ export interface operations {
                      *       "progress": {
                      *         "audience": 0,
                      *         "sent": 0,
-                     *         "failed": 0
+                     *         "failed": 0,
+                     *         "skipped": 0
                      *       },
                      *       "pauseReason": "string",
                      *       "createdAt": "2026-11-22T10:00:00Z",

@@ -18,6 +18,7 @@ import { readFileSync } from "node:fs";
 import { isIP, type LookupFunction } from "node:net";
 import tls from "node:tls";
 import { Pool, type Dispatcher } from "undici";
+import { signatureHeaders, type Signing } from "./notifier.signing";
 import { nonPublicReason } from "./notifier.url";
 
 export const CONNECT_TIMEOUT_MS = 3000;
@@ -134,6 +135,7 @@ class Post implements Dispatcher.DispatchHandler {
     pool: Pool,
     path: string,
     body: string,
+    headers: Record<string, string>,
     private readonly signal: AbortSignal,
   ) {
     this.status = new Promise<number>((resolve, reject) => {
@@ -145,12 +147,17 @@ class Post implements Dispatcher.DispatchHandler {
       return;
     }
     signal.addEventListener("abort", this, { once: true });
-    pool.dispatch({ path, method: "POST", headers: HEADERS, body }, this);
+    pool.dispatch({ path, method: "POST", headers, body }, this);
   }
 
-  /** The attempt's signal aborted (the deadline, or the notifier stopping). */
+  /**
+   * The attempt's signal aborted (the deadline, or the notifier stopping). Before the request has
+   * started (its connection still being made, or queued behind busy ones) there is nothing to
+   * abort yet: the attempt ends now, and onRequestStart aborts the request if it ever starts.
+   */
   handleEvent(): void {
-    this.controller?.abort(new Error("aborted"));
+    if (this.controller) this.controller.abort(new Error("aborted"));
+    else this.settle(new Error("aborted"));
   }
 
   private settle(err: unknown): void {
@@ -298,9 +305,16 @@ export class CallbackClient {
 
   /**
    * POSTs `body` (event JSON) to `callbackUrl`; never throws. Aborting `abort` ends it early
-   * (shutdown); the client aborts it itself at the overall deadline.
+   * (shutdown); the client aborts it itself at the overall deadline. With `signing`, the request
+   * carries the Standard Webhooks headers, timestamped as it leaves (notifier.signing.ts).
    */
-  async post(account: string, callbackUrl: string, body: string, abort: AbortController = new AbortController()): Promise<AttemptResult> {
+  async post(
+    account: string,
+    callbackUrl: string,
+    body: string,
+    abort: AbortController = new AbortController(),
+    signing: Signing | null = null,
+  ): Promise<AttemptResult> {
     const started = performance.now();
     const endpoint = this.parse(callbackUrl);
     if (!endpoint) return result(started, false, null, "the callback URL is not valid");
@@ -318,7 +332,8 @@ export class CallbackClient {
       return result(started, false, null, abort.signal.aborted && !late ? "abandoned: the notifier stopped" : t.error);
     }
     try {
-      const s = await new Post(this.poolFor(account, endpoint, t.address), endpoint.path, body, abort.signal).status;
+      const headers = signing ? { ...HEADERS, ...signatureHeaders(signing, body) } : HEADERS;
+      const s = await new Post(this.poolFor(account, endpoint, t.address), endpoint.path, body, headers, abort.signal).status;
       if (s >= 200 && s < 300) return result(started, true, s, null);
       if (s >= 300 && s < 400) return result(started, false, s, `redirect (HTTP ${s}) not followed`);
       return result(started, false, s, `HTTP ${s}`);

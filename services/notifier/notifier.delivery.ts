@@ -14,8 +14,8 @@
  *   after the message was sent) delete the row; RETRYING sets its next due time,
  *   base * 2^(n-1) + 0-20 % jitter after attempt n failed, base per channel. Every attempt is logged
  *   in webhook_attempts.
- * Housekeeping (any replica, bounded batches): attempts older than 7 days, and events of accounts
- * that have no webhook (nobody to send them to).
+ * Housekeeping (any replica, bounded batches): attempts older than 7 days, events of accounts that
+ * have no webhook (nobody to send them to), and signing secrets whose rotation overlap is over.
  */
 import { randomBytes } from "node:crypto";
 import type { Service } from "moleculer";
@@ -26,7 +26,8 @@ import { Coalesced, EarliestWake } from "../../lib/coalesce";
 import { Jobs, Loops } from "../../lib/jobs";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
 import type { NotifierMetrics, Outcome } from "./notifier.metrics";
-import { OUTBOX, OUTBOX_CLAIM, PURGE_OLD_ATTEMPTS, PURGE_ORPHAN_EVENTS, RECORD } from "./notifier.queries";
+import { OUTBOX, OUTBOX_CLAIM, PURGE_OLD_ATTEMPTS, PURGE_ORPHAN_EVENTS, PURGE_REPLACED_SECRETS, RECORD } from "./notifier.queries";
+import type { SignedEvent, Signer } from "./notifier.signing";
 
 export const MAX_ATTEMPTS = 5;
 export const RETRY_WINDOW_MS = 10 * 24 * 3600 * 1000;
@@ -49,7 +50,7 @@ const PACE_WINDOW_MS = 100;
 
 const BATCH = 5000;
 
-export interface ClaimedEvent {
+export interface ClaimedEvent extends SignedEvent {
   id: string;
   company_id: string;
   channel: string;
@@ -92,6 +93,7 @@ export interface DelivererOptions {
   config: Config;
   sequelize: Sequelize;
   client: CallbackClient;
+  signer: Signer;
   metrics: NotifierMetrics;
   logger: Service["logger"];
   /**
@@ -371,7 +373,12 @@ export class Deliverer {
       this.record({ ...base, err: "not attempted: the message was sent over 10 days ago" });
       return;
     }
-    const r: AttemptResult = await this.o.client.post(ev.company_id, ev.callback_url, ev.payload, abort);
+    // A signed webhook's keys (held in memory, or read once): an unreadable secret fails the attempt unsent.
+    const signing = ev.signing === null ? null : await this.o.signer.signing(ev);
+    const r: AttemptResult =
+      signing && "error" in signing
+        ? { ok: false, httpStatus: null, error: signing.error, durationMs: 0 }
+        : await this.o.client.post(ev.company_id, ev.callback_url, ev.payload, abort, signing);
     if (abort.signal.aborted && !r.ok) return; // abandoned at shutdown: released, not counted
     this.o.metrics.duration.observe(r.durationMs / 1000);
     if (r.ok) {
@@ -422,7 +429,7 @@ export class Deliverer {
     return this.flushing;
   }
 
-  /** Attempts past 7 days, and events of accounts without a webhook, in bounded batches. */
+  /** Attempts past 7 days and events of accounts without a webhook, in bounded batches; replaced signing secrets past their overlap. */
   async housekeeping(): Promise<{ attempts: number; orphans: number }> {
     const seq = this.o.sequelize;
     const drain = async (sql: string) => {
@@ -436,6 +443,7 @@ export class Deliverer {
     };
     const attempts = await drain(PURGE_OLD_ATTEMPTS);
     const orphans = await drain(PURGE_ORPHAN_EVENTS);
+    await seq.query(PURGE_REPLACED_SECRETS);
     return { attempts, orphans };
   }
 }

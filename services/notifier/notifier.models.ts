@@ -1,19 +1,37 @@
 /** The notifier's rows as the service reads them (webhooks, webhook_attempts) and their mappers. */
 import type { AttemptOut, WebhookOut } from "./notifier.schemas";
 
+/** The columns of webhooks a partner reads: never a sealed secret, only whether there is one. */
+export const WEBHOOK_COLUMNS = "company_id, callback_url, created_at, updated_at, signing_secret IS NOT NULL AS signed";
+
 export interface WebhookRow {
   company_id: string;
   callback_url: string;
   created_at: Date;
   updated_at: Date;
+  signed: boolean;
 }
 
-export const toWebhookOut = (r: WebhookRow): WebhookOut => ({
+/** The webhook; `signingSecret` only in the answer that made the secret (never read back). */
+export const toWebhookOut = (r: WebhookRow, signingSecret?: string): WebhookOut => ({
   companyId: r.company_id,
   callbackUrl: r.callback_url,
+  signed: r.signed,
+  ...(signingSecret ? { signingSecret } : {}),
   createdAt: new Date(r.created_at).toISOString(),
   updatedAt: new Date(r.updated_at).toISOString(),
 });
+
+/** A webhook's sealed signing secrets (migrations/20261128-0020-webhook-signing), as a notifier opens them. */
+export interface SigningKeysRow {
+  signing_version: number;
+  signing_key_id: string | null;
+  signing_secret: Buffer | null;
+  previous_signing_key_id: string | null;
+  previous_signing_secret: Buffer | null;
+  /** previous_signing_until, epoch ms. */
+  previous_until: number | null;
+}
 
 /** The columns of webhook_attempts a partner reads. */
 export const ATTEMPT_COLUMNS = "event_type, channel, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome";

@@ -1,29 +1,98 @@
 /** The notifier service's SQL: the account's webhook, its attempts log, and delivery's claim, outcomes and housekeeping (notifier.delivery.ts). */
-import { QueryTypes, type Sequelize } from "sequelize";
+import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
 import type { ClaimSpec, JobTable } from "../../lib/jobs";
-import { ATTEMPT_COLUMNS, toAttemptOut, type AttemptRow, type WebhookRow } from "./notifier.models";
+import { ATTEMPT_COLUMNS, toAttemptOut, WEBHOOK_COLUMNS, type AttemptRow, type SigningKeysRow, type WebhookRow } from "./notifier.models";
 import type { AttemptOut, AttemptsIn } from "./notifier.schemas";
+import type { SealedSecret } from "./notifier.signing";
+
+export type { SigningKeysRow };
 
 /** Attempts are kept (and listed) this many days. */
 export const ATTEMPTS_KEPT_DAYS = 7;
 
-async function one(sequelize: Sequelize, sql: string, bind: unknown[]): Promise<WebhookRow | null> {
-  return (await sequelize.query<WebhookRow>(sql, { bind, type: QueryTypes.SELECT }))[0] ?? null;
+async function one(sequelize: Sequelize, sql: string, bind: unknown[], transaction?: Transaction): Promise<WebhookRow | null> {
+  return (await sequelize.query<WebhookRow>(sql, { bind, type: QueryTypes.SELECT, transaction }))[0] ?? null;
 }
 
-export const findWebhook = (sequelize: Sequelize, companyId: string) => one(sequelize, `SELECT * FROM webhooks WHERE company_id = $1`, [companyId]);
+export const findWebhook = (sequelize: Sequelize, companyId: string) =>
+  one(sequelize, `SELECT ${WEBHOOK_COLUMNS} FROM webhooks WHERE company_id = $1`, [companyId]);
 
-/** The new webhook, or null when the account has one already (left unchanged). */
-export const insertWebhook = (sequelize: Sequelize, companyId: string, url: string) =>
-  one(sequelize, `INSERT INTO webhooks (company_id, callback_url) VALUES ($1, $2) ON CONFLICT (company_id) DO NOTHING RETURNING *`, [companyId, url]);
+/** The new webhook (signed when `secret` is given), or null when the account has one already (left unchanged). */
+export const insertWebhook = (sequelize: Sequelize, companyId: string, url: string, secret: SealedSecret | null) =>
+  one(
+    sequelize,
+    `INSERT INTO webhooks (company_id, callback_url, signing_key_id, signing_secret, signing_version) VALUES ($1, $2, $3, $4, CASE WHEN $4::bytea IS NULL THEN 0 ELSE nextval('webhook_signing_versions') END)
+     ON CONFLICT (company_id) DO NOTHING RETURNING ${WEBHOOK_COLUMNS}`,
+    [companyId, url, secret?.keyId ?? null, secret?.sealed ?? null],
+  );
 
-/** The changed webhook, or null when the account has none. */
-export const updateWebhook = (sequelize: Sequelize, companyId: string, url: string) =>
-  one(sequelize, `UPDATE webhooks SET callback_url = $2, updated_at = now() WHERE company_id = $1 RETURNING *`, [companyId, url]);
+const UNSIGN = `signing_key_id = NULL, signing_secret = NULL, previous_signing_key_id = NULL, previous_signing_secret = NULL, previous_signing_until = NULL`;
 
-/** The removed webhook, or null when the account had none. */
-export const deleteWebhook = (sequelize: Sequelize, companyId: string) => one(sequelize, `DELETE FROM webhooks WHERE company_id = $1 RETURNING *`, [companyId]);
+/**
+ * Replaces the webhook's URL and whether it signs, or null when the account has none. `seal` (given
+ * when it is to sign) makes a secret only when it did not sign yet (`fresh`); an unsigned one loses
+ * its secrets. The row is locked meanwhile, so concurrent changes apply one after the other.
+ */
+export function updateWebhook(
+  sequelize: Sequelize,
+  companyId: string,
+  url: string,
+  seal: (() => SealedSecret) | null,
+): Promise<{ row: WebhookRow; fresh: boolean } | null> {
+  return sequelize.transaction(async (transaction) => {
+    const [now] = await sequelize.query<{ signed: boolean }>(`SELECT signing_secret IS NOT NULL AS signed FROM webhooks WHERE company_id = $1 FOR UPDATE`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+      transaction,
+    });
+    if (!now) return null;
+    const bind: unknown[] = [companyId, url];
+    let set = "";
+    const fresh = seal !== null && !now.signed;
+    if (fresh) {
+      const s = seal();
+      bind.push(s.keyId, s.sealed);
+      set = `, signing_key_id = $3, signing_secret = $4, signing_version = nextval('webhook_signing_versions')`;
+    } else if (seal === null && now.signed) set = `, ${UNSIGN}, signing_version = nextval('webhook_signing_versions')`;
+    const row = await one(
+      sequelize,
+      `UPDATE webhooks SET callback_url = $2, updated_at = now()${set} WHERE company_id = $1 RETURNING ${WEBHOOK_COLUMNS}`,
+      bind,
+      transaction,
+    );
+    return { row: row!, fresh };
+  });
+}
+
+/**
+ * Rotation: `secret` becomes the signing secret, the one it replaces stays in force for `overlapMs`
+ * (a previous one still in force is dropped). Null when the account's webhook does not sign (or there is none).
+ */
+export const rotateSigningSecret = (sequelize: Sequelize, companyId: string, secret: SealedSecret, overlapMs: number) =>
+  one(
+    sequelize,
+    `UPDATE webhooks SET previous_signing_key_id = signing_key_id, previous_signing_secret = signing_secret,
+            previous_signing_until = now() + make_interval(secs => $4::float8 / 1000),
+            signing_key_id = $2, signing_secret = $3, signing_version = nextval('webhook_signing_versions'), updated_at = now()
+      WHERE company_id = $1 AND signing_secret IS NOT NULL RETURNING ${WEBHOOK_COLUMNS}`,
+    [companyId, secret.keyId, secret.sealed, overlapMs],
+  );
+
+/** The removed webhook, or null when the account had none (its secrets go with it). */
+export const deleteWebhook = (sequelize: Sequelize, companyId: string) =>
+  one(sequelize, `DELETE FROM webhooks WHERE company_id = $1 RETURNING ${WEBHOOK_COLUMNS}`, [companyId]);
+
+/** The account's sealed signing secrets, as a notifier opens them to sign (null: no webhook). */
+export async function signingKeys(sequelize: Sequelize, companyId: string): Promise<SigningKeysRow | null> {
+  const rows = await sequelize.query<SigningKeysRow>(
+    `SELECT signing_version, signing_key_id, signing_secret, previous_signing_key_id, previous_signing_secret,
+            EXTRACT(EPOCH FROM previous_signing_until)::float8 * 1000 AS previous_until
+       FROM webhooks WHERE company_id = $1`,
+    { bind: [companyId], type: QueryTypes.SELECT },
+  );
+  return rows[0] ?? null;
+}
 
 /** A page of the account's attempts of the last ATTEMPTS_KEPT_DAYS days, newest first. */
 export function attemptsPage(sequelize: Sequelize, companyId: string, { page, limit, messageId, outcome }: AttemptsIn): Promise<Page<AttemptOut>> {
@@ -45,12 +114,13 @@ export const OUTBOX: JobTable = { table: "outbox_events", alias: "o", key: "id",
 /**
  * Per account with a webhook (in random order), its due events up to its free slots ($1: account ->
  * slots, $2: slots of an account not held here), $3 in all; $4: the lease (ms), $5: the claim's token.
+ * A signed webhook's events also carry its signing_version and their identity (notifier.signing.ts).
  */
 export const OUTBOX_CLAIM: ClaimSpec = {
   as: "c",
   candidates: `
-    SELECT e.id, w.callback_url
-      FROM (SELECT company_id, callback_url FROM webhooks ORDER BY random()) w
+    SELECT e.id, w.callback_url, w.signing
+      FROM (SELECT company_id, callback_url, CASE WHEN signing_secret IS NOT NULL THEN signing_version END AS signing FROM webhooks ORDER BY random()) w
       CROSS JOIN LATERAL (
         SELECT o.id FROM outbox_events o
          WHERE o.company_id = w.company_id AND o.due_at <= now() AND (o.leased_until IS NULL OR o.leased_until <= now())
@@ -62,7 +132,8 @@ export const OUTBOX_CLAIM: ClaimSpec = {
   owner: "$5",
   returning: `o.id, o.company_id, o.channel, o.payload::text AS payload, o.attempts,
             EXTRACT(EPOCH FROM COALESCE(o.message_sent_at, o.created_at))::float8 * 1000 AS sent_at_ms,
-            EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url`,
+            EXTRACT(EPOCH FROM o.created_at)::float8 * 1000 AS created_at_ms, c.callback_url, c.signing,
+            CASE WHEN c.signing IS NOT NULL THEN jsonb_build_array(o.channel, o.event_type, o.message_id, o.num_part)::text END AS identity`,
 };
 
 /**
@@ -92,3 +163,7 @@ export const PURGE_OLD_ATTEMPTS = `DELETE FROM webhook_attempts WHERE id IN (SEL
 /** Housekeeping: events of accounts that have no webhook (nobody to send them to). */
 export const PURGE_ORPHAN_EVENTS = `DELETE FROM outbox_events WHERE id IN (
          SELECT o.id FROM outbox_events o WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = o.company_id) LIMIT $1 FOR UPDATE SKIP LOCKED)`;
+
+/** Housekeeping: secrets a rotation replaced, once their overlap is over (deliveries stopped using them then). */
+export const PURGE_REPLACED_SECRETS = `UPDATE webhooks SET previous_signing_key_id = NULL, previous_signing_secret = NULL, previous_signing_until = NULL
+  WHERE previous_signing_until < now()`;

@@ -8,10 +8,29 @@ import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
  * (any case), a host or a bracketed IPv6 literal without credentials, port 443 or 8443 if any, no
  * fragment, no white space. The host's resolution is checked by the service alone.
  */
-export const CALLBACK_URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]://(\\[[0-9A-Fa-f:.]+\\]|[^\\s/?#@:\\[\\]\\\\]+)(:(443|8443))?([/?][^\\s#]*)?$";
+const H = "[0-9A-Fa-f]{1,4}";
+const V4 = "((25[0-5]|(2[0-4]|1?[0-9])?[0-9])\\.){3}(25[0-5]|(2[0-4]|1?[0-9])?[0-9])";
+/** An IPv6 address as RFC 4291 writes it (with :: and a trailing IPv4 form), nothing else in the brackets. */
+const IPV6 = [
+  `(${H}:){7}${H}`,
+  `(${H}:){1,7}:`,
+  `(${H}:){1,6}:${H}`,
+  `(${H}:){1,5}(:${H}){1,2}`,
+  `(${H}:){1,4}(:${H}){1,3}`,
+  `(${H}:){1,3}(:${H}){1,4}`,
+  `(${H}:){1,2}(:${H}){1,5}`,
+  `${H}:(:${H}){1,6}`,
+  `:((:${H}){1,7}|:)`,
+  `::([Ff]{4}(:0{1,4})?:)?${V4}`,
+  `(${H}:){1,4}:${V4}`,
+].join("|");
+/** A host name: none of the code points the URL standard forbids in a host (controls, space, #%/:<>?@[\\]^|). */
+const HOST = "[^\\s\\u0000-\\u001f\\u007f/?#@:<>^|%\\[\\]\\\\]+";
+export const CALLBACK_URL_PATTERN = `^[Hh][Tt][Tt][Pp][Ss]://(\\[(${IPV6})\\]|${HOST})(:(443|8443))?([/?][^\\s#]*)?$`;
 
 export interface WebhookIn {
   callbackUrl: string;
+  signed?: boolean;
 }
 
 export const webhookIn = {
@@ -30,28 +49,50 @@ export const webhookIn = {
         "An absolute URL: https, port 443 or 8443, no credentials, no fragment (the pattern says so); and the host must resolve, only to publicly reachable addresses (checked when it is set: a 400 otherwise).",
       examples: ["https://hooks.example.com/pgw/delivery"],
     },
+    signed: {
+      type: "boolean",
+      default: false,
+      description:
+        "Sign deliveries (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`). When the webhook becomes signed, the answer carries `signingSecret`, shown only then. On `PUT`, `true` keeps the secret of a webhook already signed, and `false` (also when omitted: PUT replaces the webhook) stops signing and discards its secrets.",
+    },
   },
 };
 
 export interface WebhookOut {
   companyId: string;
   callbackUrl: string;
+  signed: boolean;
+  signingSecret?: string;
   createdAt: string;
   updatedAt: string;
 }
+
+/** `whsec_` and 32 bytes in standard base64. */
+export const SIGNING_SECRET_PATTERN = "^whsec_[A-Za-z0-9+/]{43}=$";
 
 export const webhookOut = {
   $id: "Webhook",
   type: "object",
   additionalProperties: false,
-  required: ["companyId", "callbackUrl", "createdAt", "updatedAt"],
+  required: ["companyId", "callbackUrl", "signed", "createdAt", "updatedAt"],
   properties: {
     companyId: { type: "string", examples: ["acme"] },
     callbackUrl: { type: "string", examples: ["https://hooks.example.com/pgw/delivery"] },
+    signed: { type: "boolean", description: "Whether deliveries carry Standard Webhooks signatures." },
+    signingSecret: {
+      type: "string",
+      pattern: SIGNING_SECRET_PATTERN,
+      description:
+        "The signing secret, `whsec_` and 32 random bytes in base64: only in the answer that made it (a signed registration, a PUT that turned signing on, a rotation), never again. Verify deliveries with it, e.g. `new Webhook(secret).verify(body, headers)` of the `standardwebhooks` library.",
+      examples: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw7j0hXQ4tuvE="],
+    },
     createdAt: { type: "string", format: "date-time" },
     updatedAt: { type: "string", format: "date-time" },
   },
 };
+
+/** POST /webhooks/delivery-status/secret takes no parameters. */
+export const rotateSecretIn = { $id: "WebhookSecretRotateIn", type: "object", additionalProperties: false, properties: {} };
 
 /** Query of GET /webhooks/delivery-status/attempts. */
 export interface AttemptsIn {

@@ -2,7 +2,9 @@
  * notifier: the account's delivery-status webhook (spec parts 2, 4 and 6; contract section 4).
  * Registration validates the callback URL by the rules of spec part 6 (notifier.url.ts); every
  * replica delivers events from the outbox (notifier.delivery.ts) through the pinned-address client
- * (notifier.client.ts), and partners read the attempts log.
+ * (notifier.client.ts), and partners read the attempts log. A webhook may sign its deliveries
+ * (contract section 8, notifier.signing.ts): its secret is shown once, sealed at rest, rotated with
+ * an overlap (WEBHOOK_SECRET_OVERLAP_MS).
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { QueryTypes } from "sequelize";
@@ -18,11 +20,12 @@ import { OUTBOX_WRITTEN } from "./notifier.contract";
 import { Deliverer } from "./notifier.delivery";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
-import { ATTEMPTS_KEPT_DAYS, attemptsPage, deleteWebhook, findWebhook, insertWebhook, updateWebhook } from "./notifier.queries";
+import { ATTEMPTS_KEPT_DAYS, attemptsPage, deleteWebhook, findWebhook, insertWebhook, rotateSigningSecret, updateWebhook } from "./notifier.queries";
 import {
   attemptPage,
   attemptsIn,
   housekeepIn,
+  rotateSecretIn,
   webhookIn,
   webhookOut,
   type AttemptOut,
@@ -30,11 +33,13 @@ import {
   type WebhookIn,
   type WebhookOut,
 } from "./notifier.schemas";
+import { newSigningSecret, Signer } from "./notifier.signing";
 import { CallbackUrlError, validateCallbackUrl } from "./notifier.url";
 
 interface NotifierVars {
   deliverer: Deliverer;
   client: CallbackClient;
+  signer: Signer;
 }
 type NotifierThis = Service<ApiServiceSettings> & NotifierVars;
 
@@ -81,35 +86,63 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         operation: "WEBHOOKS",
         summary: "Register the delivery-status webhook",
         description:
-          "One webhook per account. The URL must use https on port 443 or 8443, carry no credentials and no fragment, and its host must resolve only to publicly reachable addresses.",
+          "One webhook per account. The URL must use https on port 443 or 8443, carry no credentials and no fragment, and its host must resolve only to publicly reachable addresses. With `signed: true` deliveries carry Standard Webhooks signatures and the answer carries `signingSecret`, shown only this once.",
         tag: "webhooks",
         params: webhookIn,
         responses: { 201: webhookOut },
         errors: [400, 409],
-        async handler(ctx: Context<WebhookIn, AuthMeta & { $statusCode?: number; $location?: string }>): Promise<WebhookOut> {
+        async handler(this: NotifierThis, ctx: Context<WebhookIn, AuthMeta & { $statusCode?: number; $location?: string }>): Promise<WebhookOut> {
+          const { companyId } = ctx.meta;
           const url = await checked(ctx.params.callbackUrl);
-          const row = await insertWebhook(sequelize, ctx.meta.companyId, url);
+          const secret = ctx.params.signed === true ? newSigningSecret() : null;
+          const row = await insertWebhook(sequelize, companyId, url, secret ? this.signer.seal(companyId, secret) : null);
           if (!row) throw new ApiError("WEBHOOK_EXISTS", "A delivery-status webhook is already configured; change it with PUT or remove it with DELETE.");
           ctx.meta.$statusCode = 201;
           ctx.meta.$location = `${API_PREFIX}/webhooks/delivery-status`;
-          return toWebhookOut(row);
+          return toWebhookOut(row, secret ?? undefined);
         },
       }),
 
-      /** Replaces the callback URL of the account's webhook. */
+      /** Replaces the account's webhook: its callback URL, and whether it signs (a secret made when it starts, dropped when it stops). */
       updateWebhook: apiAction({
         rest: "PUT /webhooks/delivery-status",
         operation: "WEBHOOKS",
-        summary: "Change the delivery-status webhook's URL",
+        summary: "Change the delivery-status webhook",
+        description:
+          "Replaces the webhook's URL and `signed`. `signed: true` on a webhook that did not sign makes a secret and answers it as `signingSecret` (shown only this once); on one that signs already it keeps the secret (no `signingSecret` in the answer). `signed: false`, or no `signed`, stops signing and discards the secrets.",
         tag: "webhooks",
         params: webhookIn,
         responses: { 200: webhookOut },
         errors: [400, 404],
-        async handler(ctx: Context<WebhookIn, AuthMeta>): Promise<WebhookOut> {
+        async handler(this: NotifierThis, ctx: Context<WebhookIn, AuthMeta>): Promise<WebhookOut> {
+          const { companyId } = ctx.meta;
           const url = await checked(ctx.params.callbackUrl);
-          const row = await updateWebhook(sequelize, ctx.meta.companyId, url);
-          if (!row) throw notConfigured();
-          return toWebhookOut(row);
+          let secret: string | null = null;
+          const seal = () => this.signer.seal(companyId, (secret = newSigningSecret()));
+          const res = await updateWebhook(sequelize, companyId, url, ctx.params.signed === true ? seal : null);
+          if (!res) throw notConfigured();
+          return toWebhookOut(res.row, res.fresh && secret ? secret : undefined);
+        },
+      }),
+
+      /** Rotates the signing secret: answers the new one; the one it replaces still signs for WEBHOOK_SECRET_OVERLAP_MS. */
+      rotateSigningSecret: apiAction({
+        rest: "POST /webhooks/delivery-status/secret",
+        operation: "WEBHOOKS",
+        summary: "Rotate the webhook's signing secret",
+        description:
+          "Makes a new signing secret and answers it as `signingSecret` (shown only this once). For 24 h deliveries carry two signatures, with the new and with the replaced secret, so receivers can switch at their pace; then only the new one. Rotating again within that time drops the older secret at once. 404 when the account has no webhook, 409 when its webhook does not sign (turn signing on with `PUT` and `signed: true`).",
+        tag: "webhooks",
+        params: rotateSecretIn,
+        responses: { 200: webhookOut },
+        errors: [404, 409],
+        async handler(this: NotifierThis, ctx: Context<unknown, AuthMeta>): Promise<WebhookOut> {
+          const { companyId } = ctx.meta;
+          const secret = newSigningSecret();
+          const row = await rotateSigningSecret(sequelize, companyId, this.signer.seal(companyId, secret), config.webhookSecretOverlapMs);
+          if (row) return toWebhookOut(row, secret);
+          if (!(await findWebhook(sequelize, companyId))) throw notConfigured();
+          throw new ApiError("WEBHOOK_NOT_SIGNED", "The delivery-status webhook does not sign its deliveries; turn signing on with PUT and signed: true.");
         },
       }),
 
@@ -183,13 +216,14 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
 
     created(this: NotifierThis) {
       const metrics = new NotifierMetrics(sequelize);
+      this.signer = new Signer({ config, sequelize, logger: this.logger });
       addNodeRegistry(this.broker, metrics.registry);
       this.client = new CallbackClient({
         allowPrivate: config.webhookAllowPrivateTargets,
         extraCaFile: config.extraCaCerts,
         connections: config.notifierEndpointConcurrency,
       });
-      this.deliverer = new Deliverer({ config, sequelize, client: this.client, metrics, logger: this.logger, prepare: !db.embedded });
+      this.deliverer = new Deliverer({ config, sequelize, client: this.client, signer: this.signer, metrics, logger: this.logger, prepare: !db.embedded });
     },
 
     started(this: NotifierThis) {

@@ -2,7 +2,7 @@
 import { QueryTypes, type Sequelize } from "sequelize";
 import { ApiError } from "../../lib/errors";
 import { queryPage, type Page } from "../../lib/paging";
-import type { Sealed } from "./profiles.crypto";
+import type { Sealed } from "../../lib/secrets";
 import { PROFILE_COLUMNS, TOKEN_COLUMNS, toProfileOut, type ProfileRow, type TokenRow } from "./profiles.models";
 import type { ListProfilesIn, Network, ProfileOut } from "./profiles.schemas";
 

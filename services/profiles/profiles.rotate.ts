@@ -10,8 +10,8 @@
  * key are counted again and walked again (up to `maxPasses` walks); what is still left is `remaining`.
  */
 import { QueryTypes, type Sequelize } from "sequelize";
-import { profileAad, SecretUnreadableError, type SecretBox } from "./profiles.crypto";
-import { TOKEN_COLUMNS, toSealed, type TokenRow } from "./profiles.models";
+import { SecretUnreadableError, type SecretBox } from "../../lib/secrets";
+import { profileAad, TOKEN_COLUMNS, toSealed, type TokenRow } from "./profiles.models";
 
 export interface RotateResult {
   rotated: number;

@@ -24,7 +24,7 @@ describe("registration", () => {
     expectProblem(await a.api.get("/webhooks/delivery-status"), 404);
     const created = await a.api.post("/webhooks/delivery-status", { callbackUrl: PUBLIC });
     expect(created.status).toBe(201);
-    expect(created.body).toEqual({ companyId: a.companyId, callbackUrl: PUBLIC, createdAt: expect.any(String), updatedAt: expect.any(String) });
+    expect(created.body).toEqual({ companyId: a.companyId, callbackUrl: PUBLIC, signed: false, createdAt: expect.any(String), updatedAt: expect.any(String) });
     expect((await a.api.get("/webhooks/delivery-status")).body).toEqual(created.body);
     expectProblem(await a.api.post("/webhooks/delivery-status", { callbackUrl: "https://93.184.216.35/other" }), 409);
     expect((await a.api.get("/webhooks/delivery-status")).body.callbackUrl).toBe(PUBLIC);

@@ -20,7 +20,7 @@ import { QueryTypes } from "sequelize";
 import { API_PREFIX } from "../../lib/api";
 import { createKey } from "../../services/auth/auth.keys";
 import { defineAuthModels } from "../../services/auth/auth.models";
-import { uid } from "../helpers/app";
+import { TEST_SECRETS_KEY, uid } from "../helpers/app";
 import { inboundIn, messageIn, smsReceiptIn } from "../helpers/builders";
 import { campaignIn } from "../helpers/campaigns";
 import { createTestDatabase, REQUIRE_REAL, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
@@ -82,6 +82,7 @@ async function notifierNode(): Promise<ChildProcess> {
       ...common(),
       SERVICES: "notifier",
       NODE_ID: `faults-notifier-${uid("p")}`,
+      SECRETS_KEY: TEST_SECRETS_KEY,
       WEBHOOK_ALLOW_PRIVATE_TARGETS: "true",
       NODE_EXTRA_CA_CERTS: ca.file,
       NOTIFIER_LEASE_MS: String(NOTIFIER_LEASE_MS),

@@ -5,7 +5,7 @@
  */
 import { once } from "node:events";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
 import { CallbackClient } from "../../services/notifier/notifier.client";
 import { RECEIVER_NAME, startReceiver, testCa, type Receiver } from "../helpers/receiver";
 
@@ -146,6 +146,29 @@ describe("callback client", () => {
     } finally {
       server.closeAllConnections();
       server.close();
+    }
+  });
+
+  it("ends an attempt aborted while its connection is still being made, or queued behind busy ones", async () => {
+    // Takes TCP connections and never speaks: the TLS handshake (part of connecting) never ends.
+    const sockets = new Set<net.Socket>();
+    const silent = net.createServer((s) => sockets.add(s));
+    silent.listen(0, "127.0.0.1");
+    await once(silent, "listening");
+    const url = `https://127.0.0.1:${(silent.address() as AddressInfo).port}/silent`;
+    try {
+      const c = await client(true); // 2 connections: the third attempt waits for one of them
+      const aborts = [new AbortController(), new AbortController(), new AbortController()];
+      const pending = aborts.map((a) => c.post("acme", url, "{}", a));
+      await new Promise((r) => setTimeout(r, 200));
+      for (const a of aborts) a.abort();
+      for (const res of await Promise.all(pending)) {
+        expect(res).toMatchObject({ ok: false, httpStatus: null, error: "abandoned: the notifier stopped" });
+        expect(res.durationMs).toBeLessThan(1000); // not the 3 s a connection may take
+      }
+    } finally {
+      for (const s of sockets) s.destroy();
+      silent.close();
     }
   });
 });

@@ -22,6 +22,7 @@ describe("loadConfig", () => {
       notifierRetryDelaySmsMs: 300000,
       notifierRetryDelayRcsWhatsappMs: 600000,
       webhookAllowPrivateTargets: false,
+      webhookSecretOverlapMs: 86400000,
       upstreamMode: "simulator",
       upstreamSmsUrl: null,
       upstreamConnectTimeoutMs: 3000,
@@ -197,6 +198,8 @@ describe("loadConfig", () => {
     const cluster = { TRANSPORTER: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://p@h/db" };
     expect(() => loadConfig({ ...cluster, SERVICES: "profiles" })).toThrow(/Cluster mode refused: TRANSPORTER is set but SECRETS_KEY is not/);
     expect(() => loadConfig({ ...cluster, SERVICES: "gateway,profiles" })).toThrow(/SECRETS_KEY/);
+    // Notifiers seal and open webhook signing secrets: every one needs the shared key too.
+    expect(() => loadConfig({ ...cluster, SERVICES: "notifier" })).toThrow(/SECRETS_KEY is not; every notifier node must encrypt secrets/);
     // Nodes without profiles need no key; embedded mode generates one into DATA_DIR.
     expect(loadConfig({ ...cluster, SERVICES: "gateway,auth" }).secretsKey).toBeNull();
     expect(loadConfig({ SERVICES: "profiles" }).secretsKey).toBeNull();

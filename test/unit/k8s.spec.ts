@@ -209,6 +209,8 @@ describe.each(["production", "demo"] as const)("the %s overlay", (overlay) => {
     expect(envOf(c("tracking"), "INTERNAL_TOKEN").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-internal", key: "token" });
     expect(envOf(c("exports"), "EXPORT_SIGNING_KEY").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-exports", key: "signing-key" });
     expect(envOf(c("auth-profiles"), "SECRETS_KEY").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-secrets", key: "secrets-key" });
+    // Webhook signing secrets are sealed under the same key.
+    expect(envOf(c("notifier"), "SECRETS_KEY").valueFrom.secretKeyRef).toEqual({ name: "partner-gateway-secrets", key: "secrets-key" });
   });
 
   it("starts every node: lib/config.ts accepts each container's environment (ConfigMap, its own values, its Secrets)", () => {

@@ -1,21 +1,22 @@
 /**
- * Access tokens at rest: AES-256-GCM under SECRETS_KEY (32 bytes), a fresh 96-bit IV per sealing,
- * and additional authenticated data naming the row (account and profile id), so that a ciphertext
- * copied to another row does not open. Every sealed token records the id of the key that wrote it
- * (the first 8 bytes of the key's SHA-256, hex); SECRETS_KEY_PREVIOUS only opens, so keys rotate
- * without downtime in two rolls (README "Rotating SECRETS_KEY": old + previous new, then new +
- * previous old, then `npm run admin -- secrets:rotate` re-seals under the current key).
+ * Secrets at rest (social-profile access tokens, webhook signing secrets): AES-256-GCM under
+ * SECRETS_KEY (32 bytes), a fresh 96-bit IV per sealing, and additional authenticated data naming
+ * the row that holds the secret (each owner builds its own), so that a ciphertext copied to another
+ * row does not open. Every sealed secret records the id of the key that wrote it (the first 8 bytes
+ * of the key's SHA-256, hex); SECRETS_KEY_PREVIOUS only opens, so keys rotate without downtime in
+ * two rolls (README "Rotating SECRETS_KEY": old + previous new, then new + previous old, then
+ * `npm run admin -- secrets:rotate` re-seals under the current key).
  * When SECRETS_KEY is unset (embedded mode only; lib/config.ts refuses a cluster node without it)
  * the key is generated once into DATA_DIR/secrets.key (mode 0600).
  */
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
 import path from "node:path";
-import type { Config } from "../../lib/config";
-import { keyFileOnce, readKeyFile } from "../../lib/key-file";
+import type { Config } from "./config";
+import { keyFileOnce, readKeyFile } from "./key-file";
 
 export const SECRETS_KEY_FILE = "secrets.key";
 
-/** A token as stored: the key that sealed it and the three parts of the GCM output. */
+/** A secret as stored: the key that sealed it and the three parts of the GCM output. */
 export interface Sealed {
   keyId: string;
   iv: Buffer;
@@ -23,7 +24,18 @@ export interface Sealed {
   ciphertext: Buffer;
 }
 
-/** Why a token cannot be opened; its message never carries the token, only ids. */
+/** A sealed secret in one column: IV (12 bytes), tag (16), then the ciphertext; its key id is kept beside it. */
+export const packSealed = (s: Sealed): Buffer => Buffer.concat([s.iv, s.tag, s.ciphertext]);
+
+/** The packed column back as a Sealed (a column too short to hold IV and tag opens as not authentic). */
+export const unpackSealed = (keyId: string, packed: Buffer): Sealed => ({
+  keyId,
+  iv: packed.subarray(0, 12),
+  tag: packed.subarray(12, 28),
+  ciphertext: packed.subarray(28),
+});
+
+/** Why a secret cannot be opened; its message never carries the secret, only ids. */
 export class SecretUnreadableError extends Error {
   override name = "SecretUnreadableError";
   constructor(
@@ -40,9 +52,6 @@ export class SecretUnreadableError extends Error {
 
 /** The id recorded with every ciphertext: the first 8 bytes of the key's SHA-256, hex. */
 export const keyIdOf = (key: Buffer): string => createHash("sha256").update(key).digest().subarray(0, 8).toString("hex");
-
-/** The additional authenticated data binding a token to its row. */
-export const profileAad = (companyId: string, profileId: string): Buffer => Buffer.from(JSON.stringify(["social_profiles", companyId, profileId]), "utf8");
 
 /** 32 bytes in standard base64, as SECRETS_KEY and SECRETS_KEY_PREVIOUS are checked by lib/config.ts. */
 const KEY_BASE64 = /^[A-Za-z0-9+/]{43}=?$/;
@@ -74,7 +83,7 @@ export class SecretBox {
     return { keyId: this.currentKeyId, iv, tag: cipher.getAuthTag(), ciphertext };
   }
 
-  /** The token, or SecretUnreadableError (unknown key id, or not authentic under its key and AAD). */
+  /** The secret, or SecretUnreadableError (unknown key id, or not authentic under its key and AAD). */
   open(sealed: Sealed, aad: Buffer): string {
     const key = this.keys.get(sealed.keyId);
     if (!key) throw new SecretUnreadableError("UNKNOWN_KEY", sealed.keyId);
@@ -116,13 +125,13 @@ export function secretBox(config: KeyConfig, opts: { create?: boolean } = {}): S
 /**
  * Why `secrets:rotate` must not run with these settings, or null. It never creates a key: SECRETS_KEY
  * is required with DATABASE_URL or SECRETS_KEY_PREVIOUS (a key generated here would re-encrypt every
- * token under a key no node has); otherwise (embedded) DATA_DIR's key file must already exist. The
+ * secret under a key no node has); otherwise (embedded) DATA_DIR's key file must already exist. The
  * two keys must differ.
  */
 export function rotationKeyProblem(config: KeyConfig & Pick<Config, "databaseUrl">): string | null {
   if (!config.secretsKey) {
     if (config.databaseUrl)
-      return "SECRETS_KEY is not set; with DATABASE_URL, secrets:rotate needs the key every profiles node uses (SECRETS_KEY, and SECRETS_KEY_PREVIOUS)";
+      return "SECRETS_KEY is not set; with DATABASE_URL, secrets:rotate needs the key every profiles and notifier node uses (SECRETS_KEY, and SECRETS_KEY_PREVIOUS)";
     if (config.secretsKeyPrevious) return "SECRETS_KEY_PREVIOUS is set but SECRETS_KEY is not; set SECRETS_KEY to the new key";
     let stored: string | null;
     try {

@@ -1,5 +1,5 @@
 /**
- * The sealing of social-profile tokens (services/profiles/profiles.crypto.ts) and key files
+ * The sealing of secrets at rest (lib/secrets.ts), here social-profile tokens, and key files
  * generated once into DATA_DIR (lib/key-file.ts): what keeps a stored token secret and bound to
  * its row, and what lets keys rotate.
  */
@@ -11,7 +11,8 @@ import path from "node:path";
 import { createCipheriv } from "node:crypto";
 import { keyFileOnce, readKeyFile } from "../../lib/key-file";
 import { signingKey } from "../../services/exports/exports.signing";
-import { keyIdOf, profileAad, SecretBox, secretBox, SecretUnreadableError, SECRETS_KEY_FILE } from "../../services/profiles/profiles.crypto";
+import { keyIdOf, SecretBox, secretBox, SecretUnreadableError, SECRETS_KEY_FILE } from "../../lib/secrets";
+import { profileAad } from "../../services/profiles/profiles.models";
 
 const key = () => randomBytes(32);
 const AAD = profileAad("acme", "5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10");
