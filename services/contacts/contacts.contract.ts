@@ -2,7 +2,10 @@
  * What other services may import from contacts: the contact filters of GET /contacts (schema pieces
  * and types) and the read-side query builders that turn them into SQL (contactWhere, contactOrder),
  * which contact exports reuse. Every filter an index can serve, named replacements only, and every
- * refusal a 400 naming its parameter.
+ * refusal a 400 naming its parameter. Opt-outs (contract section 7; the table `opt_outs` is this
+ * service's alone): `optedOutSql`, the condition campaigns and inbox check before they send, and
+ * the body of `contacts.applyOptOuts`, through which inbox (keywords) and tracking's ingress
+ * (upstream reports) hand changes over.
  */
 import { CHANNELS, type Channel } from "../../lib/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
@@ -49,6 +52,7 @@ export interface ContactFilters {
   gender?: Gender;
   search?: string;
   listIds?: number[];
+  optedOut?: Channel | "none";
   [customField: `customFields.${string}`]: string;
 }
 /** The filters of GET /contacts (also of a list's contacts and, later, of contact exports). */
@@ -72,7 +76,22 @@ export const contactFilterProperties = {
   gender: { type: "string", enum: [...GENDERS] },
   search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name, phone number or email." },
   listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Contacts in any of these lists." },
+  optedOut: {
+    type: "string",
+    enum: [...CHANNELS, "none"],
+    description: "A channel: contacts whose phone number opted out of it (`GET /contacts/opt-outs`). `none`: contacts opted out of no channel.",
+  },
 } as const;
+
+/**
+ * Over alias `o` (opt_outs) beside alias `c` (contacts): an active opt-out of the contact's number,
+ * on any channel. The channels are spelled out so that each is one probe of the primary key.
+ */
+const OPTED_OUT_OF_ANY = `o.company_id = c.company_id AND o.channel IN (${CHANNELS.map((ch) => `'${ch}'`).join(", ")}) AND o.phone_number = c.phone_number AND o.opted_out`;
+
+/** A contact's `optedOut` (contract section 7), over alias `c`: the channels its number opted out of, in CHANNELS order. */
+export const CONTACT_OPTED_OUT_SQL = `ARRAY(SELECT o.channel FROM opt_outs o WHERE ${OPTED_OUT_OF_ANY}
+  ORDER BY array_position(ARRAY[${CHANNELS.map((ch) => `'${ch}'`).join(", ")}]::text[], o.channel))`;
 
 export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
 
@@ -137,6 +156,14 @@ export function contactWhere(companyId: string, f: ContactFilters, customTypes: 
                 WHERE m.contact_id = c.id AND m.list_id IN (:listIds) AND l.company_id = :companyId AND l.deleted_at IS NULL)`,
     );
     r.listIds = f.listIds;
+  }
+  if (f.optedOut !== undefined) {
+    // Literals from the validated enum only, never the raw input.
+    const channel = CHANNELS.find((ch) => ch === f.optedOut);
+    if (channel)
+      parts.push(`c.phone_number IN (SELECT o.phone_number FROM opt_outs o WHERE o.company_id = :companyId AND o.channel = '${channel}' AND o.opted_out)`);
+    else if (f.optedOut === "none") parts.push(`NOT EXISTS (SELECT 1 FROM opt_outs o WHERE ${OPTED_OUT_OF_ANY})`);
+    else errors.push({ path: "optedOut", message: `must be one of ${CHANNELS.join(", ")}, none` });
   }
   let n = 0;
   for (const [param, raw] of Object.entries(f)) {
@@ -220,4 +247,74 @@ export function liveListsSql(companyId: string, listIds: string, lock = false): 
  */
 export function optedOutSql(companyId: string, channel: string, phone: string): string {
   return `EXISTS (SELECT 1 FROM opt_outs o WHERE o.company_id = ${companyId} AND o.channel = ${channel} AND o.phone_number = ${phone} AND o.opted_out)`;
+}
+
+// --- opt-outs: what other services hand to contacts (contract section 7)
+
+export const OPT_OUT_SOURCES = ["KEYWORD", "UPSTREAM", "API", "IMPORT"] as const;
+export type OptOutSource = (typeof OPT_OUT_SOURCES)[number];
+export const OPT_OUT_ACTIONS = ["OPT_OUT", "OPT_IN"] as const;
+export type OptOutAction = (typeof OPT_OUT_ACTIONS)[number];
+
+/** The action inbox (keywords) and tracking's ingress (upstream reports) call; it resolves once the changes are committed. */
+export const APPLY_OPT_OUTS = "contacts.applyOptOuts";
+/** A call carries at most this many changes (an ingress body, an inbound call). */
+export const MAX_OPT_OUT_CHANGES = 1000;
+
+/**
+ * One number's word on one channel of one account. `at` is when it was said (the inbound message's
+ * receivedDate, the carrier's report): a change older than the number's last change is ignored, so a
+ * late or repeated report never undoes a newer one (an opt-out wins a tie); a time in the future
+ * counts as now. Without `at` the change is made now, after whatever came before.
+ */
+export interface OptOutChange {
+  companyId: string;
+  channel: Channel;
+  /** E.164. */
+  phoneNumber: string;
+  action: OptOutAction;
+  source: OptOutSource;
+  at?: string;
+}
+export interface ApplyOptOutsIn {
+  items: OptOutChange[];
+}
+export interface ApplyOptOutsOut {
+  /** Changes that turned an opt-out on or off (a repeat, or one older than the last change, changes nothing). */
+  changed: number;
+}
+
+export const applyOptOutsIn = {
+  $id: "ContactsApplyOptOutsIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["items"],
+  properties: {
+    items: {
+      type: "array",
+      minItems: 1,
+      maxItems: MAX_OPT_OUT_CHANGES,
+      items: {
+        type: "object",
+        additionalProperties: false,
+        required: ["companyId", "channel", "phoneNumber", "action", "source"],
+        properties: {
+          companyId: { type: "string", minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f]+$" },
+          channel: { type: "string", enum: [...CHANNELS] },
+          phoneNumber: { type: "string", pattern: "^\\+[1-9][0-9]{6,14}$" },
+          action: { type: "string", enum: [...OPT_OUT_ACTIONS] },
+          source: { type: "string", enum: [...OPT_OUT_SOURCES] },
+          at: { type: "string", format: "date-time", maxLength: 40 },
+        },
+      },
+    },
+  },
+};
+
+/**
+ * SQL condition: no contact `contactId` (an SQL expression) is left in account `companyId` (deleted
+ * after a campaign's confirm). One probe of the contacts primary key; read by campaigns per batch.
+ */
+export function contactGoneSql(companyId: string, contactId: string): string {
+  return `NOT EXISTS (SELECT 1 FROM contacts gone WHERE gone.id = ${contactId} AND gone.company_id = ${companyId})`;
 }

@@ -5,11 +5,12 @@
  */
 import { fullFormats } from "ajv-formats/dist/formats";
 import { customValueError, normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
+import { CHANNELS, type Channel } from "../../lib/channels";
 import { GENDERS, type CustomFieldType, type Gender } from "./contacts.contract";
 import { type CustomValue } from "./contacts.schemas";
 
 /** The contact fields a column can feed (custom fields are `customFields.<key>`). */
-export const IMPORT_FIELDS = ["firstName", "lastName", "gender", "phoneNumber", "email", "isTest"] as const;
+export const IMPORT_FIELDS = ["firstName", "lastName", "gender", "phoneNumber", "email", "isTest", "optedOut"] as const;
 export type ImportField = (typeof IMPORT_FIELDS)[number];
 
 /** What a row sets on a contact; a field left out (an empty cell) leaves the contact's value as it is. */
@@ -22,6 +23,8 @@ export interface ImportRow {
   email?: string;
   isTest?: boolean;
   customFields?: Record<string, CustomValue>;
+  /** The channels the row's number is opted out of (contract section 7): `true` all, `false` none, or a list. */
+  optedOut?: Channel[];
 }
 
 export interface RowError {
@@ -115,6 +118,19 @@ function toBoolean(cell: Cell): boolean | undefined {
   return TRUE.has(s) ? true : FALSE.has(s) ? false : undefined;
 }
 
+const OPTED_OUT_MESSAGE = `optedOut must be true, false or a list of channels (${CHANNELS.join(", ")}) separated by commas`;
+
+/** An `optedOut` cell: true (every channel), false or `none` (none), or channels separated by commas (or semicolons, pipes, spaces). */
+export function toOptedOut(cell: Cell): Channel[] | undefined {
+  const flag = toBoolean(cell);
+  if (flag !== undefined) return flag ? [...CHANNELS] : [];
+  const text = String(cell).trim().toUpperCase();
+  if (text === "NONE") return [];
+  const names = text.split(/[\s,;|]+/).filter(Boolean);
+  if (names.length === 0 || names.length > 10 || names.some((n) => !(CHANNELS as readonly string[]).includes(n))) return undefined;
+  return CHANNELS.filter((ch) => names.includes(ch));
+}
+
 const isoDate = (d: Date) => d.toISOString().slice(0, 10);
 
 function toCustom(type: CustomFieldType, cell: Cell): CustomValue | undefined {
@@ -147,6 +163,8 @@ function refusal(target: string, customTypes: ReadonlyMap<string, CustomFieldTyp
       return "email must be a valid email address";
     case "isTest":
       return "isTest must be true or false";
+    case "optedOut":
+      return OPTED_OUT_MESSAGE;
     default: {
       const key = target.slice("customFields.".length);
       const type = customTypes.get(key);
@@ -205,6 +223,12 @@ export function buildRow(row: number, cells: Cell[], columns: Array<string | nul
         const v = toBoolean(cell);
         if (v === undefined) problems.push("isTest must be true or false");
         else out.isTest = v;
+        break;
+      }
+      case "optedOut": {
+        const v = toOptedOut(cell);
+        if (v === undefined) problems.push(OPTED_OUT_MESSAGE);
+        else out.optedOut = v;
         break;
       }
       default: {

@@ -3,7 +3,7 @@
  * Queries are SQL (set-based where it matters); these are the shapes they read.
  */
 import type { Channel } from "../../lib/channels";
-import type { CustomFieldType, Gender } from "./contacts.contract";
+import { CONTACT_OPTED_OUT_SQL, type CustomFieldType, type Gender } from "./contacts.contract";
 import type { ContactOut, CustomFieldOut, CustomValue, ListOut } from "./contacts.schemas";
 
 export interface ContactRow {
@@ -21,10 +21,12 @@ export interface ContactRow {
   last_campaign_type: Channel | null;
   created_at: Date;
   updated_at: Date;
+  opted_out: Channel[];
 }
 
-export const CONTACT_COLUMNS =
-  "id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, is_valid, communication_supported, last_contact_type, last_campaign_type, created_at, updated_at";
+/** A contact's columns, over alias `c`, with its derived `opted_out` (the channels its number opted out of, one subquery probing opt_outs' key). */
+export const CONTACT_COLUMNS = `c.id, c.first_name, c.last_name, c.gender, c.phone_number, c.email, c.custom_fields, c.is_test, c.is_valid, c.communication_supported,
+  c.last_contact_type, c.last_campaign_type, c.created_at, c.updated_at, ${CONTACT_OPTED_OUT_SQL} AS opted_out`;
 
 export function toContactOut(r: ContactRow): ContactOut {
   return {
@@ -40,6 +42,7 @@ export function toContactOut(r: ContactRow): ContactOut {
     communicationSupported: r.communication_supported ?? [],
     lastContactType: r.last_contact_type,
     lastCampaignType: r.last_campaign_type,
+    optedOut: r.opted_out ?? [],
     createdAt: new Date(r.created_at).toISOString(),
     updatedAt: new Date(r.updated_at).toISOString(),
   };

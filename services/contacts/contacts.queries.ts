@@ -112,11 +112,11 @@ export async function writeContactRow(
 ): Promise<ContactRow | undefined> {
   const sql =
     mode === "insert"
-      ? `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
+      ? `INSERT INTO contacts AS c (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
              VALUES (:id, :companyId, :firstName, :lastName, :gender, :phone, :email, CAST(:customFields AS jsonb), :isTest,
                      CASE WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[] ELSE ARRAY['SMS'] END)
              RETURNING ${CONTACT_COLUMNS}`
-      : `UPDATE contacts SET first_name = :firstName, last_name = :lastName, gender = :gender, email = :email, custom_fields = CAST(:customFields AS jsonb),
+      : `UPDATE contacts c SET first_name = :firstName, last_name = :lastName, gender = :gender, email = :email, custom_fields = CAST(:customFields AS jsonb),
                  is_test = :isTest, updated_at = now(),
                  communication_supported = CASE
                    WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[]

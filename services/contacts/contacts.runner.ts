@@ -19,6 +19,8 @@ import { duration, workerPool } from "../../lib/worker-pool";
 import type { ImportRow, RowError } from "./contacts.import-rows";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.worker";
 import type { CustomFieldType } from "./contacts.contract";
+import type { Channel } from "../../lib/channels";
+import { applyChanges, importedOptOuts } from "./contacts.optouts.queries";
 
 /** Rows per batch (one transaction each). */
 export const IMPORT_BATCH_ROWS = 2000;
@@ -378,6 +380,7 @@ export class Importer {
     let created = 0;
     let updated = 0;
     const touched = new Set<string>();
+    const optOuts: Array<{ phone: string; channels: Channel[] }> = [];
     for (const r of rows) {
       const byPhone = r.phone ? phoneOwner.get(r.phone) : undefined;
       const byEmail = r.email ? emailOwner.get(r.email) : undefined;
@@ -385,6 +388,12 @@ export class Importer {
         errors.push({ row: r.row, message: `the phone number belongs to contact ${byPhone} and the email to contact ${byEmail}` });
         continue;
       }
+      const number = r.phone ?? targets.get((byPhone ?? byEmail)!)?.phone;
+      if (r.optedOut && !number) {
+        errors.push({ row: r.row, message: "optedOut needs a phone number: neither the row nor the contact it matches has one" });
+        continue;
+      }
+      if (r.optedOut) optOuts.push({ phone: number!, channels: r.optedOut });
       let target = targets.get((byPhone ?? byEmail)!);
       if (target) updated++;
       else {
@@ -475,6 +484,8 @@ export class Importer {
         [companyId, job.listId, jsonParam(() => changed.map((t) => t.id))],
       );
     }
+    // Opt-outs belong to the number (contract section 7), set in the batch's transaction.
+    await applyChanges(this.sequelize, transaction, importedOptOuts(companyId, optOuts));
     errors.sort((a, b) => a.row - b.row);
     const kept = errors.slice(0, Math.max(0, MAX_KEPT_ERRORS - job.keptErrors));
     await exec(

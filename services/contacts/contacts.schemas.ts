@@ -39,6 +39,7 @@ export interface ContactOut {
   communicationSupported: Channel[];
   lastContactType: Channel | null;
   lastCampaignType: Channel | null;
+  optedOut: Channel[];
   createdAt: string;
   updatedAt: string;
 }
@@ -60,6 +61,7 @@ export const contactOut = {
     "communicationSupported",
     "lastContactType",
     "lastCampaignType",
+    "optedOut",
     "createdAt",
     "updatedAt",
   ],
@@ -76,6 +78,13 @@ export const contactOut = {
     communicationSupported: { type: "array", items: { type: "string", enum: [...CHANNELS] } },
     lastContactType: { type: "string", enum: [...CHANNELS, null], nullable: true },
     lastCampaignType: { type: "string", enum: [...CHANNELS, null], nullable: true },
+    optedOut: {
+      type: "array",
+      items: { type: "string", enum: [...CHANNELS] },
+      readOnly: true,
+      description:
+        "The channels the contact's phone number opted out of in this account (`GET /contacts/opt-outs`); campaigns skip it there. Read only: it belongs to the number, not the contact.",
+    },
     createdAt: dateTime,
     updatedAt: dateTime,
   },
@@ -331,7 +340,7 @@ export const addMembersIn = {
   // Its items are checked once, above: repeating `items` here reported every bad id twice.
   if: { properties: { allContacts: { const: true } }, required: ["allContacts"] },
   then: {},
-  else: { properties: { contactIds: { type: "array", items: {}, minItems: 1 } } },
+  else: { required: ["contactIds"], properties: { contactIds: { type: "array", items: {}, minItems: 1 } } },
 };
 export const removeMembersIn = { ...addMembersIn, $id: "RemoveMembersIn", description: "contactIds is required unless allContacts is true." };
 export const addMembersOut = {

@@ -1,6 +1,6 @@
 /**
- * contacts: contacts, custom fields, contact lists, memberships and imports of an account (spec
- * parts 2 and 4, contract section 4). Everything is filtered by the caller's account, so another
+ * contacts: contacts, custom fields, contact lists, memberships, imports and opt-outs of an account
+ * (spec parts 2 and 4, contract sections 4 and 7). Everything is filtered by the caller's account, so another
  * account's ids are simply not found. Imports are parsed on this node's piscina pool.
  */
 import type { Context, ServiceSchema } from "moleculer";
@@ -10,6 +10,7 @@ import type { Deps } from "../../lib/deps";
 import { contactActions, contactMethods, type ContactsThis } from "./contacts.actions";
 import { importActions, type ImportsThis } from "./contacts.imports";
 import { listActions } from "./contacts.lists";
+import { optOutActions } from "./contacts.optouts";
 import { Importer } from "./contacts.runner";
 import type { ChannelSupportEvent } from "../tracking/tracking.contract";
 import { applyChannelSupport } from "./contacts.support";
@@ -18,7 +19,7 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
   return {
     name: "contacts",
     settings: { rest: "/" },
-    actions: { ...contactActions, ...listActions, ...importActions },
+    actions: { ...contactActions, ...optOutActions, ...listActions, ...importActions },
     events: {
       /**
        * RCS or WhatsApp receipts showed numbers reachable (DELIVERED) or not (DISABLED, UNSUPPORTED):
@@ -30,7 +31,7 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
     },
     methods: contactMethods,
     created() {
-      // The action groups (contacts.actions.ts, contacts.lists.ts, contacts.imports.ts) reach the database as this.sequelize.
+      // The action groups (contacts.actions.ts, contacts.optouts.ts, contacts.lists.ts, contacts.imports.ts) reach the database as this.sequelize.
       (this as unknown as ImportsThis).sequelize = deps.db.sequelize;
       (this as unknown as ContactsThis).heavyOpsPerAccount = deps.config.heavyOpsPerAccount;
       (this as unknown as ContactsThis).heavyGate = heavyGateOf(deps.db.sequelize, heavyLimitsOf(deps.config, deps.db.embedded));

@@ -6,6 +6,7 @@
  * conversations found or created (an archived one reopens), messages stored once, the INBOUND outbox
  * rows (the notifier's hand-over, built by tracking's contract) and the live view's
  * `message.created` / `conversation.unarchived` rows; the events are announced after the commit.
+ * Opt-out keywords (STOP, START, ...) are handed to contacts before (inbox.keywords.ts).
  *
  * The grouping lives here, in the inbox node, not in tracking's ingress: it then serves every caller
  * (the ingress on any number of tracking nodes, the simulator) and gathers all of one inbox node's
@@ -23,6 +24,7 @@ import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs";
 import { isE164, PHONE_ERROR } from "../../lib/phone";
 import { appendOutboxEvents, inboundEvent, type OutboxEvent } from "../tracking/tracking.contract";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent } from "./inbox.events";
+import { applyKeywords } from "./inbox.keywords";
 import type { InboxMetrics } from "./inbox.metrics";
 import { toConversationOut, toThreadMessageOut } from "./inbox.models";
 import { ingestInbound } from "./inbox.queries";
@@ -128,21 +130,26 @@ export function createIngestCommitter(svc: Pick<IngestThis, "sequelize" | "metri
   );
 }
 
-/** Stores one channel's inbound messages, all or none, in a transaction shared with concurrent calls; answers how many were new. */
-export async function ingest(svc: IngestThis, p: IngestIn): Promise<IngestOut> {
+/**
+ * Stores one channel's inbound messages, all or none, in a transaction shared with concurrent calls;
+ * answers how many were new. Opt-out keywords among them are recorded first, by contacts
+ * (inbox.keywords.ts): the call fails (503) rather than store a STOP whose opt-out is not kept.
+ */
+export async function ingest(svc: IngestThis, p: IngestIn, ctx: Context): Promise<IngestOut> {
   const bad = badItems(p.items);
   if (bad.length > 0)
     throw new ApiError("VALIDATION_ERROR", `${bad.length} inbound message field(s) are invalid; nothing was stored.`, { errors: bad.slice(0, 50) });
+  await applyKeywords(ctx, p.channel, p.items);
   return svc.ingestCommitter.submit(p);
 }
 
 export const ingestActions = {
-  /** Stores inbound messages (tracking's ingress, the simulator's end users): conversations found, created or reopened; INBOUND outbox rows. */
+  /** Stores inbound messages (tracking's ingress, the simulator's end users): conversations found, created or reopened; INBOUND outbox rows; STOP/START keywords recorded at contacts first. */
   ingest: {
     visibility: "public" as const,
     params: ingestIn,
     handler(this: IngestThis, ctx: Context<IngestIn>): Promise<IngestOut> {
-      return ingest(this, ctx.params);
+      return ingest(this, ctx.params, ctx);
     },
   },
 };

@@ -1,11 +1,12 @@
 /**
  * What an operator watches on an inbox node (GET /metrics): inbound messages stored, by channel, the
  * grouped transactions that store them (messages per transaction, time per transaction), and replies
- * by outcome (sent, closed: WhatsApp outside its window, failed: the upstream refused).
+ * by outcome (sent, closed: WhatsApp outside its window, failed: the upstream refused, optedOut: the
+ * number opted out of the channel, nothing sent).
  */
 import { Counter, Histogram, Registry } from "prom-client";
 
-export type ReplyOutcome = "sent" | "closed" | "failed";
+export type ReplyOutcome = "sent" | "closed" | "failed" | "optedOut";
 
 export class InboxMetrics {
   readonly registry = new Registry();
@@ -17,7 +18,7 @@ export class InboxMetrics {
   });
   private readonly replies = new Counter({
     name: "inbox_replies_total",
-    help: "Replies by channel and outcome: sent (handed to the upstream), closed (WhatsApp window closed), failed (upstream refused)",
+    help: "Replies by channel and outcome: sent (handed to the upstream), closed (WhatsApp window closed), failed (upstream refused), optedOut (the number opted out: 409, nothing sent)",
     labelNames: ["channel", "outcome"] as const,
     registers: [this.registry],
   });

@@ -5,6 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/paging";
+import { optedOutSql } from "../contacts/contacts.contract";
 import { trackedMessageJoin } from "../tracking/tracking.contract";
 import {
   CONVERSATION_COLUMNS,
@@ -29,6 +30,12 @@ export async function findConversation(q: Q, companyId: string, chatId: string, 
     [companyId, chatId.toLowerCase()],
   );
   return row ?? null;
+}
+
+/** Whether the number opted out of the channel in the account (contract section 7; contacts' opt_outs, read through its contract). */
+export async function optedOut(q: Q, companyId: string, channel: InboxChannel, phone: string): Promise<boolean> {
+  const [row] = await select<{ opted_out: boolean }>(q, `SELECT ${optedOutSql("$1", "$2", "$3")} AS opted_out`, [companyId, channel, phone]);
+  return row?.opted_out === true;
 }
 
 /** A page of the account's conversations, newest activity first (ties by id). */

@@ -4,7 +4,8 @@
  * tracking follows it like any message (status polling, history, DELIVERY and READ events) and the
  * thread shows its status. On WhatsApp outside the 24-hour window nothing is sent: the reply is
  * registered at tracking and gets the final receipt CONVERSATION_CLOSED (12) through tracking's
- * ingest, so its status and DELIVERY event take the normal path.
+ * ingest, so its status and DELIVERY event take the normal path. A number opted out of the channel
+ * (contract section 7) gets nothing: 409 RECIPIENT_OPTED_OUT.
  */
 import { randomUUID } from "node:crypto";
 import type { Context, Service } from "moleculer";
@@ -18,7 +19,7 @@ import { announceInboxEvents, appendInboxEvents } from "./inbox.events";
 import { conversationNotFound } from "./inbox.conversations";
 import type { InboxMetrics } from "./inbox.metrics";
 import { canReply, toThreadMessageOut } from "./inbox.models";
-import { findConversation, insertReply, markReplyMediaReleased, repliesToRelease } from "./inbox.queries";
+import { findConversation, insertReply, markReplyMediaReleased, optedOut, repliesToRelease } from "./inbox.queries";
 import { MAX_REPLY_TEXT, replyIn, threadMessageOut, type ReplyIn, type ThreadMessageOut } from "./inbox.schemas";
 
 /** WhatsApp's final code for a message outside the customer-service window (spec part 2). */
@@ -67,11 +68,11 @@ export const replyActions = {
     rest: "POST /inbox/conversations/:chatId/messages",
     operation: "INBOX",
     summary: "Reply in a conversation",
-    description: `Exactly one of \`text\` (at most ${MAX_REPLY_TEXT.RCS} characters on RCS, ${MAX_REPLY_TEXT.WHATSAPP} on WhatsApp) and \`mediaId\` (a media of the account). Answers 202 with the message; its \`id\` is the customerMessageId under which \`GET /messages/status\`, the history and the DELIVERY/READ events know it. On WhatsApp more than 24 hours after the last inbound message, nothing is sent and the reply ends CONVERSATION_CLOSED (12). An upstream that refuses the reply is a 502 (nothing stored).`,
+    description: `Exactly one of \`text\` (at most ${MAX_REPLY_TEXT.RCS} characters on RCS, ${MAX_REPLY_TEXT.WHATSAPP} on WhatsApp) and \`mediaId\` (a media of the account). Answers 202 with the message; its \`id\` is the customerMessageId under which \`GET /messages/status\`, the history and the DELIVERY/READ events know it. On WhatsApp more than 24 hours after the last inbound message, nothing is sent and the reply ends CONVERSATION_CLOSED (12). A number that opted out of the channel (it wrote STOP, say: \`GET /contacts/opt-outs\`) is a 409 \`recipient-opted-out\` and nothing is sent or stored. An upstream that refuses the reply is a 502 (nothing stored).`,
     tag: "inbox",
     params: replyIn,
     responses: { 202: threadMessageOut },
-    errors: [400, 404, 502, 503],
+    errors: [400, 404, 409, 502, 503],
     async handler(this: RepliesThis, ctx: Context<ReplyIn, AuthMeta>): Promise<ThreadMessageOut> {
       const { companyId } = ctx.meta;
       const { chatId, text, mediaId } = ctx.params;
@@ -79,6 +80,10 @@ export const replyActions = {
         throw bad(text === undefined ? "text" : "mediaId", "give exactly one of text and mediaId", "A reply carries exactly one of `text` and `mediaId`.");
       const conv = await findConversation({ sequelize: this.sequelize }, companyId, chatId);
       if (!conv) throw conversationNotFound(chatId);
+      if (await optedOut({ sequelize: this.sequelize }, companyId, conv.channel, conv.contact_number)) {
+        this.metrics.replied(conv.channel, "optedOut");
+        throw new ApiError("RECIPIENT_OPTED_OUT", `${conv.contact_number} opted out of ${conv.channel} in this account; nothing was sent.`);
+      }
       if (text !== undefined) {
         const length = [...text].length;
         const max = MAX_REPLY_TEXT[conv.channel];

@@ -25,6 +25,7 @@ import { compileSchema, toFieldErrors } from "../../lib/validator";
 import {
   inboundIn,
   MAX_INGEST_ITEMS,
+  optOutReportIn,
   rcsReceiptIn,
   readIn,
   registrationIn,
@@ -32,6 +33,7 @@ import {
   whatsappReceiptIn,
   type ChannelReceiptIn,
   type InboundIn,
+  type OptOutReportIn,
   type ReadIn,
   type RegistrationIn,
   type SmsReceiptIn,
@@ -71,7 +73,12 @@ export interface InboundItem {
   channel: "RCS" | "WHATSAPP";
   inbound: InboundIn;
 }
-export type ParsedItem = IngestItem | InboundItem;
+/** An upstream's opt-out report, validated here and handed to contacts (`contacts.applyOptOuts`), which owns opt-outs. */
+export interface OptOutItem {
+  kind: "optOut";
+  report: OptOutReportIn;
+}
+export type ParsedItem = IngestItem | InboundItem | OptOutItem;
 
 /** What each path takes: its schema and how a valid object becomes an ingest item. */
 interface Kind {
@@ -114,6 +121,11 @@ const KINDS: Record<string, Kind> = {
   },
   ...channelKinds("RCS"),
   ...channelKinds("WHATSAPP"),
+  "opt-outs": {
+    schema: optOutReportIn,
+    toItem: (v) => ({ kind: "optOut", report: v as OptOutReportIn }),
+    check: (v) => (isE164((v as OptOutReportIn).phoneNumber) ? dateError((v as OptOutReportIn).at, "at") : { path: "phoneNumber", message: PHONE_ERROR }),
+  },
 };
 
 function channelKinds(channel: "RCS" | "WHATSAPP"): Record<string, Kind> {
@@ -242,6 +254,9 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
           aliases: {
             "POST /messages"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
               answer(this, "messages", req, res).catch(next);
+            },
+            "POST /opt-outs"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
+              answer(this, "opt-outs", req, res).catch(next);
             },
             "POST /:kind/:channel"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
               const p = (req as { $params?: { params?: Record<string, string> } }).$params?.params ?? {};

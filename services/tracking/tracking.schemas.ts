@@ -141,6 +141,29 @@ export const inboundIn = {
   },
 };
 
+/** An upstream's report of a number's consent (contract section 7: a carrier-level STOP, say). */
+export interface OptOutReportIn {
+  companyId: string;
+  channel: Channel;
+  phoneNumber: string;
+  action: "OPT_OUT" | "OPT_IN";
+  at: string;
+}
+
+export const optOutReportIn = {
+  $id: "IngestOptOut",
+  type: "object",
+  additionalProperties: false,
+  required: ["companyId", "channel", "phoneNumber", "action", "at"],
+  properties: {
+    companyId,
+    channel: { type: "string", enum: [...CHANNELS] },
+    phoneNumber: phone,
+    action: { type: "string", enum: ["OPT_OUT", "OPT_IN"] },
+    at: { ...dateTime, description: "When the end user said it; a report older than the number's last change is ignored." },
+  },
+};
+
 /** The ingress answer: how many objects were stored (new or repeated). */
 export interface IngestOut {
   accepted: number;

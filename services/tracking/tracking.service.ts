@@ -1,7 +1,8 @@
 /**
  * tracking: messages and their delivery statuses (spec parts 2, 3 and 6; contract sections 4 and 6).
  * Upstreams report registrations, receipts, reads and inbound messages on the internal ingress
- * (tracking.ingress.ts; inbound messages are validated there and handed to `inbox.ingest`, which owns them); partners poll statuses and page through their message history through the
+ * (tracking.ingress.ts; inbound messages are validated there and handed to `inbox.ingest`, which owns them, and opt-out reports
+ * to `contacts.applyOptOuts`); partners poll statuses and page through their message history through the
  * gateway. Every event a status change produces is written to the outbox in the same transaction.
  * Old messages are removed in bounded batches (MESSAGE_RETENTION_DAYS).
  */
@@ -13,7 +14,8 @@ import { ApiError, badRequest } from "../../lib/errors";
 import { heavyGateOf, heavyLimitsOf, heavyTimeoutMs, withHeavyRead } from "../../lib/heavy";
 import { Loops } from "../../lib/jobs";
 import { OUTBOX_WRITTEN } from "../notifier/notifier.contract";
-import { IngressMixin, parseIngest, type InboundItem } from "./tracking.ingress";
+import { IngressMixin, parseIngest, type InboundItem, type OptOutItem } from "./tracking.ingress";
+import { APPLY_OPT_OUTS, type ApplyOptOutsIn, type ApplyOptOutsOut, type OptOutChange } from "../contacts/contacts.contract";
 import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/group-commit";
@@ -52,6 +54,8 @@ interface TrackingVars {
 type TrackingThis = Service<ApiServiceSettings> & TrackingVars;
 
 const PURGE_BATCH = 5000;
+/** Moleculer's errors for a service no node serves, or that did not answer. */
+const UNREACHABLE = new Set(["ServiceNotFoundError", "ServiceNotAvailableError", "RequestTimeoutError", "RequestRejectedError"]);
 const PURGE_EVERY_MS = 3600_000;
 
 export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, TrackingVars> {
@@ -160,6 +164,17 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
           });
           this.ingestMetrics.stored(path, inbound.length);
           return { accepted: inbound.length };
+        }
+        if (path === "opt-outs") {
+          const reports = (parsed as OptOutItem[]).map((i): OptOutChange => ({ ...i.report, source: "UPSTREAM" }));
+          await this.broker.call<ApplyOptOutsOut, ApplyOptOutsIn>(APPLY_OPT_OUTS, { items: reports }).catch((err: unknown) => {
+            // No contacts node (yet, or any more), or none answered: the upstream tries again later.
+            if (UNREACHABLE.has((err as { name?: string })?.name ?? ""))
+              throw new ApiError("SERVICE_UNAVAILABLE", "Opt-outs cannot be stored right now (no contacts node answers); try again.", { retryAfter: 5 });
+            throw err;
+          });
+          this.ingestMetrics.stored(path, reports.length);
+          return { accepted: reports.length };
         }
         const items = parsed as IngestItem[];
         await this.committer.submit(items);

@@ -32,6 +32,7 @@ describe("POST /contacts", () => {
       communicationSupported: ["SMS"],
       lastContactType: null,
       lastCampaignType: null,
+      optedOut: [],
       createdAt: expect.any(String),
       updatedAt: expect.any(String),
     });

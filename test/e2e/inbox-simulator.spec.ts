@@ -74,8 +74,13 @@ it("shows campaign recipients writing back as conversations, delivers a reply, a
     expect((await a.api.get(`/campaigns/stats?campaignId=${c.id}`)).body.responded).toBe(before + 1);
   }
 
-  // A reply goes out through the simulator and comes back DELIVERED in the thread.
-  const chat = chats[0]!;
+  // Simulated end users sometimes write STOP: their numbers opted out of RCS (contract section 7), and
+  // a reply to them is a 409. A reply to another goes out through the simulator and comes back
+  // DELIVERED in the thread.
+  const settledChats = (await a.api.get(`/inbox/conversations?channel=RCS&limit=100`)).body.data as Array<{ chatId: string; lastMessagePreview: string }>;
+  const stopped = settledChats.find((c) => c.lastMessagePreview === "STOP");
+  if (stopped) expect((await a.api.post(`/inbox/conversations/${stopped.chatId}/messages`, { text: "Sorry to see you go" })).status).toBe(409);
+  const chat = settledChats.find((c) => c.lastMessagePreview !== "STOP")!;
   const reply = await a.api.post(`/inbox/conversations/${chat.chatId}/messages`, { text: "Thanks for writing!" });
   expect(reply.status).toBe(202);
   await eventually(async () => {
