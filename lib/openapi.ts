@@ -153,7 +153,7 @@ export const REQUEST_RULES = [
   "- the JSON body is not an object, is nested more than 32 levels deep, or any text or field name in the request holds NUL or an unpaired UTF-16 surrogate;",
   "- `from` or `to` (history, statistics, exports) lies outside 1970-9999, or `from` is not before `to` (equal is refused).",
   "",
-  "A request line and headers over 256 KiB are a 431 problem (send bulk ids in a JSON body where the operation takes one); a JSON body over 1 MiB is a 413.",
+  "A request line and headers over 256 KiB are a 431 problem (send bulk ids in a JSON body where the operation takes one; its X-Request-Id is always a fresh one, since the request's own headers are not read); a JSON body over 1 MiB is a 413.",
   "",
   "",
 ].join("\n");
@@ -492,6 +492,8 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     // Any operation may meet an outage (no live node serves it, NATS or the database away): a 503
     // with Retry-After, answered at once (README "Outages").
     [500, 503].forEach((s) => errors.add(s));
+    // A request line and headers over 256 KiB (a query of many long ids, say) are refused before routing.
+    errors.add(431);
     // Shared answers under components.responses (one per status, with or without the rate-limit
     // headers), so that the document and the client generated from it say each problem once.
     for (const status of [...errors].sort()) {

@@ -25,7 +25,9 @@ export type Kind =
   | "association"
   | "field"
   | "sentMessage"
-  | "download";
+  | "download"
+  | "optOutChannel"
+  | "optOutNumber";
 
 /** The resource a path parameter names: the collection its path starts with (longest first). */
 const COLLECTIONS: Array<[RegExp, Kind]> = [
@@ -34,6 +36,8 @@ const COLLECTIONS: Array<[RegExp, Kind]> = [
   [/^\/contacts\/list\//, "list"],
   [/^\/contacts\/custom-fields\//, "field"],
   [/^\/contacts\/imports\//, "import"],
+  [/^\/contacts\/opt-outs\/\{channel\}\//, "optOutNumber"],
+  [/^\/contacts\/opt-outs\//, "optOutChannel"],
   [/^\/contacts\//, "contact"],
   [/^\/campaigns\//, "campaign"],
   [/^\/media\//, "media"],
@@ -154,6 +158,18 @@ export class Seeds {
     this.download = { exportId: id!, expires: expires!, signature: signature! };
   }
 
+  private optOuts = 0;
+
+  /** A new opt-out (its channel and number name it in a path), made for one request. */
+  async freshOptOut(): Promise<{ channel: string; phoneNumber: string }> {
+    const body = { channel: "SMS", phoneNumber: `+1415555${String(1000 + (this.optOuts++ % 9000)).slice(-4)}` };
+    const res = await this.a.api.post("/contacts/opt-outs", body);
+    if (res.status !== 201 && res.status !== 200) throw new Error(`seed opt-out: ${res.status} ${res.text}`);
+    this.note("optOutChannel", body.channel);
+    this.note("optOutNumber", body.phoneNumber);
+    return body;
+  }
+
   /** A new resource of `kind` (a campaign in the state asked for), made for one request. */
   async fresh(kind: Kind, o: Partial<CampaignState> = {}): Promise<string> {
     const api = this.a.api;
@@ -227,6 +243,10 @@ export class Seeds {
       }
       case "download":
         throw new Error("a download URL is only shared");
+      case "optOutChannel":
+        return (await this.freshOptOut()).channel;
+      case "optOutNumber":
+        return (await this.freshOptOut()).phoneNumber;
     }
   }
 
