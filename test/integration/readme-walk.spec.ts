@@ -111,7 +111,7 @@ describe("README: Five minutes with the API", () => {
     expect(out).toMatch(/"status":"COMPLETED".*"totalRows":2,"created":2/);
     expect(out).toMatch(/"text":"Hi Ada"/);
     expect(out).toContain("+351912345671");
-    expect(out).toMatch(/"status":"SENT".*"progress":\{"audience":3,"sent":3,"failed":0\}/);
+    expect(out).toMatch(/"status":"SENT".*"progress":\{"audience":3,"sent":3,"failed":0,"skipped":0\}/);
     // Polling: one status per message of the campaign.
     expect(out).toMatch(/^\{"data":\[\{"customerMessageId":"[^"]+","channel":"SMS"/m);
     // The webhook: three DELIVERY events of the second campaign, and their attempts, delivered.
