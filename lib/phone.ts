@@ -3,6 +3,7 @@
  * store numbers this way; the inbox refuses an end user's number that is not one.
  */
 import { parsePhoneNumberFromString } from "libphonenumber-js/max";
+import { MESSAGE_KEYWORD } from "./schema-messages";
 
 /**
  * E.164, or null when the input is not a valid number in international form (`+` or `00` and the
@@ -27,6 +28,15 @@ export const PHONE_ERROR = "must be a valid phone number in international format
  * else): `+` or `00` and the country code, after any leading spaces. The rest is for libphonenumber.
  */
 export const INTERNATIONAL_PATTERN = "^\\s*(\\+|00)";
+
+/** A phone number in a request, as every schema takes it (the rest, whether the number exists, is libphonenumber's). */
+export const PHONE_NUMBER_SCHEMA = {
+  type: "string",
+  minLength: 3,
+  maxLength: 32,
+  pattern: INTERNATIONAL_PATTERN,
+  [MESSAGE_KEYWORD]: PHONE_ERROR,
+} as const;
 
 /** Whether `input` is already a valid number in E.164 form (what upstreams must send). */
 export const isE164 = (input: string): boolean => toE164(input) === input;

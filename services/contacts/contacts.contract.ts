@@ -12,8 +12,7 @@ import { ApiError, type FieldError } from "../../lib/errors";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
 import { channelRefusedSql } from "../tracking/tracking.contract";
 import { UUID_PATTERN } from "../../lib/validator";
-import { INTERNATIONAL_PATTERN } from "../../lib/phone";
-import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+import { PHONE_NUMBER_SCHEMA } from "../../lib/phone";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
@@ -62,11 +61,7 @@ export const contactFilterProperties = {
   communicationSupported: { type: "string", enum: [...CHANNELS] },
   isTest: { type: "boolean" },
   phoneNumber: {
-    type: "string",
-    minLength: 3,
-    maxLength: 32,
-    pattern: INTERNATIONAL_PATTERN,
-    [MESSAGE_KEYWORD]: PHONE_ERROR,
+    ...PHONE_NUMBER_SCHEMA,
     description: "Exact number in international format (`+` or `00` and the country code, any spacing).",
     examples: ["+351912345678"],
   },

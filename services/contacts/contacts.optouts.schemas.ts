@@ -1,8 +1,7 @@
 /** Opt-outs on the wire (contract section 7): the resource, its page and what the partner API takes. */
 import { CHANNELS, type Channel } from "../../lib/channels";
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
-import { INTERNATIONAL_PATTERN, PHONE_ERROR } from "../../lib/phone";
-import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+import { PHONE_NUMBER_SCHEMA } from "../../lib/phone";
 import { OPT_OUT_SOURCES, type OptOutSource } from "./contacts.contract";
 import { dateTime } from "./contacts.fields.schemas";
 
@@ -35,11 +34,7 @@ export const optOutPage = pageSchema("OptOutPage", optOutOut);
 
 const channel = { type: "string", enum: [...CHANNELS] };
 const phoneNumber = {
-  type: "string",
-  minLength: 3,
-  maxLength: 32,
-  pattern: INTERNATIONAL_PATTERN,
-  [MESSAGE_KEYWORD]: PHONE_ERROR,
+  ...PHONE_NUMBER_SCHEMA,
   description: "International format: `+` or `00` and the country code, then a number valid in that country (any spacing); taken as E.164.",
   examples: ["+351912345678"],
 };

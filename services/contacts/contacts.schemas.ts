@@ -4,7 +4,7 @@
  */
 import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
 import { CHANNELS, type Channel } from "../../lib/channels";
-import { INTERNATIONAL_PATTERN, PHONE_ERROR } from "../../lib/phone";
+import { PHONE_NUMBER_SCHEMA } from "../../lib/phone";
 import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
 import { dateTime, uuid } from "./contacts.fields.schemas";
 import {
@@ -105,11 +105,7 @@ const contactInProperties = {
   lastName: { type: "string", maxLength: 200, nullable: true, examples: ["Silva"] },
   gender: { type: "string", enum: [...GENDERS, null], nullable: true },
   phoneNumber: {
-    type: "string",
-    minLength: 3,
-    maxLength: 32,
-    pattern: INTERNATIONAL_PATTERN,
-    [MESSAGE_KEYWORD]: PHONE_ERROR,
+    ...PHONE_NUMBER_SCHEMA,
     nullable: true,
     description: "International format: `+` or `00` and the country code, then a number valid in that country (any spacing); stored as E.164.",
     examples: ["+351 912 345 678"],
