@@ -93,7 +93,15 @@ const perChannel = {
           properties: {
             text: { type: "string", maxLength: MAX_TEXT[ch], [MESSAGE_KEYWORD]: `must have at most ${MAX_TEXT[ch]} characters on ${ch}` },
             ...(ch === "SMS"
-              ? { mediaIds: { type: "array", items: {}, nullable: true, maxItems: 0, [MESSAGE_KEYWORD]: "must be empty on SMS (media go with RCS and WhatsApp)" } }
+              ? {
+                  mediaIds: {
+                    type: "array",
+                    items: {},
+                    nullable: true,
+                    maxItems: 0,
+                    [MESSAGE_KEYWORD]: "must be empty on SMS (media go with RCS and WhatsApp)",
+                  },
+                }
               : {}),
           },
         },

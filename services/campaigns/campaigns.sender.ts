@@ -256,8 +256,7 @@ export class CampaignSend {
           `The rendered text has more than ${max} characters, the maximum on ${c.channel} (placeholder values too long); not sent, never cut.`,
         ]),
     );
-    const messages =
-      tooLong.size || skipped.size ? all.filter((m, i) => !tooLong.has(m.customerMessageId) && !skipped.has(rows[i]!.contact_id)) : all;
+    const messages = tooLong.size || skipped.size ? all.filter((m, i) => !tooLong.has(m.customerMessageId) && !skipped.has(rows[i]!.contact_id)) : all;
     const outcome = messages.length ? await this.d.upstream.send(messages) : { failed: [] };
     const failedIds = new Map(outcome.failed.map((f) => [f.customerMessageId, f]));
     const results = rows.map((r, i) => {

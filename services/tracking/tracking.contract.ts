@@ -105,8 +105,7 @@ export function checkHistoryRange(q: HistoryFilters): void {
     const bad = dateError(q[field], field);
     if (bad) throw badRequest(`\`${field}\` is not a date PostgreSQL can store.`, [bad]);
   }
-  if (q.from && q.to && instantOf(q.from) >= instantOf(q.to))
-    throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
+  if (q.from && q.to && instantOf(q.from) >= instantOf(q.to)) throw badRequest("`from` must be before `to`.", [{ path: "from", message: "must be before to" }]);
 }
 
 /**
