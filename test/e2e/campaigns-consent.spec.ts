@@ -7,6 +7,7 @@
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { campaignIn, messagesPerDestination, seedList, untilStatus } from "../helpers/campaigns";
+import { inboundIn } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 import { mediaDouble } from "../helpers/media-double";
 
@@ -16,11 +17,11 @@ const media = mediaDouble();
 
 beforeAll(async () => {
   t = await startTestApp({
-    services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator"],
+    services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator", "inbox"],
     extraServices: [media.schema],
     config: { simulatorProfile: "all-delivered", simulatorMaxDelayMs: 100, campaignPollMs: 50, rateLimitRps: 10000 },
   });
-  a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS", "RCS", "WHATSAPP"]);
+  a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS", "RCS", "WHATSAPP", "INBOX"]);
 }, 60_000);
 afterAll(() => t?.stop());
 
@@ -94,6 +95,47 @@ describe("a campaign and opted-out numbers", () => {
     expect((await messagesPerDestination(t, c.id)).get(last)).toBeUndefined();
     const [row] = await sql<{ status: string }>(`SELECT status FROM campaign_recipients WHERE campaign_id = $1 AND destination = $2`, [c.id, last]);
     expect(row!.status).toBe("SKIPPED");
+  }, 30_000);
+
+  /** A campaign of `n` contacts at one message a second; answers it once its first message is registered, with the contacts in send order. */
+  async function sending(channel: string, n: number) {
+    const { listId, contactIds } = await seedList(a.api, n);
+    const phones = await phonesOf(contactIds);
+    const c = (await a.api.post("/campaigns", campaignIn([listId], { channel, sendRatePerSecond: 1 }))).body;
+    expect((await a.api.put(`/campaigns/${c.id}/confirm`)).status).toBe(202);
+    await eventually(async () => expect([...(await messagesPerDestination(t, c.id)).values()].length).toBeGreaterThanOrEqual(1), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
+    const order = [...contactIds].sort();
+    return { id: c.id as string, last: phones[contactIds.indexOf(order[order.length - 1]!)]! };
+  }
+
+  it("skips the number whose STOP arrives (an inbound WhatsApp message) between two batches", async () => {
+    const c = await sending("WHATSAPP", 3);
+    const stop = inboundIn(a.companyId, { source: c.last, text: "  Stop " });
+    expect((await t.ingress.post("/inbound/whatsapp", stop)).status).toBe(202);
+    const done = await untilStatus(a, c.id, "SENT", 20_000);
+    expect(done.progress).toEqual({ audience: 3, sent: 2, failed: 0, skipped: 1 });
+    expect((await messagesPerDestination(t, c.id)).get(c.last)).toBeUndefined();
+    // The STOP itself is still an inbound message of the inbox.
+    const chats = await a.api.get(`/inbox/conversations?search=${encodeURIComponent(c.last)}`);
+    expect(chats.body.data[0].lastMessagePreview).toMatch(/stop/i);
+  }, 30_000);
+
+  it("skips the number an SMS upstream reports opted out (POST /internal/v1/opt-outs) between two batches", async () => {
+    const c = await sending("SMS", 3);
+    const res = await t.ingress.post("/opt-outs", {
+      companyId: a.companyId,
+      channel: "SMS",
+      phoneNumber: c.last,
+      action: "OPT_OUT",
+      at: new Date().toISOString(),
+    });
+    expect(res.status).toBe(202);
+    const done = await untilStatus(a, c.id, "SENT", 20_000);
+    expect(done.progress).toEqual({ audience: 3, sent: 2, failed: 0, skipped: 1 });
+    expect((await messagesPerDestination(t, c.id)).get(c.last)).toBeUndefined();
   }, 30_000);
 
   it("never messages a contact deleted after the confirm, and the preview no longer shows it", async () => {
