@@ -74,9 +74,18 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
       opsSending: {
         visibility: "public",
         async handler(): Promise<OpsTable> {
-          const rows = await rawQuery<{ id: string; company_id: string; channel: string; audience: number; sent: number; failed: number; total: number }>(
+          const rows = await rawQuery<{
+            id: string;
+            company_id: string;
+            channel: string;
+            audience: number;
+            sent: number;
+            failed: number;
+            skipped: number;
+            total: number;
+          }>(
             sequelize,
-            `SELECT id, company_id, channel, audience, sent, failed, count(*) OVER ()::int AS total
+            `SELECT id, company_id, channel, audience, sent, failed, skipped, count(*) OVER ()::int AS total
                FROM campaigns WHERE status = 'SENDING' ORDER BY confirmed_at NULLS LAST, id LIMIT ${OPS_ROWS}`,
           );
           const total = rows[0]?.total ?? 0;
@@ -89,7 +98,8 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
               r.audience,
               r.sent,
               r.failed,
-              r.audience > 0 ? `${Math.floor((100 * (r.sent + r.failed)) / r.audience)} %` : "-",
+              // Skipped recipients (opted out, deleted) are done too.
+              r.audience > 0 ? `${Math.floor((100 * (r.sent + r.failed + r.skipped)) / r.audience)} %` : "-",
             ]),
             note: total > rows.length ? `and ${total - rows.length} more` : undefined,
           };
