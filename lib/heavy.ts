@@ -186,13 +186,15 @@ export const heavyLimitsOf = (
 export function withHeavyRead<T>(
   sequelize: Sequelize,
   gate: HeavyGate,
-  o: { companyId: string; statementTimeoutMs: number },
+  o: { companyId: string; statementTimeoutMs: number | (() => number) },
   fn: (exec: Exec) => Promise<T>,
 ): Promise<T> {
   if (gate.limits.oneSession) return gate.run(o.companyId, () => fn((sql, params) => rawQuery(sequelize, sql, params)));
   return gate.run(o.companyId, () =>
     rawTransaction(sequelize, async (exec) => {
-      if (o.statementTimeoutMs > 0) await exec(`SELECT set_config('statement_timeout', $1, true)`, [String(Math.floor(o.statementTimeoutMs))]);
+      // Taken once the slot is held: the time spent waiting for it is no longer the call's to spend.
+      const ms = typeof o.statementTimeoutMs === "function" ? o.statementTimeoutMs() : o.statementTimeoutMs;
+      if (ms > 0) await exec(`SELECT set_config('statement_timeout', $1, true)`, [String(Math.floor(ms))]);
       return fn(exec);
     }),
   );

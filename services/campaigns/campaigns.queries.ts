@@ -124,7 +124,9 @@ export function previewSource(c: CampaignRow, customKeys: string[]): { sql: stri
       }
     : {
         // The snapshot without the contacts deleted since: the preview never shows a deleted contact.
-        sql: `SELECT r.contact_id, r.destination, r.vars, (r.status = 'SKIPPED' OR ${optedOutSql("$2::text", "$3::text", "r.destination")}) AS opted_out
+        // A recipient already sent (or failed) stays counted as such whatever its number said since.
+        sql: `SELECT r.contact_id, r.destination, r.vars,
+                     (r.status = 'SKIPPED' OR (r.status = 'PENDING' AND ${optedOutSql("$2::text", "$3::text", "r.destination")})) AS opted_out
                 FROM campaign_recipients r WHERE r.campaign_id = $1 AND NOT ${contactGoneSql("$2::text", "r.contact_id")}`,
         params: [c.id, c.company_id, c.channel],
       };

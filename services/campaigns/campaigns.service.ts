@@ -62,7 +62,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
           return withHeavyRead(
             sequelize,
             gate,
-            { companyId: ctx.meta.companyId, statementTimeoutMs: heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
+            { companyId: ctx.meta.companyId, statementTimeoutMs: () => heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
             (exec) => stats(exec, ctx.meta.companyId, ctx.params),
           );
         },
@@ -124,7 +124,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
           return withHeavyRead(
             sequelize,
             gate,
-            { companyId: ctx.meta.companyId, statementTimeoutMs: heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
+            { companyId: ctx.meta.companyId, statementTimeoutMs: () => heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
             (exec) => preview(exec, c, { samples }),
           );
         },

@@ -63,8 +63,13 @@ export function foldChange(state: OptOutState | undefined, c: Change, now: numbe
   return c.at === null ? same : { state: { optedOut: false, source: c.source, createdAt: at, changedAt: at }, changed: false };
 }
 
-/** Order of a number's changes: by time (those without one last, as now), an opt-in before an opt-out said at the same instant. */
+/**
+ * Order of a number's changes (a stable sort): by time (those without one last, as now), an opt-in
+ * before an opt-out said at the same instant; changes without a time (an import's rows) in the order
+ * given, so a later row of a file wins over an earlier one.
+ */
 function byTime(a: Change, b: Change): number {
+  if (a.at === null && b.at === null) return 0;
   const ta = a.at ?? Infinity;
   const tb = b.at ?? Infinity;
   if (ta !== tb) return ta < tb ? -1 : 1;

@@ -7,6 +7,7 @@
  * one is ignored, so repeats and late reports are harmless.
  */
 import type { Context } from "moleculer";
+import { instantOf } from "../../lib/time";
 import type { Sequelize } from "sequelize";
 import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
 import { ApiError, type FieldError } from "../../lib/errors";
@@ -36,9 +37,6 @@ export function applyOptOutChanges(sequelize: Sequelize, changes: Change[]): Pro
     delayMs: (n) => 5 * n + Math.random() * 10,
   });
 }
-
-const EARLIEST = Date.UTC(1970, 0, 1);
-const LATEST = Date.UTC(9999, 0, 1);
 
 export const optOutActions = {
   /** The account's active opt-outs, newest first. */
@@ -105,9 +103,10 @@ export const optOutActions = {
       const errors: FieldError[] = [];
       const changes = ctx.params.items.map((it, i): Change => {
         if (!isE164(it.phoneNumber)) errors.push({ path: `items[${i}].phoneNumber`, message: PHONE_ERROR });
-        const at = it.at === undefined ? null : Date.parse(it.at);
-        if (at !== null && (Number.isNaN(at) || at < EARLIEST || at > LATEST))
-          errors.push({ path: `items[${i}].at`, message: "must be a date-time between 1970 and 9999" });
+        // The same rule as every other date-time of the ingress and the inbox (a year from 1970 to 9999 as written),
+        // so a date they took never fails here.
+        const at = it.at === undefined ? null : instantOf(it.at);
+        if (at !== null && Number.isNaN(at)) errors.push({ path: `items[${i}].at`, message: "must be a date-time of a year from 1970 to 9999" });
         return { companyId: it.companyId, channel: it.channel, phoneNumber: it.phoneNumber, action: it.action, source: it.source, at };
       });
       if (errors.length > 0)

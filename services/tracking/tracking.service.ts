@@ -130,7 +130,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
           checkHistoryRange(ctx.params);
           // A heavy read: the account's share of this node's slots (lib/heavy.ts), under the class's statement limit.
-          const heavy = { companyId: ctx.meta.companyId, statementTimeoutMs: heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) };
+          const heavy = { companyId: ctx.meta.companyId, statementTimeoutMs: () => heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) };
           return withHeavyRead(sequelize, heavyGateOf(sequelize, heavyLimitsOf(config, db.embedded)), heavy, (exec) =>
             historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params),
           );

@@ -83,6 +83,20 @@ describe("keywords", () => {
     expect((await b.api.get("/contacts/opt-outs")).body.total).toBe(0);
   });
 
+  it("takes a STOP dated at the edges the ingress accepts (a year from 1970 to 9999 as written), with the rest of its batch", async () => {
+    const a = await account();
+    const [n, m] = [phone(), phone()];
+    const batch = [
+      inboundIn(a.companyId, { source: n, text: "STOP", receivedDate: "1970-01-01T00:30:00+01:00" }),
+      inboundIn(a.companyId, { source: m, text: "stop", receivedDate: "9999-06-01T00:00:00Z" }),
+      inboundIn(a.companyId, { text: "hello" }),
+    ];
+    await inbound("whatsapp", batch);
+    expect(await optOuts(a, n)).toEqual(["WHATSAPP KEYWORD"]);
+    expect(await optOuts(a, m)).toEqual(["WHATSAPP KEYWORD"]);
+    expect((await inboundEvents(a.companyId)).map((e) => e.message_id).sort()).toEqual(batch.map((b) => b.messageId).sort());
+  });
+
   it("changes nothing for a sentence that merely contains a keyword, or a message without text", async () => {
     const a = await account();
     const n = phone();

@@ -229,6 +229,15 @@ describe("imports: the optedOut column", () => {
     expect(await optedOutOf(a, n)).toEqual(["RCS"]);
   });
 
+  it("lets a later row of the same file win: opted out in row 1, not in row 2, ends not opted out (and the other way round)", async () => {
+    const a = await t.newAccount(["CONTACTS"]);
+    const [n, m] = [phone(), phone()];
+    const done = await imported(a, `phoneNumber,optedOut\n${n},SMS\n${n},false\n${m},false\n${m},SMS\n`);
+    expect(done.status).toBe("COMPLETED");
+    expect(await optedOutOf(a, n)).toEqual([]);
+    expect(await optedOutOf(a, m)).toEqual(["SMS"]);
+  });
+
   it("opts out the number of the contact a row matches by email, and refuses optedOut on a row without any number", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     const c = (await a.api.post("/contacts", contactIn({ email: "match@example.com" }))).body;
