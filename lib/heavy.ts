@@ -55,6 +55,8 @@ export interface HeavyLimits {
    * transaction), so another account's request waits at most for one statement, not for a queue.
    */
   oneSession: boolean;
+  /** HEAVY_STATEMENT_TIMEOUT_MS: what a heavy read's statements may take at most (less when its call has less left). */
+  statementTimeoutMs: number;
 }
 
 interface Waiter {
@@ -160,40 +162,51 @@ export class HeavyGate {
 
 const gates = new WeakMap<object, HeavyGate>();
 
-/** The node's one gate for a database (every service of a process shares its pool, so its gate). */
-export function heavyGateOf(pool: object, limits: HeavyLimits): HeavyGate {
-  let gate = gates.get(pool);
-  if (!gate) gates.set(pool, (gate = new HeavyGate(limits)));
+/** lib/config.ts's HEAVY_* settings. */
+export interface HeavyConfig {
+  heavyOpsPerAccount: number;
+  heavyOpsPerNode: number;
+  heavyQueuePerAccount: number;
+  heavyQueueWaitMs: number;
+  heavyStatementTimeoutMs: number;
+}
+
+/**
+ * The node's one gate for a database (every service of a process shares its pool, so its gate),
+ * with the limits of `config`; embedded PGlite (one session): one heavy operation at a time.
+ */
+export function heavyGateOf(db: { sequelize: Sequelize; embedded: boolean }, config: HeavyConfig): HeavyGate {
+  let gate = gates.get(db.sequelize);
+  if (!gate) {
+    gate = new HeavyGate({
+      perAccount: db.embedded ? 1 : config.heavyOpsPerAccount,
+      perNode: db.embedded ? 1 : config.heavyOpsPerNode,
+      queuePerAccount: config.heavyQueuePerAccount,
+      queueWaitMs: config.heavyQueueWaitMs,
+      oneSession: db.embedded,
+      statementTimeoutMs: config.heavyStatementTimeoutMs,
+    });
+    gates.set(db.sequelize, gate);
+  }
   return gate;
 }
 
-/** The limits of lib/config.ts's HEAVY_* variables. */
-export const heavyLimitsOf = (
-  c: { heavyOpsPerAccount: number; heavyOpsPerNode: number; heavyQueuePerAccount: number; heavyQueueWaitMs: number },
-  embedded: boolean,
-): HeavyLimits => ({
-  perAccount: embedded ? 1 : c.heavyOpsPerAccount,
-  perNode: embedded ? 1 : c.heavyOpsPerNode,
-  queuePerAccount: c.heavyQueuePerAccount,
-  queueWaitMs: c.heavyQueueWaitMs,
-  oneSession: embedded,
-});
-
 /**
- * Runs a heavy read of `companyId` through the node's gate, in one transaction (`exec` runs its
- * statements) whose statements stop after `statementTimeoutMs` (0: the server's limit).
+ * Runs a heavy read of the call's account through the node's gate, in one transaction (`exec` runs
+ * its statements) whose statements stop after the gate's statement limit, or the time left to the
+ * call when that is less (taken once the slot is held: the wait for it is not the call's to spend).
  */
 export function withHeavyRead<T>(
   sequelize: Sequelize,
   gate: HeavyGate,
-  o: { companyId: string; statementTimeoutMs: number | (() => number) },
+  ctx: Context<unknown, { companyId: string }>,
   fn: (exec: Exec) => Promise<T>,
 ): Promise<T> {
-  if (gate.limits.oneSession) return gate.run(o.companyId, () => fn((sql, params) => rawQuery(sequelize, sql, params)));
-  return gate.run(o.companyId, () =>
+  const { companyId } = ctx.meta;
+  if (gate.limits.oneSession) return gate.run(companyId, () => fn((sql, params) => rawQuery(sequelize, sql, params)));
+  return gate.run(companyId, () =>
     rawTransaction(sequelize, async (exec) => {
-      // Taken once the slot is held: the time spent waiting for it is no longer the call's to spend.
-      const ms = typeof o.statementTimeoutMs === "function" ? o.statementTimeoutMs() : o.statementTimeoutMs;
+      const ms = heavyTimeoutMs(ctx as Context, gate.limits.statementTimeoutMs);
       if (ms > 0) await exec(`SELECT set_config('statement_timeout', $1, true)`, [String(Math.floor(ms))]);
       return fn(exec);
     }),

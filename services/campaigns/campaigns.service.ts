@@ -13,7 +13,7 @@ import { addNodeRegistry } from "../../lib/http-metrics";
 import { Loops } from "../../lib/jobs";
 import { OPS_ROWS, type OpsTable } from "../../lib/ops";
 import { rawQuery } from "../../lib/db";
-import { heavyGateOf, heavyLimitsOf, heavyTimeoutMs, withHeavyRead } from "../../lib/heavy";
+import { heavyGateOf, withHeavyRead } from "../../lib/heavy";
 import { createUpstream, type OutboundMessage } from "../../lib/upstream";
 import { checkHistoryRange } from "../tracking/tracking.contract";
 import { campaignActions, CONFIRM_TIMEOUT_MS, type CampaignsThis } from "./campaigns.actions";
@@ -38,7 +38,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
   const { config, db } = deps;
   const sequelize = db.sequelize;
   // Previews and statistics: this node's heavy-read slots, shared with every service of the process.
-  const gate = heavyGateOf(sequelize, heavyLimitsOf(config, db.embedded));
+  const gate = heavyGateOf(db, config);
 
   return {
     name: "campaigns",
@@ -59,12 +59,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
           checkHistoryRange(ctx.params);
           if (ctx.params.campaignId && !(await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.campaignId)))
             throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.campaignId} in this account.`);
-          return withHeavyRead(
-            sequelize,
-            gate,
-            { companyId: ctx.meta.companyId, statementTimeoutMs: () => heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
-            (exec) => stats(exec, ctx.meta.companyId, ctx.params),
-          );
+          return withHeavyRead(sequelize, gate, ctx, (exec) => stats(exec, ctx.meta.companyId, ctx.params));
         },
       }),
 
@@ -121,12 +116,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
           const c = await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.id);
           if (!c) throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.id} in this account.`);
           const samples = ctx.meta.operations.includes("CONTACTS");
-          return withHeavyRead(
-            sequelize,
-            gate,
-            { companyId: ctx.meta.companyId, statementTimeoutMs: () => heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) },
-            (exec) => preview(exec, c, { samples }),
-          );
+          return withHeavyRead(sequelize, gate, ctx, (exec) => preview(exec, c, { samples }));
         },
       }),
     },

@@ -6,22 +6,13 @@
  */
 import type { Channel } from "../../lib/channels";
 import type { FieldError } from "../../lib/errors";
+import { codePointLength } from "../../lib/text";
 
 /** The per-channel maximum, in characters: Unicode code points (an emoji is one), everywhere (checks, render, preview, sender). */
 export const MAX_TEXT: Record<Channel, number> = { SMS: 1600, RCS: 3072, WHATSAPP: 4096 };
 
-/** The length of a text in characters (code points), the unit of MAX_TEXT. */
-export function characters(s: string): number {
-  let n = 0;
-  for (let i = 0; i < s.length; i++, n++) {
-    const code = s.charCodeAt(i);
-    if (code >= 0xd800 && code <= 0xdbff && i + 1 < s.length) {
-      const low = s.charCodeAt(i + 1);
-      if (low >= 0xdc00 && low <= 0xdfff) i++;
-    }
-  }
-  return n;
-}
+/** The length of a text in characters (code points), the unit of MAX_TEXT (lib/text.ts's, as file names count). */
+export const characters = codePointLength;
 /** The longest placeholder, braces included, and the longest fallback. */
 export const MAX_PLACEHOLDER = 200;
 export const MAX_FALLBACK = 100;

@@ -4,7 +4,7 @@
  * account's ids are simply not found. Imports are parsed on this node's piscina pool.
  */
 import type { Context, ServiceSchema } from "moleculer";
-import { heavyGateOf, heavyLimitsOf } from "../../lib/heavy";
+import { heavyGateOf } from "../../lib/heavy";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
 import { contactActions, contactMethods, type ContactsThis } from "./contacts.actions";
@@ -34,7 +34,7 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
       // The action groups (contacts.actions.ts, contacts.optouts.ts, contacts.lists.ts, contacts.imports.ts) reach the database as this.sequelize.
       (this as unknown as ImportsThis).sequelize = deps.db.sequelize;
       (this as unknown as ContactsThis).heavyOpsPerAccount = deps.config.heavyOpsPerAccount;
-      (this as unknown as ContactsThis).heavyGate = heavyGateOf(deps.db.sequelize, heavyLimitsOf(deps.config, deps.db.embedded));
+      (this as unknown as ContactsThis).heavyGate = heavyGateOf(deps.db, deps.config);
       (this as unknown as ImportsThis).importer = new Importer(deps.db.sequelize, deps.config, this.logger);
     },
     async started() {

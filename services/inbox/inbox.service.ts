@@ -6,7 +6,7 @@
  * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
 import type { Service, ServiceSchema } from "moleculer";
-import { heavyGateOf, heavyLimitsOf, type HeavyGate } from "../../lib/heavy";
+import { heavyGateOf, type HeavyGate } from "../../lib/heavy";
 import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/api";
 import type { Deps } from "../../lib/deps";
@@ -49,7 +49,7 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
     methods: { ...replyMethods },
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
-      this.heavyGate = heavyGateOf(db.sequelize, heavyLimitsOf(config, db.embedded));
+      this.heavyGate = heavyGateOf(db, config);
       this.metrics = new InboxMetrics();
       this.ingestCommitter = createIngestCommitter(this);
       addNodeRegistry(this.broker, this.metrics.registry);

@@ -11,7 +11,7 @@ import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api
 import { CHANNELS, type Channel } from "../../lib/channels";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
-import { heavyGateOf, heavyLimitsOf, heavyTimeoutMs, withHeavyRead } from "../../lib/heavy";
+import { heavyGateOf, withHeavyRead } from "../../lib/heavy";
 import { Loops } from "../../lib/jobs";
 import { OUTBOX_WRITTEN } from "../notifier/notifier.contract";
 import { IngressMixin, parseIngest, type InboundItem, type OptOutItem } from "./tracking.ingress";
@@ -61,6 +61,8 @@ const PURGE_EVERY_MS = 3600_000;
 export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, TrackingVars> {
   const { config, db } = deps;
   const sequelize = db.sequelize;
+  // History reads: this node's heavy-read slots, shared with every service of the process.
+  const gate = heavyGateOf(db, config);
   const keyChannels = (meta: AuthMeta): Channel[] => CHANNELS.filter((c) => meta.operations.includes(c));
 
   return {
@@ -130,10 +132,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
           checkHistoryRange(ctx.params);
           // A heavy read: the account's share of this node's slots (lib/heavy.ts), under the class's statement limit.
-          const heavy = { companyId: ctx.meta.companyId, statementTimeoutMs: () => heavyTimeoutMs(ctx, config.heavyStatementTimeoutMs) };
-          return withHeavyRead(sequelize, heavyGateOf(sequelize, heavyLimitsOf(config, db.embedded)), heavy, (exec) =>
-            historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params),
-          );
+          return withHeavyRead(sequelize, gate, ctx, (exec) => historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params));
         },
       }),
 

@@ -1,7 +1,15 @@
 /** The node's heavy-read slots (lib/heavy.ts HeavyGate): per-account share, bounded queue, round-robin hand-over, waits that end. */
 import { HeavyGate, type HeavyLimits } from "../../lib/heavy";
 
-const limits = (o: Partial<HeavyLimits> = {}): HeavyLimits => ({ perAccount: 2, perNode: 3, queuePerAccount: 2, queueWaitMs: 10_000, oneSession: false, ...o });
+const limits = (o: Partial<HeavyLimits> = {}): HeavyLimits => ({
+  perAccount: 2,
+  perNode: 3,
+  queuePerAccount: 2,
+  queueWaitMs: 10_000,
+  oneSession: false,
+  statementTimeoutMs: 20_000,
+  ...o,
+});
 const status = (e: unknown) => (e as { code?: number }).code;
 
 describe("HeavyGate", () => {
