@@ -3,15 +3,14 @@
  * from TRANSPORTER (NATS) or none (in-process), pino as the logger, ajv as the validator, and the
  * middleware that carries the request id into every log line.
  */
-import { Errors, METRIC, type BrokerOptions, type Middleware, type ServiceBroker } from "moleculer";
-import { Stream } from "node:stream";
+import type { BrokerOptions, Middleware, ServiceBroker } from "moleculer";
 import type { Config } from "./lib/config";
 import { ApiError, databaseUnavailable, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S } from "./lib/errors";
-import { inRequestScope, loggerOptions } from "./lib/logger";
-import { natsTransporter, transporterUp } from "./lib/nats-transporter";
-import { RequestMetrics } from "./lib/request-metrics";
-import { BinaryAnswerSerializer } from "./lib/serializer";
-import { SchemaValidator } from "./lib/validator";
+import { inRequestScope, loggerOptions } from "./lib/observability/logger";
+import { natsTransporter, transporterUp } from "./lib/bus/nats-transporter";
+import { RequestMetrics } from "./lib/observability/request-metrics";
+import { LargeAnswers } from "./lib/bus/large-answers";
+import { SchemaValidator } from "./lib/http/validator";
 
 type Handler = (ctx: { requestID?: string | null }) => unknown;
 
@@ -86,73 +85,8 @@ const TransporterOutage = {
   },
 } as unknown as Middleware;
 
-type TimedCtx = {
-  options: { timeout?: number | null };
-  startHrTime?: [number, number] | null;
-  nodeID?: string | null;
-  requestID?: string | null;
-  params: unknown;
-};
-
-/**
- * Moleculer's Timeout middleware, with one promise and one timer per call instead of its
- * `Promise.race` of a timer promise (five promises a call, measured among the largest allocations
- * per request in bench/gateway). The same behaviour: the time-out defaults to the action's, then the
- * broker's requestTimeout; the call's start is kept for the distributed time-out of nested calls; at
- * the time-out the caller gets a RequestTimeoutError (the handler itself runs on), a warning is
- * logged, a stream sent as params is told, and moleculer_request_timeout_total counts it.
- */
-const CallTimeout = {
-  name: "CallTimeout",
-  created(broker: ServiceBroker) {
-    if (broker.isMetricsEnabled()) {
-      broker.metrics.register({
-        name: METRIC.MOLECULER_REQUEST_TIMEOUT_TOTAL,
-        type: METRIC.TYPE_COUNTER,
-        labelNames: ["service", "action"],
-        description: "Number of timed out requests",
-        rate: true,
-      });
-    }
-  },
-  localAction: callTimeout,
-  remoteAction: callTimeout,
-} as unknown as Middleware;
-
-function callTimeout(
-  this: ServiceBroker,
-  handler: (ctx: TimedCtx) => Promise<unknown>,
-  action: { name: string; timeout?: number; service?: { fullName: string } },
-) {
-  const actionName = action.name;
-  const service = action.service ? action.service.fullName : null;
-  return (ctx: TimedCtx): Promise<unknown> => {
-    if (ctx.options.timeout == null) ctx.options.timeout = action.timeout != null ? action.timeout : this.options.requestTimeout;
-    const ms = ctx.options.timeout ?? 0;
-    if (!(ms > 0)) return handler(ctx);
-    if (!ctx.startHrTime) ctx.startHrTime = process.hrtime();
-    const p = handler(ctx);
-    if (typeof p?.then !== "function") return p;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.logger.warn(`Request '${actionName}' is timed out.`, { requestID: ctx.requestID, nodeID: ctx.nodeID, timeout: ms });
-        if (ctx.params instanceof Stream) ctx.params.emit("moleculer-timeout-middleware", ms);
-        this.metrics?.increment(METRIC.MOLECULER_REQUEST_TIMEOUT_TOTAL, { service, action: actionName });
-        reject(new Errors.RequestTimeoutError({ action: actionName, nodeID: ctx.nodeID as string }));
-      }, ms);
-      p.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      );
-    });
-  };
-}
+/** Nodes of one service a call tries when NATS says nobody listens for the node it picked. */
+const NO_RESPONDERS_TRIES = 3;
 
 type RemoteCtx = {
   options?: { nodeID?: string };
@@ -162,14 +96,16 @@ type RemoteCtx = {
   noResponders?: number;
 };
 
-/** Nodes of one service a call tries when NATS says nobody listens for the node it picked. */
-const NO_RESPONDERS_TRIES = 3;
-
 /**
  * A call that NATS could not deliver ("no responders": its node is gone or not subscribed again
- * yet, lib/nats-transporter.ts) never ran: it is sent again, to the next node of the service by the
- * balancer, up to NO_RESPONDERS_TRIES in all (each such answer takes a round trip to NATS, not a
- * time-out). A call aimed at one node stays failed.
+ * yet, lib/bus/nats-transporter.ts) never ran: it is sent again, to the next node of the service by
+ * the balancer, up to NO_RESPONDERS_TRIES in all and at once (each such answer takes a round trip to
+ * NATS, not a time-out). A call aimed at one node stays failed. This is Moleculer's Retry middleware
+ * reduced to remote calls and that one error, through its public hooks only (`remoteAction`,
+ * `ctx.copy()`, `broker.call` with `ctx`): the built-in one with `retryPolicy: { enabled, check }`
+ * was tried and made uploads pulled across nodes fail (ECONNRESET in test/integration/cluster.spec.ts
+ * and test/e2e/media.spec.ts, every time with it, never without), and it also wraps every local
+ * action, which this does not need.
  */
 const NoRespondersRetry = {
   name: "NoRespondersRetry",
@@ -185,26 +121,49 @@ const NoRespondersRetry = {
   },
 } as unknown as Middleware;
 
+/**
+ * moleculer-web's `rest` action (private: the entry of every HTTP request into a gateway's routes)
+ * needs none of our per-call middlewares: the listener has already opened the request's log scope,
+ * the HTTP metrics time the request, it touches no database and never crosses nodes; the partner
+ * call it leads to passes them all. Skipping them there is two promises, an AsyncLocalStorage
+ * check and three metric updates fewer per request (bench/gateway).
+ */
+const isWebEntry = (action: { rawName?: string; visibility?: string }) => action.rawName === "rest" && action.visibility === "private";
+
+function exceptWebEntry(mw: Middleware): Middleware {
+  const m = mw as { localAction?: (this: unknown, handler: unknown, action: { rawName?: string; visibility?: string }) => unknown };
+  const local = m.localAction;
+  if (!local) return mw;
+  return {
+    ...m,
+    localAction(this: unknown, handler: unknown, action: { rawName?: string; visibility?: string }) {
+      return isWebEntry(action) ? handler : local.call(this, handler, action);
+    },
+  } as unknown as Middleware;
+}
+
 export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
   return {
     namespace: config.namespace,
     nodeID: config.nodeId ?? undefined,
     // Built from our config, never from Moleculer's own env parsing.
-    // Credentials and TLS from NATS_* (or the URL); a publish that fails fails its call, not the process.
+    // Credentials and TLS from NATS_* (or the URL); a publish that fails fails its call, not the
+    // process; a call to a node that is gone fails at once (lib/bus/nats-transporter.ts).
     transporter: config.transporter ? natsTransporter(config) : null,
     logger: loggerOptions(config),
-    // JSON, with byte ranges answered as raw bytes (lib/serializer.ts).
-    serializer: new BinaryAnswerSerializer() as unknown as BrokerOptions["serializer"],
+    // Moleculer's CBOR serializer (cbor-x): Buffers (the byte ranges of uploads and downloads) cross
+    // as they are, not as base64 in JSON. Every node of a cluster, the REPL too, uses these options.
+    serializer: "CBOR",
     validator: new SchemaValidator({}),
     requestTimeout: 30_000,
     retryPolicy: { enabled: false },
     circuitBreaker: { enabled: false },
     registry: { strategy: "RoundRobin", preferLocal: true },
     // Moleculer's registry stays on (process, OS, event loop, transporter metrics), but its per-call
-    // Metrics middleware is replaced by RequestMetrics (see lib/request-metrics.ts for why).
+    // Metrics middleware is replaced by RequestMetrics (see lib/observability/request-metrics.ts for why).
     metrics: { enabled: true, reporter: [], collectProcessMetrics: true },
     tracing: tracingOptions(config),
-    // A stopping node waits for the calls it is serving (lib/app.ts narrows the wait to what is
+    // A stopping node waits for the calls it is serving (app/start-app.ts narrows the wait to what is
     // left of SHUTDOWN_TIMEOUT_MS once its HTTP listeners have drained).
     tracking: { enabled: true, shutdownTimeout: config.shutdownTimeoutMs },
     // Only the internal middlewares the project uses, in Moleculer's own order: every call passes
@@ -214,17 +173,18 @@ export function brokerOptions(config: Config, overrides: Partial<BrokerOptions> 
     // its middleware here.
     internalMiddlewares: false,
     middlewares: [
-      RequestScope,
-      DatabaseOutage,
+      exceptWebEntry(RequestScope),
+      exceptWebEntry(DatabaseOutage),
       TransporterOutage,
       "ActionHook",
       "Validator",
       "ContextTracker",
-      CallTimeout,
+      exceptWebEntry(LargeAnswers),
+      "Timeout",
       NoRespondersRetry,
       "ErrorHandler",
       ...(config.tracingExporter === "none" ? [] : ["Tracing"]),
-      RequestMetrics(),
+      exceptWebEntry(RequestMetrics()),
     ],
     // Our scripts stop the broker and then close the database; Moleculer's own signal handler would
     // exit the process in between.

@@ -2,7 +2,7 @@
  * One node of a bench cluster: the product's own startApp (as `npm start`), under the Moleculer
  * namespace BENCH_NAMESPACE, so a bench on a NATS other runs share never meets their nodes.
  */
-import { startApp } from "../lib/app";
+import { startApp } from "../app/start-app";
 import { loadConfig } from "../lib/config";
 
 async function main() {

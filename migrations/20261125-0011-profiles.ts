@@ -6,7 +6,7 @@ import type { Sequelize } from "sequelize";
  * the service answers as a 409 naming the existing id.
  *
  * The access token is never stored in clear: `token_ciphertext` is its AES-256-GCM encryption under
- * the key whose id is `token_key_id` (lib/secrets.ts), with `token_iv` and
+ * the key whose id is `token_key_id` (lib/security/secrets.ts), with `token_iv` and
  * `token_tag`; the account and profile id are its additional authenticated data. The
  * `(token_key_id, id)` index lets `secrets:rotate` find the rows not yet under the current key.
  */

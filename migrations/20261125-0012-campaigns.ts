@@ -3,7 +3,7 @@ import type { Sequelize } from "sequelize";
 /**
  * Campaigns and their recipients (issue 17).
  *
- * `campaigns`: one row per campaign; the row is also the send job of lib/jobs.ts (`node_id` holds
+ * `campaigns`: one row per campaign; the row is also the send job of lib/jobs/jobs.ts (`node_id` holds
  * it, `leased_until` ends the hold), so any campaigns node starts a SCHEDULED campaign when due and
  * takes over a SENDING one whose node died. `sent`/`failed` are the progress counters, kept in the
  * same statement that records the recipients' outcomes.

@@ -5,7 +5,7 @@ import type { Sequelize } from "sequelize";
  * the contacts service's to write (`contacts.markContacted`), and the call used to be fire and
  * forget, so a contacts node away at that moment lost the mark for good. Now the batch's outcome
  * statement also writes one row here with the contacts it reached; any campaigns node claims due
- * rows (lib/jobs.ts: owner, lease), calls contacts.markContacted and deletes the row, or puts it off
+ * rows (lib/jobs/jobs.ts: owner, lease), calls contacts.markContacted and deletes the row, or puts it off
  * with a backoff when the call fails.
  */
 export async function up(sequelize: Sequelize): Promise<void> {

@@ -3,7 +3,7 @@ import type { Sequelize } from "sequelize";
 /**
  * Signed webhooks (contract section 8, issue 31): a webhook with a signing secret signs its
  * deliveries in the Standard Webhooks form. The secret is never stored in clear: `signing_secret`
- * is its AES-256-GCM sealing under the key whose id is `signing_key_id` (lib/secrets.ts; IV, tag and
+ * is its AES-256-GCM sealing under the key whose id is `signing_key_id` (lib/security/secrets.ts; IV, tag and
  * ciphertext in one column), bound to the account. A rotation keeps the secret it replaced as
  * `previous_signing_*` until `previous_signing_until` (deliveries carry both signatures meanwhile).
  * `signing_version` is taken from a sequence at every change of the secrets, so it only grows, even

@@ -2,14 +2,14 @@
  * `npm run migrate` (in the image: `node dist/scripts/migrate.js`): applies the pending migrations
  * of the database at DATABASE_URL (or the embedded one under DATA_DIR) and exits, running no
  * service. The Kubernetes Job `migrate` runs it before a rollout; every node still migrates at
- * start under the same PostgreSQL advisory lock (lib/db.ts), so the two never race and whichever
+ * start under the same PostgreSQL advisory lock (lib/db/db.ts), so the two never race and whichever
  * comes first applies each migration once.
  *
  * Prints one JSON line, `{"applied":["20261126-0013-inbox", ...]}` (empty when nothing was
  * pending), and exits 0; a bad variable exits 2, a failed migration 1, each with one line on stderr.
  */
 import { ConfigError, loadConfig } from "../lib/config";
-import { migrate, openDatabase } from "../lib/db";
+import { migrate, openDatabase } from "../lib/db/db";
 
 async function main(): Promise<number> {
   let config;

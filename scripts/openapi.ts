@@ -2,16 +2,16 @@
  * `npm run openapi`: writes openapi.json, the OpenAPI 3.1 document of every service, as the
  * gateway generates it (an in-memory database, nothing persisted), then the typed client's types
  * generated from it (clients/typescript/schema.ts) and the gateway's table of the API's routes
- * (lib/api-routes.ts). Tests keep the committed files equal to what
+ * (lib/http/api-routes.ts). Tests keep the committed files equal to what
  * the running gateway serves and to what the committed document generates.
  */
 import fs from "node:fs";
 import path from "node:path";
-import { API_PREFIX } from "../lib/api";
-import { API_ROUTES_FILE, apiRoutesSource } from "../lib/api-routes-source";
-import { startApp } from "../lib/app";
+import { API_PREFIX } from "../lib/http/api";
+import { API_ROUTES_FILE, apiRoutesSource } from "../lib/http/api-routes-source";
+import { startApp } from "../app/start-app";
 import { ALL_SERVICES, loadConfig } from "../lib/config";
-import { openDatabase } from "../lib/db";
+import { openDatabase } from "../lib/db/db";
 import { writeClientSchema } from "./openapi-client";
 
 export const OPENAPI_FILE = "openapi.json";

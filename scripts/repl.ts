@@ -2,19 +2,19 @@
  * `npm run repl`: Moleculer's REPL (moleculer-repl) on a node that runs no services, joined to the
  * running service so that `nodes`, `services`, `actions`, `events` and `call` inspect it live.
  * - Without TRANSPORTER it joins the single-process service (`npm start`) running on the same
- *   DATA_DIR, through the loopback socket that service listens on (lib/repl-link.ts), with the
- *   secret of that directory.
+ *   DATA_DIR, through the Unix socket that service listens on inside that directory
+ *   (lib/repl/repl-link.ts); only the user that runs the service (and root) may connect to it.
  * - With TRANSPORTER=nats://... it joins the cluster (no database needed).
- * A refusal (nothing running, a wrong secret, a bad variable) is one line on stderr and exit 1 (2 for
+ * A refusal (nothing running, no permission, a bad variable) is one line on stderr and exit 1 (2 for
  * a bad variable), never a stack trace.
  */
 import os from "node:os";
 import { ServiceBroker } from "moleculer";
 import { brokerOptions } from "../moleculer.config";
 import { ConfigError, loadConfig, type Config } from "../lib/config";
-import { LoopbackClient } from "../lib/loopback-transporter";
-import { operatorCommands } from "../lib/repl-commands";
-import { joinRunningService, ReplRefusal } from "../lib/repl-link";
+import { SocketClient } from "../lib/repl/repl-transporter";
+import { operatorCommands } from "../lib/repl/repl-commands";
+import { joinRunningService, ReplRefusal } from "../lib/repl/repl-link";
 import { setTimeout as sleep } from "node:timers/promises";
 
 function refuse(message: string, code: number): never {
@@ -50,19 +50,12 @@ async function main() {
       `Joined the cluster at ${config.transporter} as ${broker.nodeID}; no services run here. Try: cluster, outbox, exports, campaigns, keys, services, call`,
     );
   } else {
-    const { link, info } = await joinRunningService(config.dataDir).catch((e: unknown) => {
+    const { socket, info } = await joinRunningService(config.dataDir).catch((e: unknown) => {
       if (e instanceof ReplRefusal) refuse(e.message, 1);
       throw e;
     });
-    const transporter = new LoopbackClient({
-      link,
-      onLost() {
-        refuse(`The service on DATA_DIR ${config.dataDir} (pid ${info.pid}) stopped; leaving the REPL.`, 1);
-      },
-    });
-    broker = new ServiceBroker({ ...brokerOptions(config, { nodeID, transporter: transporter as never }), replOptions } as ConstructorParameters<
-      typeof ServiceBroker
-    >[0]);
+    const transporter = new SocketClient(socket, () => refuse(`The service on DATA_DIR ${config.dataDir} (pid ${info.pid}) stopped; leaving the REPL.`, 1));
+    broker = new ServiceBroker({ ...brokerOptions(config, { nodeID, transporter }), replOptions } as ConstructorParameters<typeof ServiceBroker>[0]);
     await broker.start();
     if (!(await waitForNode(broker, info.nodeID))) {
       await broker.stop().catch(() => undefined);

@@ -2,8 +2,6 @@
  * `npm start`: runs the services named by SERVICES (all by default) on this node. Without
  * TRANSPORTER and DATABASE_URL it is the whole product in one process on embedded PostgreSQL.
  */
-import { startApp } from "../lib/app";
-import { bannerMessage, bannerText, startupBanner } from "../lib/banner";
 import { ConfigError, loadConfig } from "../lib/config";
 
 async function main() {
@@ -17,6 +15,17 @@ async function main() {
     }
     throw e;
   }
+  // SIGINT/SIGTERM are taken from the first moment: one that arrives while the services start (the
+  // gateway may already answer ready) stops the node gracefully once it has started, never kills it
+  // half-way with the default action.
+  let signalled: string | null = null;
+  let onSignal = (signal: string): void => {
+    signalled ??= signal;
+  };
+  process.on("SIGINT", () => onSignal("SIGINT"));
+  process.on("SIGTERM", () => onSignal("SIGTERM"));
+  // The product is loaded once the configuration is known to be good: a bad variable is named at once.
+  const [{ startApp }, { bannerMessage, bannerText, startupBanner }] = await Promise.all([import("../app/start-app.js"), import("../app/banner.js")]);
   const app = await startApp(config, { replSocket: !config.transporter }).catch((e: Error) => {
     process.stderr.write(`Could not start: ${e.message}\n`);
     process.exit(1);
@@ -54,8 +63,8 @@ async function main() {
     app.broker.logger.fatal({ err: reason }, "Unhandled rejection: stopping");
     process.exit(1);
   });
-  process.on("SIGINT", () => stop("SIGINT"));
-  process.on("SIGTERM", () => stop("SIGTERM"));
+  onSignal = stop;
+  if (signalled) stop(signalled);
 }
 
 void main();

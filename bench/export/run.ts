@@ -22,7 +22,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs, promisify } from "node:util";
 import pg from "pg";
-import { messageExportSql } from "../../services/exports/exports.sql";
+import { messageExportSql } from "../../services/exports/exports.queries";
 import { createBenchDatabase } from "../database";
 import { startService, type BenchService } from "../service";
 

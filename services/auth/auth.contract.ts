@@ -7,6 +7,8 @@ import type { Sequelize } from "sequelize";
 import { createKey, type NewKey } from "./auth.keys";
 import { defineAuthModels } from "./auth.models";
 import type { CreatedApiKeyOut } from "./auth.schemas";
+import { callerOf, type Action } from "../../lib/bus/calls";
+import type { Principal, VerifyIn } from "./auth.schemas";
 
 /** Payload of `auth.keyDeleted`, broadcast when a key is deleted: every gateway forgets it at once. */
 export interface KeyDeletedEvent {
@@ -24,3 +26,9 @@ export type { CreatedApiKeyOut, NewKey };
 export function createKeyAsAdmin(sequelize: Sequelize, input: NewKey, maxKeys?: number): Promise<CreatedApiKeyOut> {
   return createKey(defineAuthModels(sequelize), input, maxKeys);
 }
+
+/** What other services call of auth (lib/bus/calls.ts): `auth.verify`, who a key hash is (null: no such key). */
+export interface AuthActions {
+  "auth.verify": Action<VerifyIn, Principal | null>;
+}
+export const callAuth = callerOf<AuthActions>();

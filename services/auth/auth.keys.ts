@@ -5,8 +5,8 @@
  * stretch, and lookups stay O(1).
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { API_KEY_PREFIX, hashApiKey } from "../../lib/api-key";
-import type { Operation, TrafficType } from "../../lib/api";
+import { API_KEY_PREFIX, hashApiKey } from "../../lib/security/api-key";
+import type { Operation, TrafficType } from "../../lib/http/api";
 import { toApiKeyOut, type AuthModels } from "./auth.models";
 import { ApiError } from "../../lib/errors";
 import { insertKey, insertKeyWithin } from "./auth.queries";

@@ -1,6 +1,6 @@
 /** The auth service's tables (created by migrations/20261122-0001-api-keys, 20261124-0009-key-creator) and their mappers. */
 import { DataTypes, Model, type InferAttributes, type InferCreationAttributes, type CreationOptional, type Sequelize } from "sequelize";
-import type { Operation, TrafficType } from "../../lib/api";
+import type { Operation, TrafficType } from "../../lib/http/api";
 import type { ApiKeyOut, Principal } from "./auth.schemas";
 
 export class ApiKey extends Model<InferAttributes<ApiKey>, InferCreationAttributes<ApiKey>> {

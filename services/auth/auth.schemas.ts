@@ -1,9 +1,10 @@
 /**
  * API keys on the wire: what the auth service accepts and answers (spec part 5, contract section 3).
  */
-import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../../lib/api";
-import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
-import { UUID_PATTERN } from "../../lib/validator";
+import { OPERATIONS, TRAFFIC_TYPES, type Operation, type TrafficType } from "../../lib/http/api";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/http/paging";
+import type { PropertiesOf, SchemaOf } from "../../lib/http/schema-type";
+import { UUID_PATTERN } from "../../lib/http/validator";
 
 export const ID_PATTERN = "^[A-Za-z0-9._@:-]{1,128}$";
 
@@ -51,7 +52,7 @@ const operationsSchema = {
   minItems: 1,
   uniqueItems: true,
   examples: [["SMS", "AUTHENTICATION"]],
-};
+} satisfies SchemaOf<Operation[]>;
 
 const apiKeyProperties = {
   id: { type: "string", format: "uuid" },
@@ -67,7 +68,7 @@ const apiKeyProperties = {
     nullable: true,
     description: "The key that created this key through POST /authentication; null for keys made by the operator's admin command.",
   },
-};
+} satisfies PropertiesOf<ApiKeyOut>;
 
 export const apiKeyOut = {
   $id: "ApiKey",
@@ -75,7 +76,7 @@ export const apiKeyOut = {
   additionalProperties: false,
   required: ["id", "companyId", "userId", "username", "operations", "trafficType", "createdAt", "createdByKeyId"],
   properties: apiKeyProperties,
-};
+} satisfies SchemaOf<ApiKeyOut>;
 
 export const createdApiKeyOut = {
   $id: "CreatedApiKey",
@@ -91,9 +92,9 @@ export const createdApiKeyOut = {
       examples: ["pgw_3q2-7wEvfB4S1u2z0tOaE3wY8yVhQnRk5mN6pL7oJ9c"],
     },
   },
-};
+} satisfies SchemaOf<CreatedApiKeyOut>;
 
-export const apiKeyPage = pageSchema("ApiKeyPage", apiKeyOut);
+export const apiKeyPage = pageSchema("ApiKeyPage", apiKeyOut) satisfies SchemaOf<Page<ApiKeyOut>>;
 
 export const createKeyIn = {
   $id: "CreateApiKeyIn",
@@ -101,7 +102,7 @@ export const createKeyIn = {
   additionalProperties: false,
   required: ["operations"],
   properties: { operations: { ...operationsSchema, description: "A non-empty subset of the calling key's operations." } },
-};
+} satisfies SchemaOf<CreateKeyIn>;
 
 export const listKeysIn = {
   $id: "ListApiKeysIn",
@@ -111,7 +112,7 @@ export const listKeysIn = {
     userId: { type: "string", pattern: ID_PATTERN, description: "Only keys created by or assigned to this user.", examples: ["user-42"] },
     ...pagingProperties(["createdAt"], "createdAt", "desc"),
   },
-};
+} satisfies SchemaOf<ListKeysIn>;
 
 export const keyIdIn = {
   $id: "ApiKeyIdIn",
@@ -126,7 +127,7 @@ export const keyIdIn = {
       examples: ["0b6e4c1e-8a8c-4f5e-9a0e-3d2f1c4b5a69"],
     },
   },
-};
+} satisfies SchemaOf<KeyIdIn>;
 
 export const verifyIn = {
   $id: "VerifyApiKeyIn",
@@ -134,4 +135,4 @@ export const verifyIn = {
   additionalProperties: false,
   required: ["keyHash"],
   properties: { keyHash: { type: "string", pattern: "^[0-9a-f]{64}$" } },
-};
+} satisfies SchemaOf<VerifyIn>;

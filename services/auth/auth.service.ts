@@ -4,10 +4,10 @@
  * `auth.keyDeleted` so that every gateway replica forgets it at once.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { toPage, type Page } from "../../lib/paging";
+import { toPage, type Page } from "../../lib/http/paging";
 import type { KeyDeletedEvent } from "./auth.contract";
 import { createKey } from "./auth.keys";
 import { defineAuthModels, toApiKeyOut, toPrincipal, type AuthModels } from "./auth.models";

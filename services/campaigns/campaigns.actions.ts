@@ -7,13 +7,26 @@
 import { randomUUID } from "node:crypto";
 import type { Context } from "moleculer";
 import type { Sequelize } from "sequelize";
-import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
-import { rawTransaction, type Exec } from "../../lib/db";
+import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/http/api";
+import { inTransaction, type Exec } from "../../lib/db/db";
 import { ApiError, badRequest } from "../../lib/errors";
-import { toPage, type Page } from "../../lib/paging";
-import { callMedia, checkCampaign, checkLists, requireChannel } from "./campaigns.checks";
+import { toPage, type Page } from "../../lib/http/paging";
+import { callMediaOf, checkCampaign, checkLists, requireChannel } from "./campaigns.checks";
 import { toCampaignOut, type CampaignRow } from "./campaigns.models";
-import { campaignsPage, findCampaign, insertCampaign, q, snapshotAudience, transition, updateDraft, type CampaignValues } from "./campaigns.queries";
+import {
+  campaignsPage,
+  CHANGES,
+  deleteDraft,
+  findCampaign,
+  insertCampaign,
+  markScheduled,
+  q,
+  snapshotAudience,
+  transition,
+  undoCreate,
+  updateDraft,
+  type CampaignValues,
+} from "./campaigns.queries";
 import {
   campaignIdIn,
   campaignOut,
@@ -97,7 +110,7 @@ async function withMedia<T>(
   media: (row: T) => Promise<unknown>,
   undo: () => Promise<unknown>,
 ): Promise<T> {
-  const row = await rawTransaction(self.sequelize, write);
+  const row = await inTransaction(self.sequelize, write);
   try {
     await media(row);
   } catch (err) {
@@ -141,11 +154,11 @@ export const campaignActions = {
       const row = await withMedia(
         this,
         (exec) => insertCampaign(exec, id, ctx.meta.companyId, v),
-        () => (v.mediaIds.length ? callMedia(ctx, "reference", { owner: owner(id), mediaIds: v.mediaIds }) : Promise.resolve()),
+        () => (v.mediaIds.length ? callMediaOf(ctx, "media.reference", { owner: owner(id), mediaIds: v.mediaIds }) : Promise.resolve()),
         // Media refused (or unreachable): the draft goes again, and any reference with it.
         async () => {
-          await q(this.sequelize)(`DELETE FROM campaigns WHERE id = $1 AND company_id = $2 AND status = 'DRAFT'`, [id, ctx.meta.companyId]);
-          await callMedia(ctx, "release", { owner: owner(id) }).catch(() => undefined);
+          await undoCreate(q(this.sequelize), ctx.meta.companyId, id);
+          await callMediaOf(ctx, "media.release", { owner: owner(id) }).catch(() => undefined);
         },
       );
       ctx.meta.$statusCode = 201;
@@ -215,15 +228,15 @@ export const campaignActions = {
         },
         () =>
           v.mediaIds.length
-            ? callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: v.mediaIds })
+            ? callMediaOf(ctx, "media.reference", { owner: owner(old.id), mediaIds: v.mediaIds })
             : old.media_ids.length
-              ? callMedia(ctx, "release", { owner: owner(old.id) })
+              ? callMediaOf(ctx, "media.release", { owner: owner(old.id) })
               : Promise.resolve(),
         // Media refused (or unreachable): the draft's old values and references again.
         async () => {
-          await rawTransaction(this.sequelize, (exec) => updateDraft(exec, companyId, old.id, oldValues(old)));
-          if (old.media_ids.length) await callMedia(ctx, "reference", { owner: owner(old.id), mediaIds: old.media_ids });
-          else await callMedia(ctx, "release", { owner: owner(old.id) });
+          await inTransaction(this.sequelize, (exec) => updateDraft(exec, companyId, old.id, oldValues(old)));
+          if (old.media_ids.length) await callMediaOf(ctx, "media.reference", { owner: owner(old.id), mediaIds: old.media_ids });
+          else await callMediaOf(ctx, "media.release", { owner: owner(old.id) });
         },
       );
       return toCampaignOut(row);
@@ -242,12 +255,12 @@ export const campaignActions = {
     async handler(this: CampaignsThis, ctx: Ctx<{ id: string }>): Promise<null> {
       const old = await mustFind(this.sequelize, ctx.meta.companyId, ctx.params.id);
       if (old.status !== "DRAFT") throw conflict(old.status, "only a DRAFT can be deleted (cancel it instead)");
-      await rawTransaction(this.sequelize, async (exec) => {
-        const gone = await exec(`DELETE FROM campaigns WHERE id = $1 AND company_id = $2 AND status = 'DRAFT' RETURNING id`, [old.id, ctx.meta.companyId]);
-        if (gone.length === 0) throw conflict((await findCampaign(exec, ctx.meta.companyId, old.id))?.status ?? "CANCELLED", "only a DRAFT can be deleted");
+      await inTransaction(this.sequelize, async (exec) => {
+        if (!(await deleteDraft(exec, ctx.meta.companyId, old.id)))
+          throw conflict((await findCampaign(exec, ctx.meta.companyId, old.id))?.status ?? "CANCELLED", "only a DRAFT can be deleted");
       });
       // After the commit (never inside it, see withMedia); release is idempotent.
-      if (old.media_ids.length) await callMedia(ctx, "release", { owner: owner(old.id) });
+      if (old.media_ids.length) await callMediaOf(ctx, "media.release", { owner: owner(old.id) });
       ctx.meta.$statusCode = 204;
       return null;
     },
@@ -269,7 +282,7 @@ export const campaignActions = {
       const old = await mustFind(this.sequelize, companyId, ctx.params.id);
       requireChannel(ctx.meta, old.channel);
       if (old.status !== "DRAFT") throw conflict(old.status, "only a DRAFT can be confirmed");
-      const row = await rawTransaction(this.sequelize, async (exec) => {
+      const row = await inTransaction(this.sequelize, async (exec) => {
         const c = await findCampaign(exec, companyId, old.id, true);
         if (!c) throw notFound(old.id);
         if (c.status !== "DRAFT") throw conflict(c.status, "only a DRAFT can be confirmed");
@@ -283,12 +296,7 @@ export const campaignActions = {
           throw badRequest(`Every contact of these lists opted out of ${c.channel}; the campaign stays DRAFT.`, [
             { path: "contactListIds", message: `no contact reachable on ${c.channel}: every number opted out` },
           ]);
-        const [r] = await exec<CampaignRow>(
-          `UPDATE campaigns SET status = 'SCHEDULED', audience = $2, skipped = $3, confirmed_at = now(), scheduled_at = coalesce(scheduled_at, now()), updated_at = now()
-            WHERE id = $1 RETURNING *`,
-          [c.id, audience, skipped],
-        );
-        return r!;
+        return markScheduled(exec, c.id, audience, skipped);
       });
       this.kick();
       ctx.meta.$statusCode = 202;
@@ -299,13 +307,7 @@ export const campaignActions = {
 
   /** Pauses a SCHEDULED or SENDING campaign: no batch is claimed after it; the batches in flight finish and record their outcomes. */
   pause: idAction("PUT /campaigns/:id/pause", "Pause a campaign", "Only while SCHEDULED or SENDING (else 409).", [400, 404, 409], async function (ctx) {
-    const row = await change(
-      this,
-      ctx,
-      ["SCHEDULED", "SENDING"],
-      "status = 'PAUSED', pause_reason = 'Paused by request.'",
-      "only a SCHEDULED or SENDING campaign can be paused",
-    );
+    const row = await change(this, ctx, ["SCHEDULED", "SENDING"], CHANGES.pause, "only a SCHEDULED or SENDING campaign can be paused");
     return toCampaignOut(row);
   }),
 
@@ -316,13 +318,7 @@ export const campaignActions = {
     "Only while PAUSED (else 409); recipients already sent are not sent again.",
     [400, 404, 409],
     async function (ctx) {
-      const row = await change(
-        this,
-        ctx,
-        ["PAUSED"],
-        "status = CASE WHEN scheduled_at > now() THEN 'SCHEDULED' ELSE 'SENDING' END, pause_reason = NULL",
-        "only a PAUSED campaign can be resumed",
-      );
+      const row = await change(this, ctx, ["PAUSED"], CHANGES.resume, "only a PAUSED campaign can be resumed");
       this.kick();
       return toCampaignOut(row);
     },
@@ -336,7 +332,7 @@ export const campaignActions = {
     [400, 404, 409],
     async function (ctx) {
       const open = (["DRAFT", "SCHEDULED", "SENDING", "PAUSED"] as const).filter((s) => !FINAL_STATUSES.includes(s));
-      const row = await change(this, ctx, open, "status = 'CANCELLED', completed_at = now()", "only a campaign not yet final can be cancelled");
+      const row = await change(this, ctx, open, CHANGES.cancel, "only a campaign not yet final can be cancelled");
       void this.releaseMedia();
       return toCampaignOut(row);
     },

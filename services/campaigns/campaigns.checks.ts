@@ -5,10 +5,12 @@
  * Every refusal is a 400 naming its field; media that cannot be checked (no media service) a 503.
  */
 import type { Context } from "moleculer";
-import { instantOf } from "../../lib/time";
-import type { AuthMeta } from "../../lib/api";
-import type { Channel } from "../../lib/channels";
+import { instantOf } from "../../lib/messaging/time";
+import type { AuthMeta } from "../../lib/http/api";
+import type { Channel } from "../../lib/messaging/channels";
 import { ApiError, badRequest, type FieldError } from "../../lib/errors";
+import { callContacts } from "../contacts/contacts.contract";
+import { callMedia, type MediaActions } from "../media/media.contract";
 import type { CampaignValues, Q } from "./campaigns.queries";
 import { missingLists } from "./campaigns.queries";
 import { characters, MAX_TEXT, parseText, TextError, type Parsed } from "./campaigns.text";
@@ -30,10 +32,10 @@ const unavailable = (err: unknown) => {
 export const mediaUnavailable = () =>
   new ApiError("SERVICE_UNAVAILABLE", "The media service is not available, so the campaign's media cannot be checked or referenced; try again shortly.");
 
-/** Calls the media service; its absence is a 503, never a 500. */
-export async function callMedia<T>(ctx: Ctx, action: "resolve" | "reference" | "release", params: object): Promise<T> {
+/** Calls the media service in the caller's account; its absence is a 503, never a 500. */
+export async function callMediaOf<Name extends keyof MediaActions>(ctx: Ctx, name: Name, params: MediaActions[Name]["in"]): Promise<MediaActions[Name]["out"]> {
   try {
-    return (await ctx.call(`media.${action}`, params, { meta: { companyId: ctx.meta.companyId } })) as T;
+    return await callMedia(ctx, name, params, { meta: { companyId: ctx.meta.companyId } });
   } catch (err) {
     if (unavailable(err)) throw mediaUnavailable();
     throw err;
@@ -55,7 +57,7 @@ export async function checkText(ctx: Ctx, channel: Channel, text: string): Promi
     throw err;
   }
   if (parsed.customKeys.length) {
-    const fields = (await ctx.call("contacts.listCustomFields", {}, { meta: ctx.meta })) as { data: Array<{ key: string }> };
+    const fields = await callContacts(ctx, "contacts.listCustomFields", {}, { meta: ctx.meta });
     const known = new Set(fields.data.map((f) => f.key));
     const unknown = parsed.customKeys.filter((k) => !known.has(k));
     if (unknown.length)
@@ -72,7 +74,7 @@ export async function checkMedia(ctx: Ctx, channel: Channel, mediaIds: string[])
   if (mediaIds.length === 0) return;
   if (channel === "SMS")
     throw badRequest("SMS campaigns carry no media; mediaIds is for RCS and WhatsApp.", [{ path: "message.mediaIds", message: "must be empty on SMS" }]);
-  const { missing } = await callMedia<{ missing: string[] }>(ctx, "resolve", { ids: [...new Set(mediaIds)] });
+  const { missing } = await callMediaOf(ctx, "media.resolve", { ids: [...new Set(mediaIds)] });
   if (missing.length)
     throw badRequest(
       `Unknown media: ${missing.join(", ")}.`,

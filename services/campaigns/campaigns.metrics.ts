@@ -6,9 +6,10 @@
  * longest without progress has been still (the "campaign stalled" alert, k8s/base/monitoring).
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import { QueryTypes, type Sequelize } from "sequelize";
-import type { Channel } from "../../lib/channels";
-import { onePerScrape } from "../../lib/http-metrics";
+import type { Sequelize } from "sequelize";
+import type { Channel } from "../../lib/messaging/channels";
+import { onePerScrape } from "../../lib/observability/http-metrics";
+import { sendingStill } from "./campaigns.queries";
 
 export class CampaignMetrics {
   readonly registry = new Registry();
@@ -34,16 +35,7 @@ export class CampaignMetrics {
   });
 
   constructor(sequelize: Sequelize) {
-    const read = onePerScrape(
-      () =>
-        sequelize
-          .query<{ sending: number; still: number | null }>(
-            `SELECT count(*)::int AS sending, EXTRACT(EPOCH FROM now() - min(updated_at))::float8 AS still FROM campaigns WHERE status = 'SENDING'`,
-            { type: QueryTypes.SELECT },
-          )
-          .then((r) => r[0]!),
-      { sending: Number.NaN, still: Number.NaN },
-    );
+    const read = onePerScrape(() => sendingStill(sequelize), { sending: Number.NaN, still: Number.NaN });
     const sending: Gauge = new Gauge({
       name: "campaigns_sending",
       help: "Campaigns in SENDING (all nodes)",

@@ -1,6 +1,6 @@
 /** Campaign rows, their columns and the one mapper to the wire form. */
-import type { Channel } from "../../lib/channels";
-import { iso } from "../../lib/time";
+import type { Channel } from "../../lib/messaging/channels";
+import { iso } from "../../lib/messaging/time";
 import type { CampaignOut, CampaignStatus } from "./campaigns.schemas";
 
 export interface CampaignRow {

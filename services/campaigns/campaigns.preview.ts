@@ -2,13 +2,13 @@
  * The dry run (GET /campaigns/{id}/preview) and the statistics (GET /campaigns/stats): both read,
  * neither stores nor sends anything.
  */
-import { statusByCode } from "../../lib/channels";
-import type { Exec } from "../../lib/db";
-import { smsInfo } from "../../lib/sms";
+import { statusByCode } from "../../lib/messaging/channels";
+import type { Exec } from "../../lib/db/db";
+import { smsInfo } from "../../lib/messaging/sms";
 import { campaignRespondedSql } from "../inbox/inbox.contract";
 import { campaignStatsSql, type CampaignStatsFilters } from "../tracking/tracking.contract";
 import type { CampaignRow } from "./campaigns.models";
-import { previewSamples, previewSource, previewTotals, previewUnsure, type PreviewTotals } from "./campaigns.queries";
+import { previewAudience, previewSamples, previewSource, previewTotals, previewUnsure, type PreviewTotals } from "./campaigns.queries";
 import type { PreviewOut, StatsOut } from "./campaigns.schemas";
 import { fits, MAX_TEXT, parseText, render, type Vars } from "./campaigns.text";
 
@@ -46,10 +46,8 @@ export async function preview(exec: Exec, c: CampaignRow, o: PreviewOptions): Pr
   };
   if (parsed.pieces.every((p) => typeof p === "string")) {
     // The same text for everyone: counted once.
-    const [row] = await exec<{ n: number; opted_out: number }>(
-      `SELECT count(*)::int AS n, count(*) FILTER (WHERE a.opted_out)::int AS opted_out FROM (${source.sql}) a`,
-      source.params,
-    );
+    const counted = previewAudience(source);
+    const [row] = await exec<{ n: number; opted_out: number }>(counted.sql, counted.params);
     out.audience = Number(row?.n ?? 0);
     out.excluded.optedOut = Number(row?.opted_out ?? 0);
     const reached = out.audience - out.excluded.optedOut;

@@ -1,18 +1,19 @@
-/** The campaigns' SQL (pg parameters), each statement one round trip. */
-import type { Sequelize } from "sequelize";
-import type { Channel } from "../../lib/channels";
-import { rawQuery, type Exec } from "../../lib/db";
-import { GSM7_BASIC, GSM7_EXTENSION } from "../../lib/sms";
+/**
+ * The campaigns' SQL (pg parameters), each statement one round trip; the sender's claim and outcome
+ * statements are in campaigns.sender.queries.ts.
+ */
+import { QueryTypes, type Sequelize } from "sequelize";
+import type { Channel } from "../../lib/messaging/channels";
+import { execOf, queryRows, type Exec } from "../../lib/db/db";
+import { GSM7_BASIC, GSM7_EXTENSION } from "../../lib/messaging/sms";
 import { audienceSql, contactGoneSql, likeEscape, liveListsSql, optedOutSql } from "../contacts/contacts.contract";
 import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
 import type { CampaignSort, ListCampaignsIn } from "./campaigns.schemas";
 import type { Piece } from "./campaigns.text";
 
 export type Q = Exec;
-export const q =
-  (sequelize: Sequelize): Q =>
-  (sql, params) =>
-    rawQuery(sequelize, sql, params);
+/** Statements on their own (each atomic by itself), outside any transaction. */
+export const q = (sequelize: Sequelize): Q => execOf(sequelize);
 
 export async function findCampaign(exec: Q, companyId: string, id: string, lock = false): Promise<CampaignRow | null> {
   const [row] = await exec<CampaignRow>(`SELECT ${CAMPAIGN_COLUMNS} FROM campaigns WHERE id = $1 AND company_id = $2${lock ? " FOR UPDATE" : ""}`, [
@@ -113,6 +114,33 @@ export async function transition(
   return row ?? null;
 }
 
+/** What each requested status change sets (`transition`'s `set`). */
+export const CHANGES = {
+  pause: "status = 'PAUSED', pause_reason = 'Paused by request.'",
+  resume: "status = CASE WHEN scheduled_at > now() THEN 'SCHEDULED' ELSE 'SENDING' END, pause_reason = NULL",
+  cancel: "status = 'CANCELLED', completed_at = now()",
+} as const;
+
+/** Deletes the account's campaign while it is a DRAFT; false when it is not (or no longer) one. */
+export async function deleteDraft(exec: Q, companyId: string, id: string): Promise<boolean> {
+  const gone = await exec(`DELETE FROM campaigns WHERE id = $1 AND company_id = $2 AND status = 'DRAFT' RETURNING id`, [id, companyId]);
+  return gone.length > 0;
+}
+
+/** Takes back a DRAFT just created (its media call failed); answers nothing. */
+export const undoCreate = (exec: Q, companyId: string, id: string): Promise<unknown> =>
+  exec(`DELETE FROM campaigns WHERE id = $1 AND company_id = $2 AND status = 'DRAFT'`, [id, companyId]);
+
+/** The confirm's last step: the campaign (locked DRAFT, its audience snapshotted) becomes SCHEDULED with its counts. */
+export async function markScheduled(exec: Q, id: string, audience: number, skipped: number): Promise<CampaignRow> {
+  const [row] = await exec<CampaignRow>(
+    `UPDATE campaigns SET status = 'SCHEDULED', audience = $2, skipped = $3, confirmed_at = now(), scheduled_at = coalesce(scheduled_at, now()), updated_at = now()
+            WHERE id = $1 RETURNING *`,
+    [id, audience, skipped],
+  );
+  return row!;
+}
+
 /** Where a preview reads its recipients: the audience now (a DRAFT) or the snapshot (confirmed). */
 export function previewSource(c: CampaignRow, customKeys: string[]): { sql: string; params: unknown[] } {
   // Each row: contact_id, destination, vars, and opted_out (its number opted out of the channel: it would be, or was, skipped).
@@ -130,6 +158,14 @@ export function previewSource(c: CampaignRow, customKeys: string[]): { sql: stri
                 FROM campaign_recipients r WHERE r.campaign_id = $1 AND NOT ${contactGoneSql("$2::text", "r.contact_id")}`,
         params: [c.id, c.company_id, c.channel],
       };
+}
+
+/** The preview's counts when every recipient gets the same text: recipients, and those opted out. */
+export function previewAudience(source: { sql: string; params: unknown[] }): { sql: string; params: unknown[] } {
+  return {
+    sql: `SELECT count(*)::int AS n, count(*) FILTER (WHERE a.opted_out)::int AS opted_out FROM (${source.sql}) a`,
+    params: source.params,
+  };
 }
 
 /**
@@ -164,7 +200,7 @@ export interface PreviewTotals {
 
 /**
  * The preview's counts, in one statement: recipients, texts over `max` characters (code points), and
- * on SMS each text's encoding and parts (lib/sms.ts's rules): GSM-7 when every character is in its
+ * on SMS each text's encoding and parts (lib/messaging/sms.ts's rules): GSM-7 when every character is in its
  * tables (`translate` deletes them all), units counting an extension character (GSM-7) or a
  * character outside the BMP (UCS-2) twice. One part when the units fit a single message; else every
  * part but the last holds P or P-1 units (a two-unit character is never split), so the parts lie
@@ -242,3 +278,60 @@ export function previewSamples(source: { sql: string; params: unknown[] }, piece
     params,
   };
 }
+
+/**
+ * The campaigns now due become SENDING; in the same statement, how long (ms) until the next one is
+ * due (the campaigns the UPDATE took still read SCHEDULED in its snapshot: only later ones count).
+ */
+export async function startDueCampaigns(exec: Q): Promise<{ ms: number | null } | undefined> {
+  const [next] = await exec<{ ms: number | null }>(
+    `WITH due AS (UPDATE campaigns SET status = 'SENDING', updated_at = now() WHERE status = 'SCHEDULED' AND scheduled_at <= now() RETURNING id)
+     SELECT (SELECT count(*) FROM due) AS n,
+            (EXTRACT(EPOCH FROM (SELECT min(scheduled_at) FROM campaigns WHERE status = 'SCHEDULED' AND scheduled_at > now()) - now()) * 1000)::bigint AS ms`,
+  );
+  return next;
+}
+
+/** The campaigns being sent, oldest schedule first, at most `limit`. */
+export const sendingCampaigns = (exec: Q, limit: number): Promise<CampaignRow[]> =>
+  exec<CampaignRow>(`SELECT ${CAMPAIGN_COLUMNS} FROM campaigns WHERE status = 'SENDING' ORDER BY scheduled_at, id LIMIT $1`, [limit]);
+
+/** Drops a contact mark its holder handed to contacts. */
+export const deleteMark = (exec: Q, id: string, owner: string): Promise<unknown> =>
+  exec(`DELETE FROM campaign_contact_marks WHERE id = $1 AND owner = $2`, [id, owner]);
+
+/** Ended campaigns whose media references are not yet released, at most `limit`. */
+export const unreleasedMedia = (exec: Q, limit: number): Promise<{ id: string; company_id: string }[]> =>
+  exec(`SELECT id, company_id FROM campaigns WHERE NOT media_released AND status IN ('SENT', 'FAILED', 'CANCELLED') LIMIT $1`, [limit]);
+
+/** Records that a campaign's media references were released. */
+export const markMediaReleased = (exec: Q, id: string): Promise<unknown> => exec(`UPDATE campaigns SET media_released = true WHERE id = $1`, [id]);
+
+/** The SENDING campaigns (all nodes), and how long (s) the one longest without progress has been still (null: none). */
+export const sendingStill = (sequelize: Sequelize): Promise<{ sending: number; still: number | null }> =>
+  sequelize
+    .query<{ sending: number; still: number | null }>(
+      `SELECT count(*)::int AS sending, EXTRACT(EPOCH FROM now() - min(updated_at))::float8 AS still FROM campaigns WHERE status = 'SENDING'`,
+      { type: QueryTypes.SELECT },
+    )
+    .then((r) => r[0]!);
+
+/** A campaign sending now, with its progress; `total`: how many send (all of them, not only the `limit` answered). */
+export interface SendingProgressRow {
+  id: string;
+  company_id: string;
+  channel: string;
+  audience: number;
+  sent: number;
+  failed: number;
+  skipped: number;
+  total: number;
+}
+
+/** The campaigns sending now, at most `limit`, oldest confirmed first. */
+export const sendingProgress = (sequelize: Sequelize, limit: number): Promise<SendingProgressRow[]> =>
+  queryRows<SendingProgressRow>(
+    sequelize,
+    `SELECT id, company_id, channel, audience, sent, failed, skipped, count(*) OVER ()::int AS total
+               FROM campaigns WHERE status = 'SENDING' ORDER BY confirmed_at NULLS LAST, id LIMIT ${Number(limit)}`,
+  );

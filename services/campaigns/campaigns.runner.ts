@@ -1,5 +1,5 @@
 /**
- * Sends campaigns on this campaigns node, on lib/jobs.ts. The recipients are the jobs
+ * Sends campaigns on this campaigns node, on lib/jobs/jobs.ts. The recipients are the jobs
  * (campaigns.sender.ts): any number of campaigns nodes work on the same campaign, each with
  * CAMPAIGN_CONCURRENCY batches in flight, every batch claimed under a token of its own with a lease.
  * This node:
@@ -17,13 +17,14 @@
  */
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { Coalesced, EarliestWake } from "../../lib/coalesce";
-import { rawQuery } from "../../lib/db";
-import { Jobs, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs";
-import type { Upstream } from "../../lib/upstream";
+import { Coalesced, EarliestWake } from "../../lib/jobs/coalesce";
+import { Jobs, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs/jobs";
+import type { Upstream } from "../../lib/http/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
-import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
-import { CampaignSend, RECIPIENT_JOBS, type SenderDeps } from "./campaigns.sender";
+import type { CampaignRow } from "./campaigns.models";
+import { deleteMark, q, sendingCampaigns, startDueCampaigns } from "./campaigns.queries";
+import { CampaignSend, type SenderDeps } from "./campaigns.sender";
+import { RECIPIENT_JOBS } from "./campaigns.sender.queries";
 
 export { MAX_ATTEMPTS, PAUSE_WINDOW, RETRY_BASE_MS } from "./campaigns.sender";
 
@@ -106,7 +107,7 @@ export class CampaignRunner {
       for (const m of rows) {
         try {
           await this.hooks.markContacted(m.company_id, m.contact_ids, m.channel);
-          await rawQuery(this.sequelize, `DELETE FROM campaign_contact_marks WHERE id = $1 AND owner = $2`, [m.id, this.nodeId]);
+          await deleteMark(q(this.sequelize), m.id, this.nodeId);
         } catch (err) {
           this.log.warn({ err, contacts: m.contact_ids.length, attempts: m.attempts + 1 }, "could not mark contacts contacted; trying again later");
           await this.marks.giveBack(
@@ -132,18 +133,10 @@ export class CampaignRunner {
   private async poll(): Promise<void> {
     // The campaigns now due become SENDING; in the same statement, how long until the next one is
     // (the campaigns the UPDATE took still read SCHEDULED in its snapshot: only later ones count).
-    const [next] = await rawQuery<{ ms: number | null }>(
-      this.sequelize,
-      `WITH due AS (UPDATE campaigns SET status = 'SENDING', updated_at = now() WHERE status = 'SCHEDULED' AND scheduled_at <= now() RETURNING id)
-       SELECT (SELECT count(*) FROM due) AS n,
-              (EXTRACT(EPOCH FROM (SELECT min(scheduled_at) FROM campaigns WHERE status = 'SCHEDULED' AND scheduled_at > now()) - now()) * 1000)::bigint AS ms`,
-    );
+    const next = await startDueCampaigns(q(this.sequelize));
     if (next?.ms != null) this.wakeAt(Date.now() + Math.max(0, Number(next.ms)));
     if (this.sends.size >= MAX_ACTIVE) return;
-    const due = await rawQuery<CampaignRow>(
-      this.sequelize,
-      `SELECT ${CAMPAIGN_COLUMNS} FROM campaigns WHERE status = 'SENDING' ORDER BY scheduled_at, id LIMIT ${MAX_ACTIVE * 4}`,
-    );
+    const due = await sendingCampaigns(q(this.sequelize), MAX_ACTIVE * 4);
     for (const c of due) {
       if (this.stopping || this.sends.size >= MAX_ACTIVE) return;
       if (this.sends.has(c.id)) continue;

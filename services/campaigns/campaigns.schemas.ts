@@ -1,10 +1,11 @@
 /**
  * Campaigns on the wire (spec parts 3 and 4; contract section 4, Campaign).
  */
-import { CHANNELS, STATUS_NAMES, type Channel } from "../../lib/channels";
-import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
-import { YEAR_PATTERN } from "../../lib/time";
-import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
+import { CHANNELS, STATUS_NAMES, type Channel } from "../../lib/messaging/channels";
+import { MESSAGE_KEYWORD } from "../../lib/http/schema-messages";
+import { YEAR_PATTERN } from "../../lib/messaging/time";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/http/paging";
+import type { PropertiesOf, SchemaOf, Subschema } from "../../lib/http/schema-type";
 import { listId, UUID } from "../contacts/contacts.contract";
 import { RANGE_RULE } from "../tracking/tracking.contract";
 import { MAX_TEXT } from "./campaigns.text";
@@ -15,11 +16,17 @@ export const FINAL_STATUSES: readonly CampaignStatus[] = ["SENT", "FAILED", "CAN
 export const CAMPAIGN_SORTS = ["createdAt", "name", "status", "scheduledAt"] as const;
 export type CampaignSort = (typeof CAMPAIGN_SORTS)[number];
 
-const id = { type: "string", pattern: UUID, examples: ["3c9a4f1e-7d2b-4a6c-9e8f-1b2c3d4e5f60"] };
-const dateTime = { type: "string", format: "date-time", maxLength: 40 };
-const nullableDate = { type: "string", format: "date-time", nullable: true };
-const channel = { type: "string", enum: [...CHANNELS] };
-const mediaId = { type: "string", minLength: 1, maxLength: 100, pattern: "^[A-Za-z0-9._:-]+$", examples: ["6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"] };
+const id = { type: "string", pattern: UUID, examples: ["3c9a4f1e-7d2b-4a6c-9e8f-1b2c3d4e5f60"] } satisfies SchemaOf<string>;
+const dateTime = { type: "string", format: "date-time", maxLength: 40 } satisfies SchemaOf<string>;
+const nullableDate = { type: "string", format: "date-time", nullable: true } satisfies SchemaOf<string | null>;
+const channel = { type: "string", enum: [...CHANNELS] } satisfies SchemaOf<Channel>;
+const mediaId = {
+  type: "string",
+  minLength: 1,
+  maxLength: 100,
+  pattern: "^[A-Za-z0-9._:-]+$",
+  examples: ["6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"],
+} satisfies SchemaOf<string>;
 
 export interface MessageIn {
   text: string;
@@ -36,6 +43,7 @@ export interface CampaignIn {
 }
 
 export type UpdateCampaignIn = Partial<CampaignIn> & { id: string };
+export type CampaignIdIn = { id: string };
 
 const messageIn = {
   type: "object",
@@ -60,7 +68,7 @@ const messageIn = {
         "Media (POST /media) sent with the message: RCS and WhatsApp only. Referenced until the campaign is final, so it cannot be deleted meanwhile.",
     },
   },
-};
+} satisfies SchemaOf<MessageIn>;
 
 const campaignFields = {
   name: { type: "string", minLength: 1, maxLength: 200, examples: ["Black Friday"] },
@@ -80,7 +88,7 @@ const campaignFields = {
     nullable: true,
     description: "The most messages sent per second; null: as fast as the upstream takes them.",
   },
-};
+} satisfies PropertiesOf<CampaignIn>;
 
 /** The text's limit and whether media may go with it, per channel: in the schema, so the document says it. */
 const perChannel = {
@@ -108,7 +116,7 @@ const perChannel = {
       },
     },
   })),
-};
+} satisfies Subschema<CampaignIn>;
 
 export const createCampaignIn = {
   $id: "CreateCampaignIn",
@@ -117,7 +125,7 @@ export const createCampaignIn = {
   required: ["name", "channel", "contactListIds", "message"],
   properties: campaignFields,
   ...perChannel,
-};
+} satisfies SchemaOf<CampaignIn>;
 
 export const updateCampaignIn = {
   $id: "UpdateCampaignIn",
@@ -126,12 +134,18 @@ export const updateCampaignIn = {
   required: ["id"],
   properties: { id, ...campaignFields },
   // An update names at least one field to change.
-  anyOf: Object.keys(campaignFields).map((k) => ({ required: [k] })),
+  anyOf: (Object.keys(campaignFields) as (keyof CampaignIn)[]).map((k) => ({ required: [k] })),
   [MESSAGE_KEYWORD]: "an update names at least one field to change",
   ...perChannel,
-};
+} satisfies SchemaOf<UpdateCampaignIn>;
 
-export const campaignIdIn = { $id: "CampaignIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id } };
+export const campaignIdIn = {
+  $id: "CampaignIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["id"],
+  properties: { id },
+} satisfies SchemaOf<CampaignIdIn>;
 
 export interface CampaignOut {
   id: string;
@@ -150,7 +164,7 @@ export interface CampaignOut {
   completedAt: string | null;
 }
 
-const count = { type: "integer", minimum: 0 };
+const count = { type: "integer", minimum: 0 } satisfies SchemaOf<number>;
 
 export const campaignOut = {
   $id: "Campaign",
@@ -212,9 +226,9 @@ export const campaignOut = {
     confirmedAt: nullableDate,
     completedAt: nullableDate,
   },
-};
+} satisfies SchemaOf<CampaignOut>;
 
-export const campaignPage = pageSchema("CampaignPage", campaignOut);
+export const campaignPage = pageSchema("CampaignPage", campaignOut) satisfies SchemaOf<Page<CampaignOut>>;
 
 export type ListCampaignsIn = PageIn<CampaignSort> & { status?: CampaignStatus; channel?: Channel; search?: string };
 
@@ -228,7 +242,7 @@ export const listCampaignsIn = {
     channel,
     search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name." },
   },
-};
+} satisfies SchemaOf<ListCampaignsIn>;
 
 export interface PreviewOut {
   audience: number;
@@ -291,7 +305,7 @@ export const previewOut = {
       },
     },
   },
-};
+} satisfies SchemaOf<PreviewOut>;
 
 export interface StatsIn {
   campaignId?: string;
@@ -310,7 +324,7 @@ export const statsIn = {
     from: { ...dateTime, pattern: YEAR_PATTERN, description: `Messages sent at or after this instant. ${RANGE_RULE}` },
     to: { ...dateTime, pattern: YEAR_PATTERN, description: `Messages sent before this instant. ${RANGE_RULE}` },
   },
-};
+} satisfies SchemaOf<StatsIn>;
 
 export interface StatsOut {
   total: number;
@@ -344,4 +358,4 @@ export const statsOut = {
       description: "Distinct recipients (per campaign) of RCS and WhatsApp messages who wrote back within 24 hours of their message.",
     },
   },
-};
+} satisfies SchemaOf<StatsOut>;

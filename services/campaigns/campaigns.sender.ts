@@ -1,6 +1,6 @@
 /**
  * One campaign being sent on this node: CAMPAIGN_CONCURRENCY workers, each claiming a batch of the
- * campaign's PENDING recipients (lib/jobs.ts: FOR UPDATE SKIP LOCKED, a claim token of its own and
+ * campaign's PENDING recipients (lib/jobs/jobs.ts: FOR UPDATE SKIP LOCKED, a claim token of its own and
  * a lease), rendering it, handing it to the upstream adapter and recording every recipient's outcome
  * and the progress counters in one statement guarded by the token. Other campaigns nodes run the
  * same workers on the same campaign: a claim never takes a recipient another batch holds.
@@ -23,16 +23,24 @@
  *   takes, whether its number has opted out of the channel or its contact was deleted since the
  *   confirm (two primary-key probes a recipient inside the claim statement: no extra round trip);
  *   such a recipient is not sent and ends SKIPPED, counted in the campaign's `skipped`.
+ *
+ * Its statements are in campaigns.sender.queries.ts.
  */
 import { randomUUID } from "node:crypto";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { rawQuery } from "../../lib/db";
-import { claimSql, type JobTable } from "../../lib/jobs";
-import type { OutboundMessage, Upstream } from "../../lib/upstream";
+import type { OutboundMessage, Upstream } from "../../lib/http/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
-import { contactGoneSql, optedOutSql } from "../contacts/contacts.contract";
-import { customerMessageIdOf, type CampaignRow, type RecipientRow } from "./campaigns.models";
+import { customerMessageIdOf, type CampaignRow } from "./campaigns.models";
+import {
+  claimRecipients,
+  finishCampaign,
+  pauseSending,
+  pendingLeft,
+  recordOutcomes,
+  type ClaimedRecipient,
+  type RecipientOutcome,
+} from "./campaigns.sender.queries";
 import { fits, MAX_TEXT, parseText, render, type Parsed } from "./campaigns.text";
 
 export const MAX_ATTEMPTS = 3;
@@ -44,52 +52,8 @@ export const RETRY_BASE_MS = 2000;
 /** The batch window of the auto-pause: the last attempts judged together (at most this many). */
 export const PAUSE_WINDOW = 100;
 
-/** The recipients as jobs: keyed by (campaign_id, contact_id), held by a batch's claim token. */
-export const RECIPIENT_JOBS: JobTable = {
-  table: "campaign_recipients",
-  alias: "r",
-  key: "contact_id",
-  keyType: "uuid",
-  group: { column: "campaign_id", type: "uuid" },
-  owner: "owner",
-  lease: { until: "leased_until" },
-};
-
-/**
- * The claim, one statement: the campaign row locked while it is SENDING (none: stop), its send slot
- * read; recipients due, free (no holder, or a holder whose lease ran out) and after the cursor taken
- * under the token; the slot moved on by what was taken. One row per recipient taken, or one row of
- * nulls with the slot when none was.
- * $1 campaign, $2 token, $3 lease (ms), $4 how many, [$5 due, $6 contact: the cursor].
- */
-function claimStatement(cursor: boolean): string {
-  const took = claimSql(RECIPIENT_JOBS, {
-    as: "next",
-    candidates: `SELECT r.campaign_id, r.contact_id, r.due_at AS was_due, r.due_at::text AS due_key FROM campaign_recipients r, k
-      WHERE r.campaign_id = $1 AND r.status = 'PENDING' AND r.due_at <= now() AND (r.owner IS NULL OR r.leased_until < now())
-        AND (k.rate IS NULL OR k.slot <= now())${cursor ? " AND (r.due_at, r.contact_id) > ($5::timestamptz, $6::uuid)" : ""}
-      ORDER BY r.due_at, r.contact_id LIMIT $4 FOR UPDATE OF r SKIP LOCKED`,
-    owner: "$2",
-    leaseMs: "$3",
-    returning: "r.contact_id, r.destination, r.vars, r.simulation, r.attempts, next.was_due, next.due_key",
-  });
-  return `WITH k AS (
-      SELECT id, company_id, channel, send_rate_per_second AS rate, coalesce(rate_next_at, now()) AS slot FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE),
-    took AS (${took}),
-    moved AS (
-      UPDATE campaigns c SET rate_next_at = greatest(k.slot, now()) + make_interval(secs => (SELECT count(*) FROM took)::float8 / k.rate)
-        FROM k WHERE c.id = k.id AND k.rate IS NOT NULL AND EXISTS (SELECT 1 FROM took))
-    SELECT (EXTRACT(EPOCH FROM k.slot - now()) * 1000)::float8 AS slot_wait_ms, t.*,
-           t.contact_id IS NOT NULL AND (${optedOutSql("k.company_id", "k.channel", "t.destination")} OR ${contactGoneSql("k.company_id", "t.contact_id")}) AS skip
-      FROM k LEFT JOIN took t ON true`;
-}
-const CLAIM_FROM_START = claimStatement(false);
-const CLAIM_AFTER = claimStatement(true);
-
-type Claimed = RecipientRow & { was_due: Date; due_key: string; slot_wait_ms: number; skip: boolean };
-
 /** What a claim gave: recipients, nothing (yet), or the campaign is no longer SENDING. */
-type Claim = { kind: "batch"; token: string; rows: Claimed[] } | { kind: "none"; slotWaitMs: number } | { kind: "off" };
+type Claim = { kind: "batch"; token: string; rows: ClaimedRecipient[] } | { kind: "none"; slotWaitMs: number } | { kind: "off" };
 
 export interface SenderDeps {
   config: Config;
@@ -192,9 +156,14 @@ export class CampaignSend {
   private async claimNow(): Promise<Claim> {
     if (!this.claiming) return { kind: "off" };
     const token = `${this.d.nodeId}/${randomUUID()}`;
-    const params: unknown[] = [this.c.id, token, this.d.config.campaignLeaseMs, this.size];
     const from = this.cursor;
-    const rows = await rawQuery<Claimed>(this.d.sequelize, from ? CLAIM_AFTER : CLAIM_FROM_START, from ? [...params, from.due, from.id] : params);
+    const rows = await claimRecipients(this.d.sequelize, {
+      campaignId: this.c.id,
+      token,
+      leaseMs: this.d.config.campaignLeaseMs,
+      size: this.size,
+      cursor: from,
+    });
     if (rows.length === 0) return { kind: "off" };
     const taken = rows.filter((r) => r.contact_id !== null);
     if (taken.length === 0) {
@@ -217,21 +186,15 @@ export class CampaignSend {
    * long to wait (a retry not yet due, recipients other batches hold).
    */
   private async idle(): Promise<number | null> {
-    const [left] = await rawQuery<{ n: number; wait_ms: number | null }>(
-      this.d.sequelize,
-      `SELECT count(*)::int AS n,
-              (EXTRACT(EPOCH FROM min(CASE WHEN owner IS NULL OR leased_until < now() THEN due_at ELSE greatest(due_at, leased_until) END) - now()) * 1000)::int AS wait_ms
-         FROM campaign_recipients WHERE campaign_id = $1 AND status = 'PENDING'`,
-      [this.c.id],
-    );
-    if (Number(left!.n) === 0) {
+    const left = await pendingLeft(this.d.sequelize, this.c.id);
+    if (Number(left.n) === 0) {
       await this.finish();
       return null;
     }
-    return Math.min(Math.max(Number(left!.wait_ms ?? 0), 10), this.d.config.campaignPollMs, SEND_WAIT_MAX_MS, this.d.config.campaignLeaseMs / 3);
+    return Math.min(Math.max(Number(left.wait_ms ?? 0), 10), this.d.config.campaignPollMs, SEND_WAIT_MAX_MS, this.d.config.campaignLeaseMs / 3);
   }
 
-  private async send(token: string, rows: Claimed[]): Promise<void> {
+  private async send(token: string, rows: ClaimedRecipient[]): Promise<void> {
     const { c } = this;
     const started = Date.now();
     const max = MAX_TEXT[c.channel];
@@ -285,13 +248,9 @@ export class CampaignSend {
     const failures = this.window.filter((ok) => !ok).length;
     if (this.window.length >= this.windowSize && failures * 2 > this.window.length) {
       const reason = `Paused by itself: ${failures} of the last ${this.window.length} messages failed at the upstream (last: ${outcome.failed[outcome.failed.length - 1]?.error ?? "?"}). Resume with PUT /campaigns/{id}/resume.`;
-      const paused = await rawQuery(
-        this.d.sequelize,
-        `UPDATE campaigns SET status = 'PAUSED', pause_reason = $2, updated_at = now() WHERE id = $1 AND status = 'SENDING' RETURNING id`,
-        [c.id, reason.slice(0, 1000)],
-      );
+      const paused = await pauseSending(this.d.sequelize, c.id, reason.slice(0, 1000));
       this.window.length = 0;
-      if (paused.length) this.d.log.warn({ campaignId: c.id, failed: failures }, "campaign paused: most of a batch window failed");
+      if (paused) this.d.log.warn({ campaignId: c.id, failed: failures }, "campaign paused: most of a batch window failed");
       this.stopClaiming();
     }
   }
@@ -304,51 +263,22 @@ export class CampaignSend {
    * rows by the primary key, never through the PENDING index (a scan of every PENDING recipient of
    * the campaign per batch: seconds at 1,000,000, measured).
    */
-  private async record(token: string, results: Array<{ id: string; ok: boolean; skip: boolean; final: boolean; wait: number; error: string | null }>) {
-    const [row] = await rawQuery<{ sent: number; failed: number; skipped: number; retried: number; written: number; marked: number }>(
-      this.d.sequelize,
-      `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, skip boolean, final boolean, wait float8, error text)),
-       upd AS (
-         UPDATE campaign_recipients r
-            SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.skip THEN 'SKIPPED' WHEN x.final OR r.attempts + 1 >= ${MAX_ATTEMPTS} THEN 'FAILED' ELSE 'PENDING' END,
-                attempts = r.attempts + CASE WHEN x.skip THEN 0 ELSE 1 END,
-                sent_at = CASE WHEN x.ok THEN now() END,
-                error = CASE WHEN x.ok THEN NULL ELSE x.error END,
-                due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => GREATEST($3::float8 * power(4, r.attempts), x.wait) / 1000) END,
-                owner = NULL, leased_until = NULL
-           FROM x WHERE r.campaign_id = $1 AND r.contact_id = x.id AND r.owner = $4
-         RETURNING r.status, r.contact_id, r.simulation),
-       n AS (SELECT count(*) FILTER (WHERE status = 'SENT')::int AS sent, count(*) FILTER (WHERE status = 'FAILED')::int AS failed,
-                    count(*) FILTER (WHERE status = 'SKIPPED')::int AS skipped,
-                    count(*) FILTER (WHERE status = 'PENDING')::int AS retried, count(*)::int AS written FROM upd),
-       bump AS (UPDATE campaigns k SET sent = k.sent + n.sent, failed = k.failed + n.failed, skipped = k.skipped + n.skipped, updated_at = now()
-                  FROM n WHERE k.id = $1 AND (n.sent > 0 OR n.failed > 0 OR n.skipped > 0)),
-       mark AS (
-         INSERT INTO campaign_contact_marks (campaign_id, company_id, channel, contact_ids)
-         SELECT $1, $5, $6, array_agg(contact_id) FROM upd WHERE status = 'SENT' AND NOT simulation HAVING count(*) > 0
-         RETURNING 1)
-       SELECT sent, failed, skipped, retried, written, (SELECT count(*)::int FROM mark) AS marked FROM n`,
-      [
-        this.c.id,
-        JSON.stringify(results.map(({ id, ok, skip, final, wait, error }) => ({ id, ok, skip, final, wait, error }))),
-        RETRY_BASE_MS,
-        token,
-        this.c.company_id,
-        this.c.channel,
-      ],
-    );
-    return { ...row!, lost: results.length - Number(row!.written) };
+  private async record(token: string, results: RecipientOutcome[]) {
+    const row = await recordOutcomes(this.d.sequelize, {
+      campaignId: this.c.id,
+      companyId: this.c.company_id,
+      channel: this.c.channel,
+      token,
+      results,
+      retryBaseMs: RETRY_BASE_MS,
+      maxAttempts: MAX_ATTEMPTS,
+    });
+    return { ...row, lost: results.length - Number(row.written) };
   }
 
   /** Every recipient has its outcome: SENT (FAILED when none could be sent); one node's UPDATE wins. */
   private async finish(): Promise<void> {
-    const [row] = await rawQuery<{ status: string; sent: number; failed: number }>(
-      this.d.sequelize,
-      `UPDATE campaigns SET status = CASE WHEN sent = 0 AND failed > 0 THEN 'FAILED' ELSE 'SENT' END, completed_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'SENDING' AND NOT EXISTS (SELECT 1 FROM campaign_recipients WHERE campaign_id = $1 AND status = 'PENDING')
-       RETURNING status, sent, failed`,
-      [this.c.id],
-    );
+    const row = await finishCampaign(this.d.sequelize, this.c.id);
     if (row) {
       this.d.log.info({ campaignId: this.c.id, status: row.status, sent: row.sent, failed: row.failed }, "campaign ended");
       this.d.ended();

@@ -1,27 +1,30 @@
 /**
  * campaigns: bulk campaigns (spec parts 1, 3 and 4; contract section 4, Campaign): a DRAFT is
  * created, checked, previewed, confirmed (its audience snapshotted in one statement) and sent by
- * any campaigns node through the upstream adapter (lib/upstream.ts: the simulator service, or an
+ * any campaigns node through the upstream adapter (lib/http/upstream.ts: the simulator service, or an
  * HTTP upstream), exactly once per contact even across crashes (campaigns.runner.ts). Statistics
  * come from the tracked statuses of the campaign's messages.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { addNodeRegistry } from "../../lib/http-metrics";
-import { Loops } from "../../lib/jobs";
-import { OPS_ROWS, type OpsTable } from "../../lib/ops";
-import { rawQuery } from "../../lib/db";
-import { heavyGateOf, withHeavyRead } from "../../lib/heavy";
-import { createUpstream, type OutboundMessage } from "../../lib/upstream";
+import { addNodeRegistry } from "../../lib/observability/http-metrics";
+import { Loops } from "../../lib/jobs/jobs";
+import { OPS_ROWS, type OpsTable } from "../../lib/observability/ops";
+import { heavyGateOf, withHeavyRead } from "../../lib/db/heavy";
+import { createUpstream, type OutboundMessage } from "../../lib/http/upstream";
 import { checkHistoryRange } from "../tracking/tracking.contract";
 import { campaignActions, CONFIRM_TIMEOUT_MS, type CampaignsThis } from "./campaigns.actions";
 import { CampaignMetrics } from "./campaigns.metrics";
-import { findCampaign, q } from "./campaigns.queries";
+import { findCampaign, markMediaReleased, q, sendingProgress, unreleasedMedia } from "./campaigns.queries";
 import { preview, stats } from "./campaigns.preview";
 import { CAMPAIGN_DUE, CampaignRunner } from "./campaigns.runner";
 import { campaignIdIn, previewOut, statsIn, statsOut, type PreviewOut, type StatsIn, type StatsOut } from "./campaigns.schemas";
+import { callMedia } from "../media/media.contract";
+import { callSimulator } from "../simulator/simulator.contract";
+import { callTracking } from "../tracking/tracking.contract";
+import { callContacts } from "../contacts/contacts.contract";
 
 interface CampaignsVars extends CampaignsThis {
   runner: CampaignRunner;
@@ -69,20 +72,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
       opsSending: {
         visibility: "public",
         async handler(): Promise<OpsTable> {
-          const rows = await rawQuery<{
-            id: string;
-            company_id: string;
-            channel: string;
-            audience: number;
-            sent: number;
-            failed: number;
-            skipped: number;
-            total: number;
-          }>(
-            sequelize,
-            `SELECT id, company_id, channel, audience, sent, failed, skipped, count(*) OVER ()::int AS total
-               FROM campaigns WHERE status = 'SENDING' ORDER BY confirmed_at NULLS LAST, id LIMIT ${OPS_ROWS}`,
-          );
+          const rows = await sendingProgress(sequelize, OPS_ROWS);
           const total = rows[0]?.total ?? 0;
           return {
             columns: ["campaignId", "account", "channel", "audience", "sent", "failed", "done"],
@@ -130,13 +120,10 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
 
       /** Drops the media references of campaigns that became final (retried every RELEASE_EVERY_MS while media is away). */
       async releaseMedia(this: This) {
-        const due = await rawQuery<{ id: string; company_id: string }>(
-          sequelize,
-          `SELECT id, company_id FROM campaigns WHERE NOT media_released AND status IN ('SENT', 'FAILED', 'CANCELLED') LIMIT ${RELEASE_BATCH}`,
-        );
+        const due = await unreleasedMedia(q(sequelize), RELEASE_BATCH);
         for (const c of due) {
-          await this.broker.call("media.release", { owner: `campaign:${c.id}` }, { meta: { companyId: c.company_id } });
-          await rawQuery(sequelize, `UPDATE campaigns SET media_released = true WHERE id = $1`, [c.id]);
+          await callMedia(this.broker, "media.release", { owner: `campaign:${c.id}` }, { meta: { companyId: c.company_id } });
+          await markMediaReleased(q(sequelize), c.id);
         }
       },
     },
@@ -154,12 +141,12 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
       addNodeRegistry(this.broker, metrics.registry);
       const upstream = createUpstream(
         config,
-        (messages: OutboundMessage[]) => this.broker.call("simulator.send", { messages }),
-        (registrations) => this.broker.call("tracking.ingest", { path: "messages", body: registrations }),
+        (messages: OutboundMessage[]) => callSimulator(this.broker, "simulator.send", { messages }),
+        (registrations) => callTracking(this.broker, "tracking.ingest", { path: "messages", body: registrations }),
       );
       this.runner = new CampaignRunner(config, sequelize, this.broker.nodeID, upstream, this.logger, metrics, {
         markContacted: (companyId, contactIds, channel) =>
-          this.broker.call("contacts.markContacted", { contactIds, channel, campaign: true }, { meta: { companyId } }),
+          callContacts(this.broker, "contacts.markContacted", { contactIds, channel, campaign: true }, { meta: { companyId } }),
         ended: () => void this.releaseMedia().catch((err) => this.logger.warn({ err }, "could not release campaign media")),
       });
     },

@@ -4,14 +4,14 @@
  * section 4). One linear scan, no regular expression over the text, every piece bounded: a hostile
  * text costs its length and no more.
  */
-import type { Channel } from "../../lib/channels";
+import type { Channel } from "../../lib/messaging/channels";
 import type { FieldError } from "../../lib/errors";
-import { codePointLength } from "../../lib/text";
+import { codePointLength } from "../../lib/http/text";
 
 /** The per-channel maximum, in characters: Unicode code points (an emoji is one), everywhere (checks, render, preview, sender). */
 export const MAX_TEXT: Record<Channel, number> = { SMS: 1600, RCS: 3072, WHATSAPP: 4096 };
 
-/** The length of a text in characters (code points), the unit of MAX_TEXT (lib/text.ts's, as file names count). */
+/** The length of a text in characters (code points), the unit of MAX_TEXT (lib/http/text.ts's, as file names count). */
 export const characters = codePointLength;
 /** The longest placeholder, braces included, and the longest fallback. */
 export const MAX_PLACEHOLDER = 200;

@@ -1,14 +1,14 @@
 /**
  * Contacts and their custom fields: the actions, and the methods the list and import actions share
- * (their SQL is in contacts.queries.ts).
+ * (their SQL is in contacts.queries.ts; markContacted's in contacts.channels.queries.ts).
  */
 import { randomUUID } from "node:crypto";
 import type { Context } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
-import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/http/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { statementBudgetMs, withHeavySlot, type HeavyGate } from "../../lib/heavy";
-import type { Page } from "../../lib/paging";
+import { statementBudgetMs, withHeavySlot, type HeavyGate } from "../../lib/db/heavy";
+import type { Page } from "../../lib/http/paging";
 import { toContactOut, toCustomFieldOut } from "./contacts.models";
 import { checkCustomFields, normalizeEmail, PHONE_ERROR, toE164 } from "./contacts.normalize";
 import {
@@ -24,6 +24,7 @@ import {
   lockContact,
   writeContactRow,
 } from "./contacts.queries";
+import { markContacted } from "./contacts.channels.queries";
 import { type CustomFieldType } from "./contacts.contract";
 import {
   contactIdIn,
@@ -47,9 +48,9 @@ import {
 
 export interface ContactsThis {
   sequelize: Sequelize;
-  /** HEAVY_OPS_PER_ACCOUNT: slots of lib/heavy.ts per account. */
+  /** HEAVY_OPS_PER_ACCOUNT: slots of lib/db/heavy.ts per account. */
   heavyOpsPerAccount: number;
-  /** This node's heavy-read slots (searches), shared with every service of the process (lib/heavy.ts). */
+  /** This node's heavy-read slots (searches), shared with every service of the process (lib/db/heavy.ts). */
   heavyGate: HeavyGate;
   customTypes(companyId: string, transaction?: Transaction, lock?: boolean): Promise<Map<string, CustomFieldType>>;
   findContacts(companyId: string, params: ListContactsIn): Promise<Page<ContactOut>>;
@@ -140,15 +141,8 @@ export const contactActions = {
     visibility: "public",
     params: markContactedIn,
     async handler(this: ContactsThis, ctx: Ctx<MarkContactedIn>): Promise<{ updated: number }> {
-      const [rows] = await this.sequelize.query(
-        `UPDATE contacts SET last_contact_type = :channel,
-                last_campaign_type = CASE WHEN :campaign THEN :channel ELSE last_campaign_type END, updated_at = now()
-          WHERE company_id = :companyId AND id IN (:ids)
-            AND (last_contact_type IS DISTINCT FROM :channel OR (:campaign AND last_campaign_type IS DISTINCT FROM :channel))
-          RETURNING id`,
-        { replacements: { channel: ctx.params.channel, campaign: ctx.params.campaign ?? false, companyId: ctx.meta.companyId, ids: ctx.params.contactIds } },
-      );
-      return { updated: (rows as unknown[]).length };
+      const { contactIds, channel, campaign } = ctx.params;
+      return { updated: await markContacted(this.sequelize, ctx.meta.companyId, contactIds, channel, campaign ?? false) };
     },
   }),
 

@@ -5,14 +5,27 @@
  * refusal a 400 naming its parameter. Opt-outs (contract section 7; the table `opt_outs` is this
  * service's alone): `optedOutSql`, the condition campaigns and inbox check before they send, and
  * the body of `contacts.applyOptOuts`, through which inbox (keywords) and tracking's ingress
- * (upstream reports) hand changes over.
+ * (upstream reports) hand changes over. The SQL builders (`contactWhere`, `contactOrder`,
+ * `likeEscape`, `CONTACT_OPTED_OUT_SQL`, `audienceSql`, `liveListsSql`, `optedOutSql`,
+ * `contactGoneSql`) are written in contacts.contract.queries.ts and re-exported here.
  */
-import { CHANNELS, type Channel } from "../../lib/channels";
-import { ApiError, type FieldError } from "../../lib/errors";
-import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import { channelRefusedSql } from "../tracking/tracking.contract";
-import { UUID_PATTERN } from "../../lib/validator";
-import { PHONE_NUMBER_SCHEMA } from "../../lib/phone";
+import { CHANNELS, type Channel } from "../../lib/messaging/channels";
+import { UUID_PATTERN } from "../../lib/http/validator";
+import { PHONE_NUMBER_SCHEMA } from "../../lib/messaging/phone";
+import { callerOf, type Action } from "../../lib/bus/calls";
+import type { MarkContactedIn } from "./contacts.schemas";
+
+export {
+  audienceSql,
+  CONTACT_OPTED_OUT_SQL,
+  contactGoneSql,
+  contactOrder,
+  contactWhere,
+  likeEscape,
+  liveListsSql,
+  optedOutSql,
+  type Where,
+} from "./contacts.contract.queries";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
@@ -21,7 +34,7 @@ export type CustomFieldType = (typeof CUSTOM_FIELD_TYPES)[number];
 
 export const UUID = UUID_PATTERN;
 /** A contact list's id, as a schema. */
-export const listId = { type: "integer", minimum: 1, maximum: 9007199254740991, examples: [42] };
+export const listId = { type: "integer", minimum: 1, maximum: 9007199254740991, examples: [42] } as const;
 
 export const CONTACT_SORTS = [
   "fullName",
@@ -78,171 +91,7 @@ export const contactFilterProperties = {
   },
 } as const;
 
-/**
- * Over alias `o` (opt_outs) beside alias `c` (contacts): an active opt-out of the contact's number,
- * on any channel. The channels are spelled out so that each is one probe of the primary key.
- */
-const OPTED_OUT_OF_ANY = `o.company_id = c.company_id AND o.channel IN (${CHANNELS.map((ch) => `'${ch}'`).join(", ")}) AND o.phone_number = c.phone_number AND o.opted_out`;
-
-/** A contact's `optedOut` (contract section 7), over alias `c`: the channels its number opted out of, in CHANNELS order. */
-export const CONTACT_OPTED_OUT_SQL = `ARRAY(SELECT o.channel FROM opt_outs o WHERE ${OPTED_OUT_OF_ANY}
-  ORDER BY array_position(ARRAY[${CHANNELS.map((ch) => `'${ch}'`).join(", ")}]::text[], o.channel))`;
-
-export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } };
-
-export interface Where {
-  sql: string;
-  replacements: Record<string, unknown>;
-}
-
-/** `%text%` for ILIKE, with LIKE's own characters (% _ \\) taken literally. */
-export const likeEscape = (s: string) => `%${s.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-
-/** Builds the WHERE clause for alias `c` (contacts) of one account. */
-export function contactWhere(companyId: string, f: ContactFilters, customTypes: Map<string, CustomFieldType>): Where {
-  const parts = ["c.company_id = :companyId"];
-  const r: Record<string, unknown> = { companyId };
-  const errors: FieldError[] = [];
-  if (f.fullName !== undefined) {
-    parts.push("c.full_name ILIKE :fullName");
-    r.fullName = likeEscape(f.fullName);
-  }
-  if (f.search !== undefined) {
-    parts.push("(c.full_name ILIKE :search OR (coalesce(c.phone_number, '') || ' ' || coalesce(c.email, '')) ILIKE :search)");
-    r.search = likeEscape(f.search);
-  }
-  if (f.isValid !== undefined) {
-    parts.push("c.is_valid = :isValid");
-    r.isValid = f.isValid;
-  }
-  if (f.isTest !== undefined) {
-    parts.push("c.is_test = :isTest");
-    r.isTest = f.isTest;
-  }
-  if (f.communicationSupported !== undefined) {
-    // A literal from the validated enum (never the raw input): it matches the per-channel partial indexes.
-    const channel = CHANNELS.find((ch) => ch === f.communicationSupported);
-    if (!channel) errors.push({ path: "communicationSupported", message: `must be one of ${CHANNELS.join(", ")}` });
-    else parts.push(`'${channel}' = ANY (c.communication_supported)`);
-  }
-  if (f.phoneNumber !== undefined) {
-    const e164 = toE164(f.phoneNumber);
-    if (!e164) errors.push({ path: "phoneNumber", message: PHONE_ERROR });
-    parts.push("c.phone_number = :phoneNumber");
-    r.phoneNumber = e164;
-  }
-  if (f.email !== undefined) {
-    parts.push("c.email = :email");
-    r.email = normalizeEmail(f.email);
-  }
-  for (const [col, key] of [
-    ["last_contact_type", "lastContactType"],
-    ["last_campaign_type", "lastCampaignType"],
-    ["gender", "gender"],
-  ] as const) {
-    if (f[key] !== undefined) {
-      parts.push(`c.${col} = :${key}`);
-      r[key] = f[key];
-    }
-  }
-  if (f.listIds !== undefined) {
-    parts.push(
-      `EXISTS (SELECT 1 FROM contact_list_members m JOIN contact_lists l ON l.id = m.list_id
-                WHERE m.contact_id = c.id AND m.list_id IN (:listIds) AND l.company_id = :companyId AND l.deleted_at IS NULL)`,
-    );
-    r.listIds = f.listIds;
-  }
-  if (f.optedOut !== undefined) {
-    // Literals from the validated enum only, never the raw input.
-    const channel = CHANNELS.find((ch) => ch === f.optedOut);
-    if (channel)
-      parts.push(`c.phone_number IN (SELECT o.phone_number FROM opt_outs o WHERE o.company_id = :companyId AND o.channel = '${channel}' AND o.opted_out)`);
-    else if (f.optedOut === "none") parts.push(`NOT EXISTS (SELECT 1 FROM opt_outs o WHERE ${OPTED_OUT_OF_ANY})`);
-    else errors.push({ path: "optedOut", message: `must be one of ${CHANNELS.join(", ")}, none` });
-  }
-  let n = 0;
-  for (const [param, raw] of Object.entries(f)) {
-    if (!param.startsWith("customFields.")) continue;
-    const key = param.slice("customFields.".length);
-    const type = customTypes.get(key);
-    if (!type) {
-      errors.push({ path: param, message: "is not a custom field of this account" });
-      continue;
-    }
-    const value = parseCustomFilter(type, String(raw));
-    if (value === undefined) {
-      errors.push({ path: param, message: `is not a valid ${type.toLowerCase()}` });
-      continue;
-    }
-    parts.push(`c.custom_fields @> CAST(:cf${n} AS jsonb)`);
-    r[`cf${n}`] = JSON.stringify({ [key]: value });
-    n++;
-  }
-  if (errors.length) throw new ApiError("VALIDATION_ERROR", "The request has invalid filters.", { errors });
-  return { sql: parts.join(" AND "), replacements: r };
-}
-
-// Names sort case-insensitively, the same on PostgreSQL and PGlite whatever their collations.
-const SORT_COLUMNS: Record<ContactSort, string> = {
-  fullName: "lower(nullif(c.full_name, ''))", // nameless contacts last (NULLS LAST), not first
-  firstName: "lower(c.first_name)",
-  lastName: "lower(c.last_name)",
-  email: "c.email",
-  phoneNumber: "c.phone_number",
-  gender: "c.gender",
-  isValid: "c.is_valid",
-  isTest: "c.is_test",
-  lastContactType: "c.last_contact_type",
-  lastCampaignType: "c.last_campaign_type",
-  createdAt: "c.created_at",
-  updatedAt: "c.updated_at",
-};
-
-/** A stable ORDER BY: the sort column, then the id in the same direction. */
-export function contactOrder(sortBy: ContactSort, sortOrder: "asc" | "desc"): string {
-  const dir = sortOrder === "desc" ? "DESC" : "ASC";
-  return `ORDER BY ${SORT_COLUMNS[sortBy]} ${dir} NULLS LAST, c.id ${dir}`;
-}
-
-/**
- * A campaign's audience, defined here once: the distinct valid contacts of the account's live
- * (not deleted) lists among `listIds` that are reachable on `channel`: every channel needs a phone
- * number, and RCS and WhatsApp skip numbers whose latest receipt on that channel was UNSUPPORTED or
- * DISABLED (tracking's rule). One row per contact: `contact_id`, `destination`, `vars` (first and
- * last name and the custom fields named by `customKeys`, for placeholders) and `simulation` (true
- * when every list that brings the contact is a test list). `companyId`, `listIds` (bigint[]) and
- * `customKeys` (text[]) are SQL expressions (parameters of the caller's statement).
- */
-export function audienceSql(o: { companyId: string; listIds: string; customKeys: string; channel: Channel }): string {
-  const refused = o.channel === "SMS" ? "" : `AND NOT ${channelRefusedSql(o.channel, "c.company_id", "c.phone_number")}`;
-  return `SELECT c.id AS contact_id, c.phone_number AS destination,
-                 jsonb_build_object('firstName', c.first_name, 'lastName', c.last_name, 'customFields',
-                   (SELECT coalesce(jsonb_object_agg(k, c.custom_fields -> k), '{}'::jsonb) FROM unnest(${o.customKeys}::text[]) k WHERE jsonb_exists(c.custom_fields, k))) AS vars,
-                 bool_and(l.is_test) AS simulation
-            FROM contact_lists l
-            JOIN contact_list_members m ON m.list_id = l.id
-            JOIN contacts c ON c.id = m.contact_id
-           WHERE l.company_id = ${o.companyId} AND l.id = ANY (${o.listIds}::bigint[]) AND l.deleted_at IS NULL
-             AND c.company_id = ${o.companyId} AND c.is_valid AND c.phone_number IS NOT NULL ${refused}
-           GROUP BY c.id`;
-}
-
-/**
- * The account's live (not deleted) lists among `listIds` (SQL expressions), as rows `{ id }`;
- * `lock`: held FOR SHARE until the caller's transaction ends, so a deletion waits for it.
- */
-export function liveListsSql(companyId: string, listIds: string, lock = false): string {
-  return `SELECT l.id FROM contact_lists l WHERE l.company_id = ${companyId} AND l.id = ANY (${listIds}::bigint[]) AND l.deleted_at IS NULL${lock ? " FOR SHARE" : ""}`;
-}
-
-/**
- * SQL condition (contract section 7): the number `phone` is opted out of `channel` in the account
- * `companyId` (each an SQL expression). One probe of the opt_outs primary key; the table is the
- * contacts service's, read here by campaigns (confirm and each batch) and the preview.
- */
-export function optedOutSql(companyId: string, channel: string, phone: string): string {
-  return `EXISTS (SELECT 1 FROM opt_outs o WHERE o.company_id = ${companyId} AND o.channel = ${channel} AND o.phone_number = ${phone} AND o.opted_out)`;
-}
+export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } } as const;
 
 // --- opt-outs: what other services hand to contacts (contract section 7)
 
@@ -251,8 +100,6 @@ export type OptOutSource = (typeof OPT_OUT_SOURCES)[number];
 export const OPT_OUT_ACTIONS = ["OPT_OUT", "OPT_IN"] as const;
 export type OptOutAction = (typeof OPT_OUT_ACTIONS)[number];
 
-/** The action inbox (keywords) and tracking's ingress (upstream reports) call; it resolves once the changes are committed. */
-export const APPLY_OPT_OUTS = "contacts.applyOptOuts";
 /** A call carries at most this many changes (an ingress body, an inbound call). */
 export const MAX_OPT_OUT_CHANGES = 1000;
 
@@ -306,10 +153,12 @@ export const applyOptOutsIn = {
   },
 };
 
-/**
- * SQL condition: no contact `contactId` (an SQL expression) is left in account `companyId` (deleted
- * after a campaign's confirm). One probe of the contacts primary key; read by campaigns per batch.
- */
-export function contactGoneSql(companyId: string, contactId: string): string {
-  return `NOT EXISTS (SELECT 1 FROM contacts gone WHERE gone.id = ${contactId} AND gone.company_id = ${companyId})`;
+/** What other services call of contacts (lib/bus/calls.ts). */
+export interface ContactsActions {
+  /** What inbox (keywords) and tracking's ingress (upstream reports) call; it resolves once the changes are committed. */
+  "contacts.applyOptOuts": Action<ApplyOptOutsIn, ApplyOptOutsOut>;
+  "contacts.markContacted": Action<MarkContactedIn, { updated: number }>;
+  /** The account's custom fields (key, type, ...), each a key a text may name as a placeholder. */
+  "contacts.listCustomFields": Action<Record<string, never>, { data: Array<{ key: string }> }>;
 }
+export const callContacts = callerOf<ContactsActions>();

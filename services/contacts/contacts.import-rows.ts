@@ -3,9 +3,10 @@
  * field (the partner's mapping, else the header's own name), and each cell checked by the same
  * rules as POST /contacts. Runs in the import worker; nothing here touches the database.
  */
-import { fullFormats } from "ajv-formats/dist/formats";
+import Ajv from "ajv";
+import addFormats from "ajv-formats";
 import { customValueError, normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
-import { CHANNELS, type Channel } from "../../lib/channels";
+import { CHANNELS, type Channel } from "../../lib/messaging/channels";
 import { GENDERS, type CustomFieldType, type Gender } from "./contacts.contract";
 import { type CustomValue } from "./contacts.schemas";
 
@@ -35,8 +36,8 @@ export interface RowError {
 /** A cell as a file gives it: text (CSV, vCard) or a typed spreadsheet value. */
 export type Cell = string | number | boolean | Date | undefined;
 
-/** ajv-formats' email pattern, run here only on at most 254 characters. */
-export const EMAIL_RE = fullFormats.email as RegExp;
+/** ajv-formats' email pattern (the one the API's schemas check), read through ajv's public `formats`; run here only on at most 254 characters. */
+export const EMAIL_RE = addFormats(new Ajv(), ["email"]).formats.email as RegExp;
 /**
  * The longest cell any field reads (a TEXT custom field keeps at most 2000 characters): a longer one
  * is refused, with the field's usual message, before any pattern sees it, so no cell costs more

@@ -2,7 +2,8 @@
  * Contact imports on the wire (spec part 4, contract section 4): the upload forms, the 202 and the
  * import's status. The upload and status actions (contacts.imports.ts) import them from here.
  */
-import { uploadedFileSchema } from "../../lib/upload";
+import type { SchemaOf } from "../../lib/http/schema-type";
+import { uploadedFileSchema, type UploadedFile } from "../../lib/http/upload";
 import { listId } from "./contacts.contract";
 import { dateTime, uuid } from "./contacts.fields.schemas";
 
@@ -10,7 +11,19 @@ export const IMPORT_STATUSES = ["QUEUED", "PROCESSING", "COMPLETED", "FAILED"] a
 export type ImportStatus = (typeof IMPORT_STATUSES)[number];
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024;
 
-const importListId = { ...listId, description: "Every imported contact (created or updated) is added to this list: a live list of the account (else 400)." };
+const importListId = {
+  ...listId,
+  description: "Every imported contact (created or updated) is added to this list: a live list of the account (else 400).",
+} satisfies SchemaOf<number>;
+
+/** The fields of an import's upload form (multipart/form-data), as the gateway passes them: the file described, `mapping` still JSON text. */
+export interface ImportUploadIn {
+  file: UploadedFile;
+  listId?: number;
+  mapping?: string;
+}
+/** A vCard import's upload form. */
+export type ImportVcardIn = Omit<ImportUploadIn, "mapping">;
 
 export const importUploadIn = {
   $id: "ContactImportIn",
@@ -28,7 +41,7 @@ export const importUploadIn = {
       examples: ['{"Mobile":"phoneNumber","E-mail":"email","Tier":"tier"}'],
     },
   },
-};
+} satisfies SchemaOf<ImportUploadIn>;
 
 export const importVcardIn = {
   $id: "ContactVcardImportIn",
@@ -36,7 +49,7 @@ export const importVcardIn = {
   additionalProperties: false,
   required: ["file"],
   properties: { file: uploadedFileSchema, listId: importListId },
-};
+} satisfies SchemaOf<ImportVcardIn>;
 
 export interface ImportAccepted {
   importId: string;
@@ -49,7 +62,7 @@ export const importAccepted = {
   additionalProperties: false,
   required: ["importId", "status"],
   properties: { importId: uuid, status: { type: "string", enum: [...IMPORT_STATUSES] } },
-};
+} satisfies SchemaOf<ImportAccepted>;
 
 export interface ImportOut {
   importId: string;
@@ -67,7 +80,7 @@ export interface ImportOut {
   finishedAt: string | null;
 }
 
-const count = { type: "integer", minimum: 0 };
+const count = { type: "integer", minimum: 0 } satisfies SchemaOf<number>;
 export const importOut = {
   $id: "ContactImport",
   type: "object",
@@ -112,6 +125,15 @@ export const importOut = {
     startedAt: { ...dateTime, nullable: true },
     finishedAt: { ...dateTime, nullable: true },
   },
-};
+} satisfies SchemaOf<ImportOut>;
 
-export const importIdIn = { $id: "ContactImportIdIn", type: "object", additionalProperties: false, required: ["importId"], properties: { importId: uuid } };
+export interface ImportIdIn {
+  importId: string;
+}
+export const importIdIn = {
+  $id: "ContactImportIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["importId"],
+  properties: { importId: uuid },
+} satisfies SchemaOf<ImportIdIn>;

@@ -1,7 +1,8 @@
 /**
  * Contact imports: the upload actions (the gateway has received and checked the file; its bytes
- * are pulled from the gateway, uploadedBytes of lib/remote-file.ts, and kept under IMPORT_DIR)
- * and the status action. The Importer that runs them is contacts.runner.ts.
+ * are pulled from the gateway, uploadedBytes of lib/http/remote-file.ts, and kept under IMPORT_DIR)
+ * and the status action. The Importer that runs them is contacts.runner.ts; the SQL of imports is in
+ * contacts.imports.queries.ts.
  */
 import { randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
@@ -9,16 +10,18 @@ import { rename, rm } from "node:fs/promises";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { Context } from "moleculer";
-import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
-import { diskFull, noRoom, type Reservation } from "../../lib/disk-budget";
+import type { Sequelize, Transaction } from "sequelize";
+import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/http/api";
+import { diskFull, noRoom, type Reservation } from "../../lib/jobs/disk-budget";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { uploadedBytes } from "../../lib/remote-file";
-import { Meter, type UploadedFile } from "../../lib/upload";
-import { iso } from "../../lib/time";
+import { uploadedBytes } from "../../lib/http/remote-file";
+import { Meter, type UploadedFile } from "../../lib/http/upload";
+import { iso } from "../../lib/messaging/time";
 import { targetOf } from "./contacts.import-rows";
 import type { Importer } from "./contacts.runner";
 import type { CustomFieldType } from "./contacts.contract";
+import { findImport, importListExists, insertImport } from "./contacts.imports.queries";
+import type { ImportDbRow } from "./contacts.models";
 import {
   importAccepted,
   importIdIn,
@@ -28,24 +31,7 @@ import {
   MAX_UPLOAD_BYTES,
   type ImportAccepted,
   type ImportOut,
-  type ImportStatus,
 } from "./contacts.imports.schemas";
-
-interface ImportDbRow {
-  id: string;
-  status: ImportStatus;
-  file_name: string;
-  list_id: string | null;
-  total_rows: number;
-  created: number;
-  updated: number;
-  skipped: number;
-  errors: Array<{ row: number; message: string }>;
-  failure: string | null;
-  created_at: Date;
-  started_at: Date | null;
-  finished_at: Date | null;
-}
 
 const toImportOut = (r: ImportDbRow): ImportOut => ({
   importId: r.id,
@@ -127,11 +113,7 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
     const types = await this.customTypes(companyId);
     const mapping = parseMapping(ctx.params.mapping, [...types.keys()]);
     if (listId !== undefined) {
-      const [list] = await this.sequelize.query(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL`, {
-        bind: [companyId, listId],
-        type: QueryTypes.SELECT,
-      });
-      if (!list)
+      if (!(await importListExists(this.sequelize, companyId, listId)))
         throw new ApiError("VALIDATION_ERROR", `Contact list ${listId} does not exist in this account.`, {
           errors: [{ path: "listId", message: `contact list ${listId} does not exist in this account` }],
         });
@@ -152,11 +134,7 @@ async function acceptUpload(this: ImportsThis, ctx: Ctx<{ file: UploadedFile; li
       throw err;
     }
     try {
-      await this.sequelize.query(
-        `INSERT INTO contact_imports (id, company_id, kind, file_name, file_size, file_sha256, list_id, mapping, node_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)`,
-        { bind: [id, companyId, file.kind, file.name, file.size, file.sha256, listId ?? null, mapping ? JSON.stringify(mapping) : null, ctx.broker.nodeID] },
-      );
+      await insertImport(this.sequelize, { id, companyId, file, listId: listId ?? null, mapping, nodeId: ctx.broker.nodeID });
     } catch (err) {
       await rm(this.importer.fileOf(id), { force: true });
       throw err;
@@ -223,11 +201,7 @@ export const importActions = {
     responses: { 200: importOut },
     errors: [404],
     async handler(this: ImportsThis, ctx: Ctx<{ importId: string }>): Promise<ImportOut> {
-      const [row] = await this.sequelize.query<ImportDbRow>(
-        `SELECT id, status, file_name, list_id, total_rows, created, updated, skipped, errors, failure, created_at, started_at, finished_at
-           FROM contact_imports WHERE company_id = $1 AND id = $2`,
-        { bind: [ctx.meta.companyId, ctx.params.importId.toLowerCase()], type: QueryTypes.SELECT },
-      );
+      const row = await findImport(this.sequelize, ctx.meta.companyId, ctx.params.importId.toLowerCase());
       if (!row) throw new ApiError("IMPORT_NOT_FOUND", `No contact import ${ctx.params.importId} in this account.`);
       return toImportOut(row);
     },

@@ -5,10 +5,10 @@
  */
 import type { Context } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
-import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/http/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { statementBudgetMs, withHeavySlot, type HeavyOptions } from "../../lib/heavy";
-import type { Page } from "../../lib/paging";
+import { statementBudgetMs, withHeavySlot, type HeavyOptions } from "../../lib/db/heavy";
+import type { Page } from "../../lib/http/paging";
 import type { ContactsThis } from "./contacts.actions";
 import { toListOut } from "./contacts.models";
 import {
@@ -42,7 +42,7 @@ import {
   updateListIn,
   type ContactOut,
   type FindListsIn,
-  type ListContactsIn,
+  type ListMembersIn,
   type ListIn,
   type ListOut,
   type MembershipIn,
@@ -53,7 +53,7 @@ type Ctx<P> = Context<P, AuthMeta & { $location?: string }>;
 /** Set-based changes over a whole account may take long on millions of contacts. */
 export const BULK_TIMEOUT_MS = 300_000;
 
-/** The heavy-operation slot options of a call (lib/heavy.ts). */
+/** The heavy-operation slot options of a call (lib/db/heavy.ts). */
 const heavyOf = (self: ContactsThis, ctx: Ctx<unknown>): HeavyOptions => ({
   companyId: ctx.meta.companyId,
   slots: self.heavyOpsPerAccount,
@@ -118,7 +118,7 @@ export const listActions = {
     responses: { 200: listPage },
     async handler(this: ContactsThis, ctx: Ctx<FindListsIn>): Promise<Page<ListOut>> {
       const page = () => listsPage(this.sequelize, ctx.meta.companyId, ctx.params);
-      // A search by name is a heavy read: the account's share of the node's slots (lib/heavy.ts).
+      // A search by name is a heavy read: the account's share of the node's slots (lib/db/heavy.ts).
       return ctx.params.search ? this.heavyGate.run(ctx.meta.companyId, page) : page();
     },
   }),
@@ -195,7 +195,7 @@ export const listActions = {
     params: listMembersIn,
     responses: { 200: contactPage },
     errors: [404],
-    async handler(this: ContactsThis, ctx: Ctx<ListContactsIn & { listId: number }>): Promise<Page<ContactOut>> {
+    async handler(this: ContactsThis, ctx: Ctx<ListMembersIn>): Promise<Page<ContactOut>> {
       const { listId, ...filters } = ctx.params;
       await getList(this.sequelize, ctx.meta.companyId, listId, false);
       return this.findContacts(ctx.meta.companyId, { ...filters, listIds: [listId] });

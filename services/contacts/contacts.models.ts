@@ -2,9 +2,10 @@
  * The contacts service's rows (tables of migrations/20261122-0003-contacts) and their wire form.
  * Queries are SQL (set-based where it matters); these are the shapes they read.
  */
-import type { Channel } from "../../lib/channels";
+import type { Channel } from "../../lib/messaging/channels";
 import { CONTACT_OPTED_OUT_SQL, type CustomFieldType, type Gender } from "./contacts.contract";
 import type { ContactOut, CustomFieldOut, CustomValue, ListOut } from "./contacts.schemas";
+import type { ImportStatus } from "./contacts.imports.schemas";
 
 export interface ContactRow {
   id: string;
@@ -67,10 +68,6 @@ export interface ListRow {
   contact_count: string;
 }
 
-/** A contact list with its member count, on alias `l`. */
-export const LIST_SELECT = `SELECT l.id, l.name, l.description, l.is_test, l.created_at, l.updated_at, l.deleted_at,
-  (SELECT count(*) FROM contact_list_members m WHERE m.list_id = l.id) AS contact_count FROM contact_lists l`;
-
 export const toListOut = (r: ListRow): ListOut => ({
   id: Number(r.id),
   name: r.name,
@@ -82,3 +79,20 @@ export const toListOut = (r: ListRow): ListOut => ({
   deleted: r.deleted_at !== null,
   deletedAt: r.deleted_at ? new Date(r.deleted_at).toISOString() : null,
 });
+
+/** A row of contact_imports as the status read answers it (contacts.imports.ts maps it). */
+export interface ImportDbRow {
+  id: string;
+  status: ImportStatus;
+  file_name: string;
+  list_id: string | null;
+  total_rows: number;
+  created: number;
+  updated: number;
+  skipped: number;
+  errors: Array<{ row: number; message: string }>;
+  failure: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+}

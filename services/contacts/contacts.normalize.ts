@@ -1,6 +1,6 @@
 /**
  * What a contact's fields become before they are stored: phone numbers parsed and validated by
- * libphonenumber-js (full metadata, lib/phone.ts) into E.164, emails trimmed and lower-cased, custom fields checked
+ * libphonenumber-js (full metadata, lib/messaging/phone.ts) into E.164, emails trimmed and lower-cased, custom fields checked
  * against the account's declarations. Every refusal names its field.
  */
 import type { FieldError } from "../../lib/errors";
@@ -8,7 +8,7 @@ import type { CustomFieldType } from "./contacts.contract";
 import type { CustomValue } from "./contacts.schemas";
 
 // The phone number rules are shared (the inbox validates end users' numbers the same way).
-export { MAX_PHONE_TEXT, PHONE_ERROR, toE164 } from "../../lib/phone";
+export { MAX_PHONE_TEXT, PHONE_ERROR, toE164 } from "../../lib/messaging/phone";
 
 export const normalizeEmail = (email: string) => email.trim().toLowerCase();
 

@@ -12,9 +12,9 @@
  * are written back in one statement.
  */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { CHANNELS, type Channel } from "../../lib/channels";
-import { jsonParam } from "../../lib/db";
-import { queryPage, type Page } from "../../lib/paging";
+import { CHANNELS, type Channel } from "../../lib/messaging/channels";
+import { jsonParam } from "../../lib/db/db";
+import { queryPage, type Page } from "../../lib/http/paging";
 import type { OptOutAction, OptOutSource } from "./contacts.contract";
 import type { ListOptOutsIn, OptOutOut } from "./contacts.optouts.schemas";
 

@@ -1,7 +1,8 @@
 /** Opt-outs on the wire (contract section 7): the resource, its page and what the partner API takes. */
-import { CHANNELS, type Channel } from "../../lib/channels";
-import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
-import { PHONE_NUMBER_SCHEMA } from "../../lib/phone";
+import { CHANNELS, type Channel } from "../../lib/messaging/channels";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/http/paging";
+import type { SchemaOf } from "../../lib/http/schema-type";
+import { PHONE_NUMBER_SCHEMA } from "../../lib/messaging/phone";
 import { OPT_OUT_SOURCES, type OptOutSource } from "./contacts.contract";
 import { dateTime } from "./contacts.fields.schemas";
 
@@ -28,16 +29,16 @@ export const optOutOut = {
     },
     createdAt: { ...dateTime, description: "When the opt-out began." },
   },
-};
+} satisfies SchemaOf<OptOutOut>;
 
-export const optOutPage = pageSchema("OptOutPage", optOutOut);
+export const optOutPage = pageSchema("OptOutPage", optOutOut) satisfies SchemaOf<Page<OptOutOut>>;
 
-const channel = { type: "string", enum: [...CHANNELS] };
+const channel = { type: "string", enum: [...CHANNELS] } satisfies SchemaOf<Channel>;
 const phoneNumber = {
   ...PHONE_NUMBER_SCHEMA,
   description: "International format: `+` or `00` and the country code, then a number valid in that country (any spacing); taken as E.164.",
   examples: ["+351912345678"],
-};
+} satisfies SchemaOf<string>;
 
 export type ListOptOutsIn = PageIn<"createdAt"> & { channel?: Channel; phoneNumber?: string };
 
@@ -47,7 +48,7 @@ export const listOptOutsIn = {
   additionalProperties: false,
   description: "Filters combine with AND.",
   properties: { channel, phoneNumber, ...pagingProperties(["createdAt"], "createdAt", "desc") },
-};
+} satisfies SchemaOf<ListOptOutsIn>;
 
 export interface OptOutIn {
   channel: Channel;
@@ -60,7 +61,7 @@ export const optOutIn = {
   additionalProperties: false,
   required: ["channel", "phoneNumber"],
   properties: { channel, phoneNumber },
-};
+} satisfies SchemaOf<OptOutIn>;
 
 export const optOutKeyIn = {
   $id: "OptOutKeyIn",
@@ -71,4 +72,4 @@ export const optOutKeyIn = {
     channel,
     phoneNumber: { ...phoneNumber, description: "The opted-out number, its `+` URL-encoded (`%2B351912345678`)." },
   },
-};
+} satisfies SchemaOf<OptOutIn>;

@@ -7,13 +7,13 @@
  * one is ignored, so repeats and late reports are harmless.
  */
 import type { Context } from "moleculer";
-import { instantOf } from "../../lib/time";
+import { instantOf } from "../../lib/messaging/time";
 import type { Sequelize } from "sequelize";
-import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type AuthMeta } from "../../lib/http/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs";
-import { isE164, PHONE_ERROR, toE164 } from "../../lib/phone";
-import type { Page } from "../../lib/paging";
+import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs/jobs";
+import { isE164, PHONE_ERROR, toE164 } from "../../lib/messaging/phone";
+import type { Page } from "../../lib/http/paging";
 import { applyOptOutsIn, type ApplyOptOutsIn, type ApplyOptOutsOut } from "./contacts.contract";
 import { applyChanges, optOutsPage, type Change, type OptOutState } from "./contacts.optouts.queries";
 import { listOptOutsIn, optOutIn, optOutKeyIn, optOutOut, optOutPage, type ListOptOutsIn, type OptOutIn, type OptOutOut } from "./contacts.optouts.schemas";

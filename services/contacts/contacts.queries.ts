@@ -1,13 +1,15 @@
 /**
  * The contacts service's SQL for contacts, custom fields, lists and memberships (imports keep theirs
- * in contacts.imports.ts and contacts.runner.ts, channel support in contacts.support.ts). Every
+ * in contacts.imports.queries.ts, opt-outs in contacts.optouts.queries.ts, the channels other
+ * services report in contacts.channels.queries.ts, what the contract publishes in
+ * contacts.contract.queries.ts). Every
  * statement filters by the account; bulk membership changes are single set-based statements (the
  * contacts never pass through Node).
  */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { queryPage, type Page } from "../../lib/paging";
-import { contactOrder, contactWhere, likeEscape } from "./contacts.contract";
-import { CONTACT_COLUMNS, LIST_SELECT, toContactOut, toListOut, type ContactRow, type CustomFieldRow, type ListRow } from "./contacts.models";
+import { queryPage, type Page } from "../../lib/http/paging";
+import { contactOrder, contactWhere, likeEscape } from "./contacts.contract.queries";
+import { CONTACT_COLUMNS, toContactOut, toListOut, type ContactRow, type CustomFieldRow, type ListRow } from "./contacts.models";
 import type { CustomFieldType } from "./contacts.contract";
 import type { ContactOut, FindListsIn, ListContactsIn, ListIn, ListOut, ListSort, MembershipIn } from "./contacts.schemas";
 
@@ -183,6 +185,10 @@ export async function deleteCustomField(sequelize: Sequelize, companyId: string,
 }
 
 // --- contact lists
+
+/** A contact list with its member count, on alias `l`. */
+const LIST_SELECT = `SELECT l.id, l.name, l.description, l.is_test, l.created_at, l.updated_at, l.deleted_at,
+  (SELECT count(*) FROM contact_list_members m WHERE m.list_id = l.id) AS contact_count FROM contact_lists l`;
 
 // Names sort case-insensitively, the same on PostgreSQL and PGlite whatever their collations.
 const LIST_SORT_COLUMNS: Record<ListSort, string> = { name: "lower(l.name)", createdAt: "l.created_at", updatedAt: "l.updated_at", id: "l.id" };

@@ -1,30 +1,26 @@
 /**
  * The import runner: a piscina pool parses each file (contacts.worker.ts) and this thread
- * writes the batches it sends, one transaction each, counters included, so that a row is written
- * whole or not at all and the counters say exactly what is written. An import is held by its node
- * through a heartbeat (lib/jobs.ts): any contacts node ends FAILED one whose node went silent.
+ * writes the batches it sends, one transaction each, counters included (contacts.runner-batch.ts),
+ * so that a row is written whole or not at all and the counters say exactly what is written. An
+ * import is held by its node through a heartbeat (lib/jobs/jobs.ts): any contacts node ends FAILED
+ * one whose node went silent. Its statements are in contacts.imports.queries.ts.
  */
-import { randomUUID } from "node:crypto";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { MessageChannel } from "node:worker_threads";
 import { Piscina } from "piscina";
-import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { jsonParam } from "../../lib/db";
-import { DiskBudget, type Reservation } from "../../lib/disk-budget";
-import { isRetryable, Jobs, Loops, retryOn, RETRYABLE_SQLSTATES, type JobTable, purgeEndedJobs } from "../../lib/jobs";
-import { MAX_EXPANDED_BYTES, type UploadedFile } from "../../lib/upload";
-import { duration, workerPool } from "../../lib/worker-pool";
-import type { ImportRow, RowError } from "./contacts.import-rows";
+import { DiskBudget } from "../../lib/jobs/disk-budget";
+import { Jobs, Loops, type JobTable, purgeEndedJobs } from "../../lib/jobs/jobs";
+import { MAX_EXPANDED_BYTES, type UploadedFile } from "../../lib/http/upload";
+import { destroyPool, duration, workerPool } from "../../lib/jobs/worker-pool";
 import type { ImportResult, ImportTask, ServiceReply, WorkerMessage } from "./contacts.worker";
-import type { CustomFieldType } from "./contacts.contract";
-import type { Channel } from "../../lib/channels";
-import { applyChanges, importedOptOuts } from "./contacts.optouts.queries";
+import { endImport, IMPORTS_SWEPT, importsEndedFailed, startImport } from "./contacts.imports.queries";
+import { ImportStopped, writeBatch, type Job } from "./contacts.runner-batch";
 
 /** Rows per batch (one transaction each). */
 export const IMPORT_BATCH_ROWS = 2000;
-const MAX_KEPT_ERRORS = 1000;
 const HEARTBEAT_MS = 15_000;
 /** An import whose node has not been heard of for this long is ended FAILED. */
 const STALE_AFTER_S = 120;
@@ -37,7 +33,6 @@ export const IMPORT_RETENTION_DAYS = 30;
 const PURGE_EVERY_MS = 60_000;
 const PURGE_BATCH = 1000;
 const PURGE_BATCHES = 10;
-const WRITE_ATTEMPTS = 3;
 /**
  * The longest one import's worker task may run (30 minutes), counted from the moment it starts
  * reading the file (time queued for a thread does not count). Past it the thread is stopped and
@@ -86,41 +81,7 @@ const CONTACT_IMPORTS: JobTable = {
   keepHolder: true,
 };
 /** What ending an import this node held (stopped, or left by its previous process) sets. */
-const ENDED_STOPPED = { set: "status = 'FAILED', finished_at = now(), failure = $1", where: "i.status IN ('QUEUED', 'PROCESSING')", params: [STOPPED] };
-
-/** The import cannot go on (its list or a custom field it writes was deleted, the node stops). */
-class ImportStopped extends Error {}
-/** The batch met a concurrent change (a unique phone or email taken meanwhile): write it again. */
-class RetryBatch extends Error {}
-
-interface Job {
-  id: string;
-  companyId: string;
-  listId: number | null;
-  /** The declarations the worker checks cells against (as they were at upload). */
-  customTypes: Map<string, CustomFieldType>;
-  /** Bytes of the file this node keeps for the import. */
-  size: number;
-  /** The room the file holds in the node's import budget, given back once the file is removed. */
-  reservation?: Reservation;
-  keptErrors: number;
-}
-
-/** One contact's state as the batch leaves it. */
-interface Target {
-  id: string;
-  isNew: boolean;
-  phone: string | null;
-  email: string | null;
-  firstName?: string;
-  lastName?: string;
-  gender?: string;
-  isTest?: boolean;
-  customFields?: Record<string, unknown>;
-}
-
-/** Errors a batch meets only because of concurrent writers: a unique phone or email taken, a deadlock, a serialization failure. */
-const isConcurrencyError = (err: unknown) => err instanceof RetryBatch || isRetryable(err, RETRYABLE_SQLSTATES);
+const ENDED_STOPPED = importsEndedFailed(STOPPED);
 
 export class Importer {
   private pool: Piscina | null = null;
@@ -180,11 +141,7 @@ export class Importer {
 
   /** Ends FAILED every import whose node has not been heard of (any contacts node may do it). */
   sweep(): Promise<number> {
-    return this.jobs.sweep({
-      set: `status = 'FAILED', finished_at = now(),
-            failure = 'The node running the import stopped before it ended; rows counted as created or updated were written. Upload the file again to import the rest (rows already imported are matched and updated).'`,
-      where: "i.status IN ('QUEUED', 'PROCESSING')",
-    });
+    return this.jobs.sweep(IMPORTS_SWEPT);
   }
 
   private async beat(): Promise<void> {
@@ -201,7 +158,7 @@ export class Importer {
     this.stopping = true;
     this.loops.stop();
     const ids = [...this.active.keys()];
-    await this.pool?.destroy().catch(() => undefined);
+    await destroyPool(this.pool);
     this.pool = null;
     await this.jobs.giveBack({ ids, owner: null }, ENDED_STOPPED).catch(() => undefined);
     await this.removeReaderLeftovers().catch(() => undefined);
@@ -260,13 +217,10 @@ export class Importer {
         try {
           if (this.stopping) throw new ImportStopped("The service is stopping.");
           if (msg.type === "started") {
-            await this.sequelize.query(
-              `UPDATE contact_imports SET status = 'PROCESSING', started_at = now(), heartbeat_at = now() WHERE id = $1 AND status = 'QUEUED'`,
-              { bind: [job.id] },
-            );
+            await startImport(this.sequelize, job.id);
             return;
           }
-          await this.writeBatch(job, msg.rows, msg.errors, msg.totalRows);
+          await writeBatch(this.sequelize, job, msg.rows, msg.errors, msg.totalRows);
         } catch (err) {
           reply = { type: "stop", reason: err instanceof ImportStopped ? err.message : "The import could not be written." };
           if (!(err instanceof ImportStopped)) this.log.error({ err, importId: job.id }, "import batch failed");
@@ -302,201 +256,6 @@ export class Importer {
       await writing;
       port1.close();
     }
-    await this.sequelize.query(
-      `UPDATE contact_imports SET status = $2, failure = $3, finished_at = now(), total_rows = greatest(total_rows, $4),
-              started_at = coalesce(started_at, now())
-        WHERE id = $1 AND status IN ('QUEUED', 'PROCESSING')`,
-      { bind: [job.id, failure ? "FAILED" : "COMPLETED", failure, result?.totalRows ?? 0] },
-    );
-  }
-
-  /** One batch, whole or not at all: retried on a concurrent change, then row by row. */
-  private async writeBatch(job: Job, rows: ImportRow[], errors: RowError[], totalRows: number): Promise<void> {
-    try {
-      await retryOn(RETRYABLE_SQLSTATES, WRITE_ATTEMPTS, () => this.sequelize.transaction((t) => this.writeOnce(job, rows, errors, totalRows, t)), {
-        also: isConcurrencyError,
-      });
-      return;
-    } catch (err) {
-      if (!isConcurrencyError(err)) throw err;
-    }
-    if (rows.length <= 1) {
-      const failed = rows.map((r) => ({
-        row: r.row,
-        message: "the row conflicts with a concurrent change to the same phone number or email; import it again",
-      }));
-      await this.sequelize.transaction((t) => this.writeOnce(job, [], [...errors, ...failed], totalRows, t));
-      return;
-    }
-    // Rows of one batch that collide with each other (two contacts swapping numbers): one at a time.
-    await this.writeBatch(job, [], errors, totalRows);
-    for (const r of rows) await this.writeBatch(job, [r], [], totalRows);
-  }
-
-  private async writeOnce(job: Job, rows: ImportRow[], workerErrors: RowError[], totalRows: number, transaction: Transaction): Promise<void> {
-    const { companyId } = job;
-    const q = <T extends object>(sql: string, bind: unknown[]) => this.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT, transaction });
-    // An import ended meanwhile (swept as stale after a long pause, say) writes nothing more.
-    const [own] = await q<{ status: string }>(`SELECT status FROM contact_imports WHERE id = $1 FOR UPDATE`, [job.id]);
-    if (own?.status !== "PROCESSING") throw new ImportStopped("The import was ended while it ran; rows counted as created or updated were written.");
-    if (job.listId !== null) {
-      const list = await q(`SELECT id FROM contact_lists WHERE company_id = $1 AND id = $2 AND deleted_at IS NULL FOR SHARE`, [companyId, job.listId]);
-      if (list.length === 0)
-        throw new ImportStopped(`The contact list ${job.listId} was deleted during the import; rows counted as created or updated were written.`);
-    }
-    const usedKeys = [...new Set(rows.flatMap((r) => (r.customFields ? Object.keys(r.customFields) : [])))];
-    if (usedKeys.length) {
-      const declared = await q<{ key: string; type: string }>(
-        `SELECT key, type FROM contact_custom_fields WHERE company_id = $1 AND key = ANY($2::text[]) FOR SHARE`,
-        [companyId, usedKeys],
-      );
-      // Removed, or removed and declared again with another type: the cells were checked against the old one.
-      const gone = usedKeys.filter((k) => !declared.some((d) => d.key === k && d.type === job.customTypes.get(k)));
-      if (gone.length)
-        throw new ImportStopped(`The custom field ${gone.join(", ")} was removed during the import; rows counted as created or updated were written.`);
-    }
-
-    // Who holds the batch's phone numbers and emails now (locked until the batch commits).
-    const phones = [...new Set(rows.map((r) => r.phone).filter((p): p is string => !!p))];
-    const emails = [...new Set(rows.map((r) => r.email).filter((e): e is string => !!e))];
-    const holders = rows.length
-      ? await q<{ id: string; phone_number: string | null; email: string | null }>(
-          `SELECT id, phone_number, email FROM contacts
-            WHERE company_id = $1
-              AND (phone_number = ANY (ARRAY(SELECT jsonb_array_elements_text($2::jsonb))) OR email = ANY (ARRAY(SELECT jsonb_array_elements_text($3::jsonb))))
-            ORDER BY id FOR UPDATE`,
-          [companyId, jsonParam(() => phones), jsonParam(() => emails)],
-        )
-      : [];
-    const phoneOwner = new Map<string, string>();
-    const emailOwner = new Map<string, string>();
-    const targets = new Map<string, Target>();
-    for (const h of holders) {
-      if (h.phone_number) phoneOwner.set(h.phone_number, h.id);
-      if (h.email) emailOwner.set(h.email, h.id);
-      targets.set(h.id, { id: h.id, isNew: false, phone: h.phone_number, email: h.email });
-    }
-    const errors = [...workerErrors];
-    let created = 0;
-    let updated = 0;
-    const touched = new Set<string>();
-    const optOuts: Array<{ phone: string; channels: Channel[] }> = [];
-    for (const r of rows) {
-      const byPhone = r.phone ? phoneOwner.get(r.phone) : undefined;
-      const byEmail = r.email ? emailOwner.get(r.email) : undefined;
-      if (byPhone && byEmail && byPhone !== byEmail) {
-        errors.push({ row: r.row, message: `the phone number belongs to contact ${byPhone} and the email to contact ${byEmail}` });
-        continue;
-      }
-      const number = r.phone ?? targets.get((byPhone ?? byEmail)!)?.phone;
-      if (r.optedOut && !number) {
-        errors.push({ row: r.row, message: "optedOut needs a phone number: neither the row nor the contact it matches has one" });
-        continue;
-      }
-      if (r.optedOut) optOuts.push({ phone: number!, channels: r.optedOut });
-      let target = targets.get((byPhone ?? byEmail)!);
-      if (target) updated++;
-      else {
-        target = { id: randomUUID(), isNew: true, phone: null, email: null };
-        targets.set(target.id, target);
-        created++;
-      }
-      const t = target;
-      if (r.phone && t.phone !== r.phone) {
-        if (t.phone && phoneOwner.get(t.phone) === t.id) phoneOwner.delete(t.phone);
-        t.phone = r.phone;
-        phoneOwner.set(r.phone, t.id);
-      }
-      if (r.email && t.email !== r.email) {
-        if (t.email && emailOwner.get(t.email) === t.id) emailOwner.delete(t.email);
-        t.email = r.email;
-        emailOwner.set(r.email, t.id);
-      }
-      if (r.firstName !== undefined) t.firstName = r.firstName;
-      if (r.lastName !== undefined) t.lastName = r.lastName;
-      if (r.gender !== undefined) t.gender = r.gender;
-      if (r.isTest !== undefined) t.isTest = r.isTest;
-      if (r.customFields) t.customFields = { ...t.customFields, ...r.customFields };
-      touched.add(t.id);
-    }
-
-    const changed = [...touched].map((id) => targets.get(id)!);
-    // Each batch crosses to PostgreSQL as one JSON text (serialised natively, parsed by the server):
-    // far less garbage on this thread than binding one array per column; made only as the statement
-    // is written (jsonParam), so the large text is never held across the wait for its answer.
-    const rowsOf = (list: Target[]) =>
-      jsonParam(() =>
-        list.map((t) => ({
-          id: t.id,
-          first_name: t.firstName,
-          last_name: t.lastName,
-          gender: t.gender,
-          phone: t.phone,
-          email: t.email,
-          custom_fields: t.customFields ?? {},
-          is_test: t.isTest,
-        })),
-      );
-    const RECORDS = `jsonb_to_recordset($2::jsonb) AS u(id uuid, first_name text, last_name text, gender text, phone text, email text, custom_fields jsonb, is_test boolean)`;
-    const exec = async (sql: string, bind: unknown[]) => {
-      const [, meta] = await this.sequelize.query(sql, { bind, transaction });
-      // Sequelize answers INSERT/UPDATE with the row count itself, other statements with pg's result.
-      return typeof meta === "number" ? meta : ((meta as { rowCount?: number } | undefined)?.rowCount ?? 0);
-    };
-    const fresh = changed.filter((t) => t.isNew);
-    if (fresh.length) {
-      const inserted = await exec(
-        `INSERT INTO contacts (id, company_id, first_name, last_name, gender, phone_number, email, custom_fields, is_test, communication_supported)
-         SELECT u.id, $1, u.first_name, u.last_name, u.gender, u.phone, u.email, u.custom_fields, coalesce(u.is_test, false),
-                CASE WHEN u.phone IS NULL THEN '{}'::text[] ELSE ARRAY['SMS'] END
-           FROM ${RECORDS}
-         ON CONFLICT DO NOTHING`,
-        [companyId, rowsOf(fresh)],
-      );
-      // A phone number or email taken by another writer since the lookup: read the holders again.
-      if (inserted !== fresh.length) throw new RetryBatch();
-    }
-    const existing = changed.filter((t) => !t.isNew);
-    if (existing.length) {
-      await exec(
-        `UPDATE contacts c SET
-            first_name = coalesce(u.first_name, c.first_name),
-            last_name = coalesce(u.last_name, c.last_name),
-            gender = coalesce(u.gender, c.gender),
-            communication_supported = CASE
-              WHEN u.phone IS NULL THEN '{}'::text[]
-              WHEN c.phone_number IS DISTINCT FROM u.phone THEN ARRAY['SMS']
-              ELSE c.communication_supported END,
-            phone_number = u.phone,
-            email = u.email,
-            custom_fields = c.custom_fields || u.custom_fields,
-            is_test = coalesce(u.is_test, c.is_test),
-            updated_at = now()
-           FROM ${RECORDS}
-          WHERE c.company_id = $1 AND c.id = u.id`,
-        [companyId, rowsOf(existing)],
-      );
-    }
-    if (job.listId !== null && changed.length) {
-      await exec(
-        `INSERT INTO contact_list_members (company_id, list_id, contact_id)
-         SELECT $1, $2, (jsonb_array_elements_text($3::jsonb))::uuid ON CONFLICT (list_id, contact_id) DO NOTHING`,
-        [companyId, job.listId, jsonParam(() => changed.map((t) => t.id))],
-      );
-    }
-    // Opt-outs belong to the number (contract section 7), set in the batch's transaction.
-    await applyChanges(this.sequelize, transaction, importedOptOuts(companyId, optOuts));
-    errors.sort((a, b) => a.row - b.row);
-    const kept = errors.slice(0, Math.max(0, MAX_KEPT_ERRORS - job.keptErrors));
-    await exec(
-      `UPDATE contact_imports SET total_rows = greatest(total_rows, $2), created = created + $3, updated = updated + $4, skipped = skipped + $5,
-              errors = errors || $6::jsonb, heartbeat_at = now()
-        WHERE id = $1`,
-      [job.id, totalRows, created, updated, errors.length, JSON.stringify(kept)],
-    );
-    // Counted only once the transaction commits (a retried batch is counted once).
-    transaction.afterCommit(() => {
-      job.keptErrors += kept.length;
-    });
+    await endImport(this.sequelize, job.id, failure, result?.totalRows ?? 0);
   }
 }

@@ -1,11 +1,12 @@
 /**
  * Contacts, custom fields, contact lists and memberships on the wire (spec parts 2 and 4, contract
- * section 4).
+ * section 4); the lists and memberships are written in contacts.lists.schemas.ts.
  */
-import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
-import { CHANNELS, type Channel } from "../../lib/channels";
-import { PHONE_NUMBER_SCHEMA } from "../../lib/phone";
-import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/http/paging";
+import type { PropertiesOf, SchemaOf, Subschema } from "../../lib/http/schema-type";
+import { CHANNELS, type Channel } from "../../lib/messaging/channels";
+import { PHONE_NUMBER_SCHEMA } from "../../lib/messaging/phone";
+import { MESSAGE_KEYWORD } from "../../lib/http/schema-messages";
 import { dateTime, uuid } from "./contacts.fields.schemas";
 import {
   CONTACT_SORTS,
@@ -20,9 +21,9 @@ import {
   type Gender,
 } from "./contacts.contract";
 
+export * from "./contacts.lists.schemas";
+
 export const CUSTOM_KEY = "^[A-Za-z][A-Za-z0-9_]{0,63}$";
-/** Bulk bodies name at most this many contacts. */
-export const MAX_BULK_IDS = 10000;
 
 export type CustomValue = string | number | boolean;
 
@@ -88,7 +89,7 @@ export const contactOut = {
     createdAt: dateTime,
     updatedAt: dateTime,
   },
-};
+} satisfies SchemaOf<ContactOut>;
 
 export interface ContactIn {
   firstName?: string | null;
@@ -99,6 +100,8 @@ export interface ContactIn {
   customFields?: Record<string, CustomValue>;
   isTest?: boolean;
 }
+export type UpdateContactIn = ContactIn & { id: string };
+export type ContactIdIn = { id: string };
 
 const contactInProperties = {
   firstName: { type: "string", maxLength: 200, nullable: true, examples: ["Ana"] },
@@ -121,7 +124,7 @@ const contactInProperties = {
     examples: [{ tier: "gold" }],
   },
   isTest: { type: "boolean" },
-};
+} satisfies PropertiesOf<ContactIn>;
 
 /** At least one of phoneNumber and email, and not null (what the service checks, said where the document shows it). */
 const phoneOrEmail = {
@@ -130,7 +133,7 @@ const phoneOrEmail = {
     { required: ["email"], properties: { email: { type: "string" } } },
   ],
   [MESSAGE_KEYWORD]: "a phone number or an email is required",
-};
+} satisfies Subschema<ContactIn>;
 
 export const createContactIn = {
   $id: "ContactIn",
@@ -139,7 +142,7 @@ export const createContactIn = {
   description: "At least one of phoneNumber and email.",
   properties: contactInProperties,
   ...phoneOrEmail,
-};
+} satisfies SchemaOf<ContactIn>;
 
 export const updateContactIn = {
   $id: "ContactUpdateIn",
@@ -149,9 +152,15 @@ export const updateContactIn = {
   description: "Replaces the contact's fields: a field left out is cleared. At least one of phoneNumber and email.",
   properties: { id: uuid, ...contactInProperties },
   ...phoneOrEmail,
-};
+} satisfies SchemaOf<UpdateContactIn>;
 
-export const contactIdIn = { $id: "ContactIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: uuid } };
+export const contactIdIn = {
+  $id: "ContactIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["id"],
+  properties: { id: uuid },
+} satisfies SchemaOf<ContactIdIn>;
 
 export type ListContactsIn = ContactFilters & PageIn<ContactSort>;
 
@@ -163,8 +172,10 @@ export const listContactsIn = {
     "Filters combine with AND. `customFields.<key>=value` filters by a declared custom field: a key the account does not declare, or a value not of the field's type (NUMBER a number, DATE `YYYY-MM-DD`, BOOLEAN `true` or `false`), is a 400.",
   properties: { ...contactFilterProperties, ...pagingProperties(CONTACT_SORTS, "fullName") },
   patternProperties: customFieldFilter,
-};
+} satisfies SchemaOf<ListContactsIn>;
 
+/** A list's contacts: GET /contacts's filters but `listIds` (the path names the list). */
+export type ListMembersIn = Omit<ListContactsIn, "listIds"> & { listId: number };
 const { listIds: _fixedByThePath, ...memberFilterProperties } = contactFilterProperties;
 export const listMembersIn = {
   $id: "ListMembersIn",
@@ -173,9 +184,9 @@ export const listMembersIn = {
   required: ["listId"],
   properties: { listId, ...memberFilterProperties, ...pagingProperties(CONTACT_SORTS, "fullName") },
   patternProperties: customFieldFilter,
-};
+} satisfies SchemaOf<ListMembersIn>;
 
-export const contactPage = pageSchema("ContactPage", contactOut);
+export const contactPage = pageSchema("ContactPage", contactOut) satisfies SchemaOf<Page<ContactOut>>;
 
 // --- custom fields
 
@@ -184,6 +195,9 @@ export interface CustomFieldOut {
   type: CustomFieldType;
   createdAt: string;
 }
+export type CustomFieldIn = { key: string; type: CustomFieldType };
+export type CustomFieldKeyIn = { key: string };
+export type EmptyIn = Record<string, never>;
 export const customFieldOut = {
   $id: "CustomField",
   type: "object",
@@ -194,171 +208,29 @@ export const customFieldOut = {
     type: { type: "string", enum: [...CUSTOM_FIELD_TYPES] },
     createdAt: dateTime,
   },
-};
+} satisfies SchemaOf<CustomFieldOut>;
 export const customFieldIn = {
   $id: "CustomFieldIn",
   type: "object",
   additionalProperties: false,
   required: ["key", "type"],
   properties: { key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] }, type: { type: "string", enum: [...CUSTOM_FIELD_TYPES] } },
-};
+} satisfies SchemaOf<CustomFieldIn>;
 export const customFieldKeyIn = {
   $id: "CustomFieldKeyIn",
   type: "object",
   additionalProperties: false,
   required: ["key"],
   properties: { key: { type: "string", pattern: CUSTOM_KEY, examples: ["tier"] } },
-};
+} satisfies SchemaOf<CustomFieldKeyIn>;
 export const customFieldList = {
   $id: "CustomFieldList",
   type: "object",
   additionalProperties: false,
   required: ["data"],
   properties: { data: { type: "array", items: customFieldOut } },
-};
-export const emptyIn = { $id: "EmptyIn", type: "object", additionalProperties: false, properties: {} };
-
-// --- contact lists and memberships
-
-export interface ListOut {
-  id: number;
-  name: string;
-  description: string | null;
-  isTest: boolean;
-  createdAt: string;
-  updatedAt: string;
-  contactCount: number;
-  deleted: boolean;
-  deletedAt: string | null;
-}
-export const listOut = {
-  $id: "ContactList",
-  type: "object",
-  additionalProperties: false,
-  required: ["id", "name", "description", "isTest", "createdAt", "updatedAt", "contactCount", "deleted", "deletedAt"],
-  properties: {
-    id: listId,
-    name: { type: "string", examples: ["VIP customers"] },
-    description: { type: "string", nullable: true, examples: ["Spent over 1000 last year"] },
-    isTest: { type: "boolean" },
-    createdAt: dateTime,
-    updatedAt: dateTime,
-    contactCount: { type: "integer", minimum: 0 },
-    deleted: { type: "boolean" },
-    deletedAt: { ...dateTime, nullable: true },
-  },
-};
-export const listPage = pageSchema("ContactListPage", listOut);
-
-export interface ListIn {
-  name: string;
-  description?: string | null;
-  isTest?: boolean;
-}
-const listInProperties = {
-  name: { type: "string", minLength: 1, maxLength: 200, examples: ["VIP customers"] },
-  description: { type: "string", maxLength: 2000, nullable: true },
-  isTest: { type: "boolean", description: "A list used only for test sends." },
-};
-export const createListIn = { $id: "ContactListIn", type: "object", additionalProperties: false, required: ["name"], properties: listInProperties };
-export const updateListIn = {
-  $id: "ContactListUpdateIn",
-  type: "object",
-  additionalProperties: false,
-  required: ["id", "name"],
-  description: "Replaces name, description and isTest (left out: cleared / false). Membership is not changed.",
-  properties: { id: listId, ...listInProperties },
-};
-export const listIdIn = { $id: "ContactListIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: listId } };
-
-export const LIST_SORTS = ["name", "createdAt", "updatedAt", "id"] as const;
-export type ListSort = (typeof LIST_SORTS)[number];
-export interface FindListsIn extends PageIn<ListSort> {
-  search?: string;
-  id?: number[];
-  contactIds?: string[];
-  isTest?: boolean;
-  includeDeleted: boolean;
-}
-export const findListsIn = {
-  $id: "FindContactListsIn",
-  type: "object",
-  additionalProperties: false,
-  properties: {
-    search: { type: "string", minLength: 1, maxLength: 200, description: "Case-insensitive part of the name." },
-    id: { type: "array", items: listId, minItems: 1, maxItems: 1000, description: "Only these list ids (comma-separated)." },
-    contactIds: { type: "array", items: uuid, minItems: 1, maxItems: 1000, description: "Only lists that contain any of these contacts (comma-separated)." },
-    isTest: { type: "boolean", description: "true: only test lists; false: no test lists." },
-    includeDeleted: { type: "boolean", default: false },
-    ...pagingProperties(LIST_SORTS, "name"),
-  },
-};
-export const deleteListsIn = {
-  $id: "DeleteContactListsIn",
-  type: "object",
-  additionalProperties: false,
-  required: ["ids"],
-  properties: { ids: { type: "array", items: listId, minItems: 1, maxItems: 1000, description: "Comma-separated list ids." } },
-};
-export const deleteListsOut = {
-  $id: "DeleteContactListsOut",
-  type: "object",
-  additionalProperties: false,
-  required: ["deleted", "notFound"],
-  properties: { deleted: { type: "array", items: listId }, notFound: { type: "array", items: listId } },
-};
-
-export interface MembershipIn {
-  listIds: number[];
-  contactIds?: string[];
-  allContacts: boolean;
-  excludeIdsAllContacts?: string[];
-}
-const membershipProperties = {
-  listIds: { type: "array", items: listId, minItems: 1, maxItems: 100, description: "Repeats are ignored." },
-  contactIds: {
-    type: "array",
-    items: uuid,
-    maxItems: MAX_BULK_IDS,
-    description: "Repeats are ignored. At least one unless allContacts is true (then it may be empty and is not used).",
-  },
-  allContacts: { type: "boolean", default: false, description: "All contacts of the account, except excludeIdsAllContacts." },
-  excludeIdsAllContacts: { type: "array", items: uuid, maxItems: MAX_BULK_IDS },
-};
-export const addMembersIn = {
-  $id: "AddMembersIn",
-  type: "object",
-  additionalProperties: false,
-  required: ["listIds"],
-  description: "Either contactIds, or allContacts: true (with optional excludeIdsAllContacts).",
-  properties: membershipProperties,
-  // contactIds names at least one contact, except beside allContacts: true (contract: an empty list is accepted there).
-  // Its items are checked once, above: repeating `items` here reported every bad id twice.
-  if: { properties: { allContacts: { const: true } }, required: ["allContacts"] },
-  then: {},
-  else: { required: ["contactIds"], properties: { contactIds: { type: "array", items: {}, minItems: 1 } } },
-};
-export const removeMembersIn = { ...addMembersIn, $id: "RemoveMembersIn", description: "contactIds is required unless allContacts is true." };
-export const addMembersOut = {
-  $id: "AddMembersOut",
-  type: "object",
-  additionalProperties: false,
-  required: ["ids", "created", "existing"],
-  properties: {
-    ids: { type: "array", items: listId, description: "Ids of the associations created (the first 1000 in id order when more)." },
-    idsTruncated: { type: "boolean", description: "Present and true when more associations were created than `ids` lists." },
-    created: { type: "integer", minimum: 0 },
-    existing: { type: "integer", minimum: 0, description: "Contacts that were in the list already (kept, not duplicated)." },
-  },
-};
-export const removeMembersOut = {
-  $id: "RemoveMembersOut",
-  type: "object",
-  additionalProperties: false,
-  required: ["deleted"],
-  properties: { deleted: { type: "integer", minimum: 0 } },
-};
-export const associationIdIn = { $id: "AssociationIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: listId } };
+} satisfies SchemaOf<{ data: CustomFieldOut[] }>;
+export const emptyIn = { $id: "EmptyIn", type: "object", additionalProperties: false, properties: {} } satisfies SchemaOf<EmptyIn>;
 
 // --- what other services call
 
@@ -379,4 +251,4 @@ export const markContactedIn = {
     channel: { type: "string", enum: [...CHANNELS] },
     campaign: { type: "boolean" },
   },
-};
+} satisfies SchemaOf<MarkContactedIn>;

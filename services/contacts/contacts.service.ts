@@ -4,8 +4,8 @@
  * account's ids are simply not found. Imports are parsed on this node's piscina pool.
  */
 import type { Context, ServiceSchema } from "moleculer";
-import { heavyGateOf } from "../../lib/heavy";
-import type { ApiServiceSettings } from "../../lib/api";
+import { heavyGateOf } from "../../lib/db/heavy";
+import type { ApiServiceSettings } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { contactActions, contactMethods, type ContactsThis } from "./contacts.actions";
 import { importActions, type ImportsThis } from "./contacts.imports";

@@ -5,8 +5,9 @@
  * waiting.
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import { QueryTypes, type Sequelize } from "sequelize";
-import { onePerScrape } from "../../lib/http-metrics";
+import type { Sequelize } from "sequelize";
+import { onePerScrape } from "../../lib/observability/http-metrics";
+import { jobCounts } from "./exports.queries";
 import type { ExportType } from "./exports.schemas";
 
 export type RunOutcome = "COMPLETED" | "RETRIED" | "FAILED";
@@ -35,18 +36,7 @@ export class ExportMetrics {
 
   constructor(sequelize: Sequelize) {
     // Every gauge comes from one query per scrape; with the database away they read NaN.
-    const read = onePerScrape(
-      () =>
-        sequelize
-          .query<{ queued: number; processing: number; oldest: number | null }>(
-            `SELECT count(*) FILTER (WHERE status = 'QUEUED')::int AS queued, count(*) FILTER (WHERE status = 'PROCESSING')::int AS processing,
-                    EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'QUEUED'))::float8 AS oldest
-               FROM export_jobs WHERE status IN ('QUEUED', 'PROCESSING')`,
-            { type: QueryTypes.SELECT },
-          )
-          .then((r) => r[0]!),
-      { queued: Number.NaN, processing: Number.NaN, oldest: Number.NaN },
-    );
+    const read = onePerScrape(() => jobCounts(sequelize), { queued: Number.NaN, processing: Number.NaN, oldest: Number.NaN });
     const jobs: Gauge<"status"> = new Gauge({
       name: "export_jobs",
       help: "Export jobs waiting (QUEUED) and running (PROCESSING), all nodes",

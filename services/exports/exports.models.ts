@@ -1,7 +1,7 @@
 /**
  * The exports service's rows (export_jobs) and their wire form.
  */
-import { iso } from "../../lib/time";
+import { iso } from "../../lib/messaging/time";
 import type { ExportOut, ExportStatus, ExportType } from "./exports.schemas";
 
 export interface JobRow {

@@ -9,14 +9,26 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { Piscina } from "piscina";
-import { QueryTypes, type Sequelize } from "sequelize";
+import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { Coalesced } from "../../lib/coalesce";
-import { Jobs, leaseExpired, Loops, type ClaimSpec, type JobTable, purgeEndedJobs } from "../../lib/jobs";
-import { duration, workerPool } from "../../lib/worker-pool";
+import { Coalesced } from "../../lib/jobs/coalesce";
+import { Jobs, Loops, purgeEndedJobs } from "../../lib/jobs/jobs";
+import { destroyPool, duration, workerPool } from "../../lib/jobs/worker-pool";
 import { ApiError } from "../../lib/errors";
 import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
-import { contactExportSql, messageExportSql } from "./exports.sql";
+import {
+  contactExportSql,
+  copyCsvSql,
+  expireCompleted,
+  EXPORT_CLAIM,
+  EXPORT_JOBS,
+  finishRun,
+  GIVE_BACK_RUNS,
+  interruptedRuns,
+  jobsOfFiles,
+  messageExportSql,
+  RENEW_RUNS,
+} from "./exports.queries";
 import type { ExportMetrics } from "./exports.metrics";
 import type { ExportResult, ExportTask } from "./exports.worker";
 
@@ -50,29 +62,6 @@ const PURGE_BATCHES = 10;
  * each other's file; the job names the one that completed (`file_name`).
  */
 export const FILE_RE = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(\d{1,9})\.([0-9a-f]{12})\.(csv\.gz|tmp)$/;
-
-const EXPORT_JOBS: JobTable = { table: "export_jobs", alias: "j", key: "id", keyType: "uuid", owner: "node_id", lease: { until: "leased_until" } };
-
-/**
- * The oldest job waiting (or abandoned) of an account that has no export running: one export per
- * account at a time, so one account's burst never holds every worker of the cluster. $1: this
- * node, $2: the lease (ms).
- */
-const EXPORT_CLAIM: ClaimSpec = {
-  candidates: {
-    where: `(j.status = 'QUEUED' OR (j.status = 'PROCESSING' AND ${leaseExpired(EXPORT_JOBS)}))
-            AND NOT EXISTS (SELECT 1 FROM export_jobs p
-                             WHERE p.company_id = j.company_id AND p.id <> j.id AND p.status = 'PROCESSING' AND p.leased_until >= now())
-            -- Two nodes claiming at once would each miss the other's uncommitted claim: one account, one claimant.
-            AND pg_try_advisory_xact_lock(hashtext('pgw-export:' || j.company_id))`,
-    orderBy: "j.created_at, j.id",
-    limit: 1,
-  },
-  owner: "$1",
-  leaseMs: "$2",
-  set: "status = 'PROCESSING', attempts = j.attempts + 1, started_at = now()",
-  returning: "j.id, j.company_id, j.type, j.filters, j.run, j.attempts",
-};
 
 interface ClaimedJob {
   id: string;
@@ -140,11 +129,7 @@ export class ExportRunner {
 
   private async claimAll(): Promise<void> {
     // Jobs whose node died on their last allowed attempt end here, whichever node notices.
-    await this.jobs.sweep({
-      set: `status = 'FAILED', completed_at = now(),
-            error = 'The export was interrupted ${MAX_ATTEMPTS} times (its node stopped); run it again with POST /exports/{exportId}.'`,
-      where: `j.status = 'PROCESSING' AND j.attempts >= ${MAX_ATTEMPTS}`,
-    });
+    await this.jobs.sweep(interruptedRuns(MAX_ATTEMPTS));
     while (!this.stopping && this.active.size < this.config.exportWorkers) {
       const job = await this.claimOne();
       if (!job) return;
@@ -185,9 +170,9 @@ export class ExportRunner {
 
   private async runJob({ job, abort, tmpPath, finalPath }: Active): Promise<void> {
     const started = Date.now();
-    let sql: string;
+    let select: string;
     try {
-      sql =
+      select =
         job.type === "CONTACTS"
           ? await contactExportSql(this.sequelize, job.company_id, job.filters as ContactExportIn)
           : messageExportSql(job.type, job.company_id, job.filters as MessageExportIn);
@@ -198,7 +183,7 @@ export class ExportRunner {
       if (await this.finish(job, "FAILED", null, [err.message, ...fields].join(" "))) this.metrics.ended(job.type, "FAILED");
       return;
     }
-    const task: ExportTask = { url: this.dbUrl, sql, tmpPath, finalPath };
+    const task: ExportTask = { url: this.dbUrl, sql: copyCsvSql(select), tmpPath, finalPath };
     let result: ExportResult;
     const budget = AbortSignal.timeout(this.taskBudgetMs);
     try {
@@ -241,20 +226,16 @@ export class ExportRunner {
     error: string | null,
     file: string | null = null,
   ): Promise<boolean> {
-    const rows = await this.sequelize.query<{ id: string }>(
-      `UPDATE export_jobs
-          SET status = $4::text, node_id = CASE WHEN $4::text = 'COMPLETED' THEN node_id END, leased_until = NULL,
-              row_count = $5::bigint, error = $6::text, file_name = $8::text,
-              completed_at = CASE WHEN $4::text = 'QUEUED' THEN NULL ELSE now() END,
-              expires_at = CASE WHEN $4::text = 'COMPLETED' THEN now() + $7::integer * interval '1 second' END
-        WHERE id = $1::uuid AND run = $2::integer AND node_id = $3::text AND status = 'PROCESSING'
-       RETURNING id`,
-      {
-        bind: [job.id, job.run, this.nodeId, status, result?.rowCount ?? null, error, this.config.exportRetentionS, file],
-        type: QueryTypes.SELECT,
-      },
-    );
-    return rows.length === 1;
+    return finishRun(this.sequelize, {
+      id: job.id,
+      run: job.run,
+      nodeId: this.nodeId,
+      status,
+      rowCount: result?.rowCount ?? null,
+      error,
+      retentionS: this.config.exportRetentionS,
+      file,
+    });
   }
 
   /** Renews the leases of the runs in progress; a run whose job is no longer ours is stopped. */
@@ -263,7 +244,7 @@ export class ExportRunner {
     const runs = [...this.active.values()];
     const rows = await this.jobs.renew<{ id: string; run: number }>(
       { ids: runs.map((a) => a.job.id), owner: this.nodeId },
-      { leaseMs: this.config.exportLeaseMs, where: "j.status = 'PROCESSING'", returning: "j.id, j.run" },
+      { leaseMs: this.config.exportLeaseMs, ...RENEW_RUNS },
     );
     const ours = new Map(rows.map((r) => [r.id, Number(r.run)]));
     // Only the runs this renewal covered (one claimed meanwhile is not judged by it).
@@ -280,7 +261,7 @@ export class ExportRunner {
    * (expired, regenerated, failed, a temporary file of a dead run) is deleted.
    */
   async sweep(): Promise<void> {
-    await this.sequelize.query(`UPDATE export_jobs SET status = 'EXPIRED', node_id = NULL WHERE status = 'COMPLETED' AND expires_at <= now()`);
+    await expireCompleted(this.sequelize);
     await this.purgeEnded();
     let names: string[];
     try {
@@ -290,13 +271,7 @@ export class ExportRunner {
     }
     if (names.length === 0) return;
     const ids = [...new Set(names.map((n) => FILE_RE.exec(n)![1]!))];
-    const jobs = await this.sequelize.query<{ id: string; run: number; status: string; file_name: string | null }>(
-      "SELECT id, run, status, file_name FROM export_jobs WHERE id = ANY ($1::uuid[])",
-      {
-        bind: [ids],
-        type: QueryTypes.SELECT,
-      },
-    );
+    const jobs = await jobsOfFiles(this.sequelize, ids);
     const byId = new Map(jobs.map((j) => [j.id, j]));
     const mine = new Set([...this.active.values()].flatMap((a) => [a.tmpPath, a.finalPath]));
     const doomed = names.filter((n) => {
@@ -341,12 +316,9 @@ export class ExportRunner {
     const mine = [...this.active.values()];
     for (const a of mine) a.abort.abort();
     await this.jobs
-      .giveBack(
-        { ids: mine.map((a) => a.job.id), owner: this.nodeId },
-        { set: "status = 'QUEUED', attempts = greatest(j.attempts - 1, 0)", where: "j.status = 'PROCESSING'" },
-      )
+      .giveBack({ ids: mine.map((a) => a.job.id), owner: this.nodeId }, GIVE_BACK_RUNS)
       .catch((err) => this.log.warn({ err }, "could not hand exports back"));
-    await this.pool?.destroy().catch(() => undefined);
+    await destroyPool(this.pool);
     this.pool = null;
     await Promise.all(mine.map((a) => rm(a.tmpPath, { force: true })));
   }

@@ -1,8 +1,9 @@
 /**
  * Export jobs on the wire (spec part 2 Export job, part 4 Exports; contract section 4).
  */
-import { pageSchema, pagingProperties } from "../../lib/paging";
-import { RANGE_BYTES } from "../../lib/remote-file";
+import { pageSchema, pagingProperties, type Page } from "../../lib/http/paging";
+import type { SchemaOf } from "../../lib/http/schema-type";
+import { RANGE_BYTES } from "../../lib/http/remote-file";
 import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.contract";
 import { historyFilterProperties, type HistoryFilters } from "../tracking/tracking.contract";
 
@@ -11,8 +12,8 @@ export type ExportType = (typeof EXPORT_TYPES)[number];
 export const EXPORT_STATUSES = ["QUEUED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"] as const;
 export type ExportStatus = (typeof EXPORT_STATUSES)[number];
 
-const exportId = { type: "string", pattern: UUID, examples: ["6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"] };
-const nullableDate = { type: "string", format: "date-time", nullable: true };
+const exportId = { type: "string", pattern: UUID, examples: ["6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"] } satisfies SchemaOf<string>;
+const nullableDate = { type: "string", format: "date-time", nullable: true } satisfies SchemaOf<string | null>;
 
 export interface ExportOut {
   exportId: string;
@@ -50,9 +51,11 @@ export const exportOut = {
     expiresAt: { ...nullableDate, description: "When the file is deleted (EXPORT_RETENTION_S after completion)." },
     error: { type: "string", nullable: true, description: "Why the last run failed (FAILED), or why an attempt was retried." },
   },
-};
+} satisfies SchemaOf<ExportOut>;
 
-export const exportPage = pageSchema("ExportJobPage", exportOut);
+export const exportPage = pageSchema("ExportJobPage", exportOut) satisfies SchemaOf<Page<ExportOut>>;
+
+export type ListExportsIn = { page: number; limit: number };
 
 export const listExportsIn = {
   $id: "ListExportsIn",
@@ -62,9 +65,16 @@ export const listExportsIn = {
     page: pagingProperties([], "").page,
     limit: pagingProperties([], "").limit,
   },
-};
+} satisfies SchemaOf<ListExportsIn>;
 
-export const exportIdIn = { $id: "ExportIdIn", type: "object", additionalProperties: false, required: ["exportId"], properties: { exportId } };
+export type ExportIdIn = { exportId: string };
+export const exportIdIn = {
+  $id: "ExportIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["exportId"],
+  properties: { exportId },
+} satisfies SchemaOf<ExportIdIn>;
 
 export interface ExportLinkOut {
   exportId: string;
@@ -90,7 +100,7 @@ export const exportLinkOut = {
       description: "When the URL stops working (EXPORT_URL_TTL_S from now, never after the file's own expiry).",
     },
   },
-};
+} satisfies SchemaOf<ExportLinkOut>;
 
 export type ContactExportIn = ContactFilters & { sortBy?: ContactSort; sortOrder?: "asc" | "desc" };
 
@@ -103,7 +113,7 @@ export const contactExportIn = {
     "The filters of GET /contacts (combined with AND; `customFields.<key>` for a declared custom field) and its sort. An empty body exports every contact.",
   properties: { ...contactFilterProperties, sortBy, sortOrder },
   patternProperties: customFieldFilter,
-};
+} satisfies SchemaOf<ContactExportIn>;
 
 export type MessageExportIn = HistoryFilters;
 
@@ -113,8 +123,10 @@ export const messageExportIn = {
   additionalProperties: false,
   description: "The filters of GET /messages/history, every channel (the export is authorised by EXPORTS). An empty body exports everything kept.",
   properties: { ...historyFilterProperties },
-};
+} satisfies SchemaOf<MessageExportIn>;
 
+/** The signed download link's query (exports.signing.ts). */
+export type DownloadIn = { exportId: string; expires: string; signature: string };
 export const downloadIn = {
   $id: "ExportFileIn",
   type: "object",
@@ -126,7 +138,7 @@ export const downloadIn = {
     expires: { type: "string" },
     signature: { type: "string" },
   },
-};
+} satisfies SchemaOf<DownloadIn>;
 
 export const downloadOut = {
   type: "string",
@@ -136,21 +148,21 @@ export const downloadOut = {
   examples: [
     "customerMessageId,channel,destination,sentAt,deliveryStatus,statusCode,description,deliveryDate,readAt,text,campaignId,totalParts,price,simulation\norder-1,SMS,'+351912345678,2026-11-20T10:00:00.000Z,DELIVERED,3,delivered,2026-11-20T10:00:04.000Z,,Your code is 1234,,1,0.045,false\n",
   ],
-};
+} satisfies SchemaOf<string>;
 
 // Internal actions (other exports nodes, the gateway pulling a file): they take other properties
 // too and ignore them, and a parameter that must be given may not be null.
 
-const fileName = { type: "string", maxLength: 100 };
+const fileName = { type: "string", maxLength: 100 } satisfies SchemaOf<string>;
 
 /** exports.fileSize: a file this node holds, by name. */
 export interface FileSizeIn {
   fileName: string;
 }
 
-export const fileSizeIn = { $id: "ExportFileSizeIn", type: "object", required: ["fileName"], properties: { fileName } };
+export const fileSizeIn = { $id: "ExportFileSizeIn", type: "object", required: ["fileName"], properties: { fileName } } satisfies SchemaOf<FileSizeIn>;
 
-/** exports.range: `length` bytes of a file this node holds, from `offset` (lib/remote-file.ts). */
+/** exports.range: `length` bytes of a file this node holds, from `offset` (lib/http/remote-file.ts). */
 export interface FileRangeIn {
   fileName: string;
   offset: number;
@@ -162,4 +174,4 @@ export const fileRangeIn = {
   type: "object",
   required: ["fileName", "offset", "length"],
   properties: { fileName, offset: { type: "integer", minimum: 0 }, length: { type: "integer", minimum: 1, maximum: RANGE_BYTES } },
-};
+} satisfies SchemaOf<FileRangeIn>;

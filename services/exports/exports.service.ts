@@ -6,23 +6,22 @@
  *
  * Files stay on the node that wrote them (EXPORT_DIR, a volume). A download answers where the file
  * is (this node, or the writer the job records) and the gateway pulls it from there range by range
- * over Moleculer as the client reads (lib/remote-file.ts), so any gateway replica serves any file
+ * over Moleculer as the client reads (lib/http/remote-file.ts), so any gateway replica serves any file
  * with flat memory. With a shared EXPORT_DIR every exports node reads the file directly.
  */
 import { randomUUID } from "node:crypto";
 import { open, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { QueryTypes } from "sequelize";
-import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { queryPage, type Page } from "../../lib/paging";
-import { iso } from "../../lib/time";
-import type { RemoteFile } from "../../lib/remote-file";
+import type { Page } from "../../lib/http/paging";
+import { iso } from "../../lib/messaging/time";
+import type { RemoteFile } from "../../lib/http/remote-file";
 import { checkHistoryRange } from "../tracking/tracking.contract";
-import { OPS_ROWS, seconds, type OpsTable } from "../../lib/ops";
-import { addNodeRegistry } from "../../lib/http-metrics";
+import { OPS_ROWS, seconds, type OpsTable } from "../../lib/observability/ops";
+import { addNodeRegistry } from "../../lib/observability/http-metrics";
 import { ExportMetrics } from "./exports.metrics";
 import { EXPORT_QUEUED, ExportRunner, FILE_RE } from "./exports.runner";
 import {
@@ -47,8 +46,8 @@ import {
 } from "./exports.schemas";
 import { signingKey, UrlSigner } from "./exports.signing";
 import { UUID } from "../contacts/contacts.contract";
-import { contactExportSql } from "./exports.sql";
-import { available, JOB_COLUMNS, toExportOut, type JobRow } from "./exports.models";
+import { contactExportSql, findJob, insertJob, jobsPage, queuedJobs, requeueJob } from "./exports.queries";
+import { available, toExportOut, type JobRow } from "./exports.models";
 
 const FILE_TITLES: Record<ExportType, string> = { CONTACTS: "contacts", DELIVERY_REPORTS: "delivery-reports", MESSAGE_HISTORY: "message-history" };
 
@@ -148,14 +147,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         responses: { 200: exportPage },
         errors: [400],
         async handler(ctx: Ctx<{ page: number; limit: number }>): Promise<Page<ExportOut>> {
-          return queryPage(sequelize, {
-            select: `SELECT ${JOB_COLUMNS} FROM export_jobs WHERE company_id = :companyId ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset`,
-            count: "SELECT count(*) AS total FROM export_jobs WHERE company_id = :companyId",
-            replacements: { companyId: ctx.meta.companyId },
-            page: ctx.params.page,
-            limit: ctx.params.limit,
-            map: toExportOut,
-          });
+          return jobsPage(sequelize, ctx.meta.companyId, ctx.params.page, ctx.params.limit);
         },
       }),
 
@@ -198,14 +190,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         errors: [400, 404],
         async handler(this: ExportsThis, ctx: Ctx<{ exportId: string }>): Promise<ExportOut> {
           const { companyId } = ctx.meta;
-          const [row] = await sequelize.query<JobRow>(
-            `UPDATE export_jobs
-                SET status = 'QUEUED', run = run + 1, attempts = 0, node_id = NULL, leased_until = NULL, row_count = NULL, file_name = NULL,
-                    error = NULL, started_at = NULL, completed_at = NULL, expires_at = NULL
-              WHERE id = $1 AND company_id = $2 AND status NOT IN ('QUEUED', 'PROCESSING')
-             RETURNING ${JOB_COLUMNS}`,
-            { bind: [ctx.params.exportId, companyId], type: QueryTypes.SELECT },
-          );
+          const row = await requeueJob(sequelize, companyId, ctx.params.exportId);
           const job = row ?? (await this.jobOf(companyId, ctx.params.exportId));
           if (!job) throw notFound(ctx.params.exportId);
           if (row) this.queued();
@@ -255,7 +240,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
         },
       },
 
-      /** A range of a file this node holds, base64: what the gateway pulls as the client reads (lib/remote-file.ts). */
+      /** A range of a file this node holds, base64: what the gateway pulls as the client reads (lib/http/remote-file.ts). */
       range: {
         visibility: "public",
         params: fileRangeIn,
@@ -275,19 +260,7 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       opsQueue: {
         visibility: "public",
         async handler(): Promise<OpsTable> {
-          const rows = await sequelize.query<{
-            id: string;
-            company_id: string;
-            type: string;
-            status: string;
-            age: number;
-            node_id: string | null;
-            total: number;
-          }>(
-            `SELECT id, company_id, type, status, EXTRACT(EPOCH FROM now() - created_at)::float8 AS age, node_id, count(*) OVER ()::int AS total
-               FROM export_jobs WHERE status IN ('QUEUED', 'PROCESSING') ORDER BY created_at LIMIT ${OPS_ROWS}`,
-            { type: QueryTypes.SELECT },
-          );
+          const rows = await queuedJobs(sequelize, OPS_ROWS);
           const total = rows[0]?.total ?? 0;
           return {
             columns: ["exportId", "account", "type", "status", "age", "node"],
@@ -322,21 +295,14 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       },
 
       async createJob(this: ExportsThis, ctx: Ctx<unknown>, type: ExportType, filters: object): Promise<ExportOut> {
-        const [row] = await sequelize.query<JobRow>(
-          `INSERT INTO export_jobs (id, company_id, type, filters, status) VALUES ($1, $2, $3, $4, 'QUEUED') RETURNING ${JOB_COLUMNS}`,
-          { bind: [randomUUID(), ctx.meta.companyId, type, JSON.stringify(filters)], type: QueryTypes.SELECT },
-        );
+        const row = await insertJob(sequelize, randomUUID(), ctx.meta.companyId, type, filters);
         this.queued();
-        return accepted(ctx, row!);
+        return accepted(ctx, row);
       },
 
       /** One job (of the account, when `companyId` is given). */
-      async jobOf(companyId: string | null, id: string): Promise<JobRow | null> {
-        const [row] = await sequelize.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM export_jobs WHERE id = $1${companyId === null ? "" : " AND company_id = $2"}`, {
-          bind: companyId === null ? [id] : [id, companyId],
-          type: QueryTypes.SELECT,
-        });
-        return row ?? null;
+      jobOf(companyId: string | null, id: string): Promise<JobRow | null> {
+        return findJob(sequelize, companyId, id);
       },
 
       /** Where the file is: here (this node wrote it, or EXPORT_DIR is shared), else on the node that wrote it. */

@@ -6,9 +6,9 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import path from "node:path";
-import { API_PREFIX } from "../../lib/api";
+import { API_PREFIX } from "../../lib/http/api";
 import type { Config } from "../../lib/config";
-import { keyFileOnce } from "../../lib/key-file";
+import { keyFileOnce } from "../../lib/security/key-file";
 
 export const KEY_FILE = "export-signing.key";
 

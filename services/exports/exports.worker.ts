@@ -16,7 +16,7 @@ import { to as copyTo } from "pg-copy-streams";
 export interface ExportTask {
   /** Connection URL (PostgreSQL, or the embedded database's socket). */
   url: string;
-  /** The SELECT; run as COPY (...) TO STDOUT WITH (FORMAT csv, HEADER). */
+  /** The COPY (...) TO STDOUT WITH (FORMAT csv, HEADER) to run (exports.queries.ts's copyCsvSql). */
   sql: string;
   tmpPath: string;
   finalPath: string;
@@ -53,7 +53,7 @@ export default async function runExport(task: ExportTask): Promise<ExportResult>
   await client.connect();
   let written = false;
   try {
-    const copy = client.query(copyTo(`COPY (${task.sql}) TO STDOUT WITH (FORMAT csv, HEADER)`, { highWaterMark: 256 * 1024 }));
+    const copy = client.query(copyTo(task.sql, { highWaterMark: 256 * 1024 }));
     await pipeline(copy, createGzip({ level: GZIP_LEVEL, chunkSize: 64 * 1024 }), createWriteStream(task.tmpPath, { flags: "wx", highWaterMark: 256 * 1024 }));
     const fh = await open(task.tmpPath, "r");
     try {

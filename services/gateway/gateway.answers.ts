@@ -1,27 +1,27 @@
 /**
  * What the gateway answers besides an action's own result: problems for every error (with the
  * request id, RateLimit-* on partner paths and the log line), 404/405/OPTIONS from the routing
- * table, the ops route (/healthz, /metrics, /docs), the action's answer on its way out, and, with
+ * table (gateway.routes.ts), the ops route (/healthz, /metrics, /docs), the action's answer on its way out, and, with
  * VALIDATE_RESPONSES, the check of answers against their declared schemas.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Readable } from "node:stream";
 import type { Context, Service, ServiceBroker } from "moleculer";
-import { API_PREFIX, type AuthMeta } from "../../lib/api";
-import type { Database } from "../../lib/db";
-import { transporterUp } from "../../lib/nats-transporter";
+import { API_PREFIX, type AuthMeta } from "../../lib/http/api";
+import type { Database } from "../../lib/db/db";
+import { transporterUp } from "../../lib/bus/nats-transporter";
 import { ApiError, UNAVAILABLE_RETRY_AFTER_S } from "../../lib/errors";
-import { requestIdOf, writeProblem } from "../../lib/http";
-import type { HttpMetrics } from "../../lib/http-metrics";
-import { withRequestId } from "../../lib/logger";
-import type { ExposedAction } from "../../lib/openapi";
-import { toProblem } from "../../lib/problem";
-import { isRemoteFile, remoteFileStream } from "../../lib/remote-file";
-import { compileSchema, toFieldErrors } from "../../lib/validator";
+import { requestIdOf, writeProblem } from "../../lib/http/http";
+import type { HttpMetrics } from "../../lib/observability/http-metrics";
+import { withRequestId } from "../../lib/observability/logger";
+import type { ExposedAction } from "../../lib/http/openapi";
+import { toProblem } from "../../lib/http/problem";
+import { isRemoteFile, remoteFileStream } from "../../lib/http/remote-file";
+import { compileSchema, toFieldErrors } from "../../lib/http/validator";
 import { answerDocsPage, answerDocsScript, answerScalarBundle } from "./gateway.docs";
 import { decodeForClient } from "./gateway.encoding";
-import { pathMethods } from "./gateway.methods";
-import type { Alias, GwRequest } from "./gateway.request";
+import { pathMethods, type OwnedAlias } from "./gateway.methods";
+import type { GwRequest } from "./gateway.request";
 
 /** The signed download path's last segment: the signature, a bearer credential for the file. */
 const DOWNLOAD_SIGNATURE = /(\/exports\/[^/?#]*\/download\/[^/?#]*\/)[^/?#]+/g;
@@ -68,7 +68,7 @@ export function sendProblem(host: ProblemHost, req: GwRequest, res: ServerRespon
 }
 
 /** OPTIONS: 204 with Allow on a known path, 404 otherwise (no CORS: this API is server to server). */
-export function answerOptions(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
+export function answerOptions(host: ProblemHost, aliases: readonly OwnedAlias[], req: GwRequest, res: ServerResponse): void {
   const url = req.url?.split("?")[0] ?? "";
   const allowed = pathMethods(aliases, url);
   if (allowed.length === 0) return sendProblem(host, req, res, new ApiError("ROUTE_NOT_FOUND", `No route ${req.url?.split("?")[0]}.`));
@@ -83,7 +83,7 @@ export function answerOptions(host: ProblemHost, aliases: Alias[], req: GwReques
  * Retry-After: the API's routes are fixed, whatever node serves them, and a partner must read
  * "down, try again", not "gone".
  */
-export function answerNoRoute(host: ProblemHost, aliases: Alias[], req: GwRequest, res: ServerResponse): void {
+export function answerNoRoute(host: ProblemHost, aliases: readonly OwnedAlias[], req: GwRequest, res: ServerResponse): void {
   const url = req.parsedUrl ?? req.url?.split("?")[0] ?? "";
   const allowed = pathMethods(aliases, url);
   if (req.method && allowed.includes(req.method)) {

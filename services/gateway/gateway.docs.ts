@@ -14,7 +14,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
 import { promisify } from "node:util";
 import zlib from "node:zlib";
-import { API_PREFIX } from "../../lib/api";
+import { API_PREFIX } from "../../lib/http/api";
 
 const gzip = promisify(zlib.gzip);
 

@@ -3,16 +3,18 @@
  * account and key for 24 h and replayed to repeats; a repeat with another body is a 422, a repeat
  * while the first still runs a 409. A claim whose request died without an answer (a node lost, a
  * timeout whose handler may still be running) is taken over after `abandonAfterS`, which is longer
- * than any action may run.
+ * than any action may run. The statements are in gateway.idempotency.queries.ts.
  */
 import { createCipheriv, createDecipheriv, createHash, createHmac, hkdfSync, randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { Service } from "moleculer";
-import { QueryTypes, type Sequelize } from "sequelize";
+import type { Sequelize } from "sequelize";
 import { ApiError } from "../../lib/errors";
-import { writeProblem } from "../../lib/http";
-import { toProblem } from "../../lib/problem";
-import type { GwRequest, GwRoute } from "./gateway.request";
+import { writeProblem } from "../../lib/http/http";
+import { writeAnswer, type AnswerMeta } from "../../lib/http/moleculer-web";
+import { toProblem } from "../../lib/http/problem";
+import { claimKey, completeKey, purgeExpiredKeys, releaseKey, storedKey } from "./gateway.idempotency.queries";
+import type { GwRequest } from "./gateway.request";
 
 export type Claim =
   { kind: "claimed" } | { kind: "replay"; status: number; body: unknown; headers: Record<string, string> } | { kind: "mismatch" } | { kind: "running" };
@@ -91,14 +93,6 @@ export class Sealer {
   }
 }
 
-interface Row {
-  request_hash: string;
-  state: "RUNNING" | "DONE";
-  response_status: number | null;
-  response_body: string | null;
-  response_headers: Record<string, string> | null;
-}
-
 export class IdempotencyStore {
   constructor(
     private readonly sequelize: Sequelize,
@@ -110,23 +104,8 @@ export class IdempotencyStore {
   /** `legacyHash`: also taken as this request's hash when met in a stored row, never stored. */
   async claim(companyId: string, key: string, hash: string, sealer: Sealer, runForS = 30, legacyHash?: string): Promise<Claim> {
     const abandon = Math.max(this.abandonAfterS, Math.ceil(runForS) + 60);
-    const claimed = await this.sequelize.query(
-      `INSERT INTO idempotency_keys (company_id, key, request_hash, state, created_at)
-       VALUES (:companyId, :key, :hash, 'RUNNING', now())
-       ON CONFLICT (company_id, key) DO UPDATE
-         SET request_hash = EXCLUDED.request_hash, state = 'RUNNING', response_status = NULL,
-             response_body = NULL, response_headers = NULL, created_at = now()
-         WHERE idempotency_keys.created_at < now() - make_interval(secs => :ttl)
-            OR (idempotency_keys.state = 'RUNNING' AND idempotency_keys.created_at < now() - make_interval(secs => :abandon))
-       RETURNING key`,
-      { replacements: { companyId, key, hash, ttl: this.ttlS, abandon }, type: QueryTypes.SELECT },
-    );
-    if (claimed.length > 0) return { kind: "claimed" };
-    const [row] = await this.sequelize.query<Row>(
-      `SELECT request_hash, state, response_status, response_body, response_headers
-         FROM idempotency_keys WHERE company_id = :companyId AND key = :key`,
-      { replacements: { companyId, key }, type: QueryTypes.SELECT },
-    );
+    if (await claimKey(this.sequelize, { companyId, key, hash, ttlS: this.ttlS, abandonS: abandon })) return { kind: "claimed" };
+    const row = await storedKey(this.sequelize, companyId, key);
     if (!row) return this.claim(companyId, key, hash, sealer, runForS, legacyHash); // expired and removed in between
     if (row.request_hash !== hash && (legacyHash === undefined || row.request_hash !== legacyHash)) return { kind: "mismatch" };
     if (row.state === "RUNNING") return { kind: "running" };
@@ -136,35 +115,24 @@ export class IdempotencyStore {
   }
 
   async complete(companyId: string, key: string, status: number, body: unknown, headers: Record<string, string>, sealer: Sealer): Promise<void> {
-    await this.sequelize.query(
-      `UPDATE idempotency_keys
-          SET state = 'DONE', response_status = :status, response_body = :body, response_headers = CAST(:headers AS jsonb)
-        WHERE company_id = :companyId AND key = :key`,
-      { replacements: { companyId, key, status, body: sealer.seal(body), headers: JSON.stringify(headers) } },
-    );
+    await completeKey(this.sequelize, { companyId, key, status, sealedBody: sealer.seal(body), headers });
   }
 
   /** Forgets a claim whose request failed on our side, so that the partner can simply retry. */
   async release(companyId: string, key: string): Promise<void> {
-    await this.sequelize.query(`DELETE FROM idempotency_keys WHERE company_id = :companyId AND key = :key AND state = 'RUNNING'`, {
-      replacements: { companyId, key },
-    });
+    await releaseKey(this.sequelize, companyId, key);
   }
 
-  async purgeExpired(): Promise<number> {
-    const [, meta] = await this.sequelize.query(`DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => :ttl)`, {
-      replacements: { ttl: this.ttlS },
-    });
-    return (meta as { rowCount?: number })?.rowCount ?? 0;
+  purgeExpired(): Promise<number> {
+    return purgeExpiredKeys(this.sequelize, this.ttlS);
   }
 }
 
 /** What the idempotent call needs of the gateway service. */
 export interface IdempotentHost {
   idempotency: IdempotencyStore;
-  logger: Pick<Service["logger"], "error">;
+  logger: Pick<Service["logger"], "error" | "warn">;
   checkResponse(req: GwRequest, status: number, data: unknown): void;
-  sendResponse(req: GwRequest, res: ServerResponse, data: unknown, action: unknown): void;
 }
 
 /** Answers a repeat with the stored answer (marked Idempotent-Replayed); a stored problem gets this request's id. */
@@ -207,7 +175,8 @@ async function storeAnswer(
  */
 export async function callIdempotent(
   host: IdempotentHost,
-  route: GwRoute,
+  callOptions: { timeout?: number },
+  actionName: string,
   req: GwRequest,
   res: ServerResponse,
   params: Record<string, unknown>,
@@ -218,7 +187,7 @@ export async function callIdempotent(
   const companyId = ctx.meta.companyId;
   const apiKey = req.headers["x-api-key"] as string;
   const sealer = new Sealer(apiKey, companyId, key);
-  const timeout = (route.callOptions?.timeout as number | undefined) ?? defaultTimeoutMs;
+  const timeout = callOptions.timeout ?? defaultTimeoutMs;
   const [method, path] = [req.method!, req.parsedUrl ?? ""];
   const hash = requestHash(apiKey, companyId, ctx.meta.keyId, method, path, params);
   const claim = await host.idempotency.claim(companyId, key, hash, sealer, timeout / 1000, legacyRequestHash(ctx.meta.keyId, method, path, params));
@@ -231,7 +200,7 @@ export async function callIdempotent(
   }
   let data: unknown;
   try {
-    data = await ctx.call(req.$endpoint as string, params, { ...route.callOptions });
+    data = await ctx.call(actionName, params, callOptions);
   } catch (err) {
     const problem = toProblem(err, req.$requestId);
     const type = (err as { type?: string }).type ?? "";
@@ -251,6 +220,6 @@ export async function callIdempotent(
   const location = (ctx.meta as { $location?: string }).$location;
   await storeAnswer(host, companyId, key, status, data, location ? { Location: location } : {}, sealer);
   if (location && status === 202) res.setHeader("Location", location);
-  host.sendResponse(req, res, data, (req.$endpoint as { action: unknown }).action);
+  writeAnswer(req, res, ctx.meta as AnswerMeta, data, host.logger);
   return true;
 }

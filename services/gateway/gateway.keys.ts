@@ -3,11 +3,11 @@
  * lookup through `auth.verify`, and the check of the operation an action requires.
  */
 import type { Context } from "moleculer";
-import { API_KEY_RE, hashApiKeyHex } from "../../lib/api-key";
-import type { ApiAction, AuthMeta, Operation } from "../../lib/api";
-import { CHANNELS } from "../../lib/channels";
+import { API_KEY_RE, hashApiKeyHex } from "../../lib/security/api-key";
+import type { ApiAction, AuthMeta, Operation } from "../../lib/http/api";
+import { CHANNELS } from "../../lib/messaging/channels";
 import { ApiError } from "../../lib/errors";
-import type { Principal } from "../auth/auth.contract";
+import { callAuth, type Principal } from "../auth/auth.contract";
 
 /** Principals kept at most; the oldest goes first. */
 const MAX_CACHED = 10000;
@@ -75,7 +75,7 @@ export function lookupPrincipal(ctx: Context, cache: PrincipalCache, hash: strin
   if (!pending) inFlight.set(cache, (pending = new Map()));
   const running = pending.get(hash);
   if (running) return running;
-  const lookup = (ctx.call("auth.verify", { keyHash: hash }) as Promise<Principal | null>)
+  const lookup = callAuth(ctx, "auth.verify", { keyHash: hash })
     .then((principal) => cache.remember(hash, principal))
     .finally(() => pending.delete(hash));
   pending.set(hash, lookup);

@@ -20,7 +20,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Service, ServiceBroker } from "moleculer";
 import { Counter, Gauge, Registry } from "prom-client";
 import { ApiError } from "../../lib/errors";
-import type { EventsSinceIn, EventsSinceOut, EventStreamStart, LiveEvent } from "../inbox/inbox.contract";
+import { callInbox, type EventsSinceIn, type EventsSinceOut, type EventStreamStart, type LiveEvent } from "../inbox/inbox.contract";
 
 /** How often every feed reads even without a wake-up (a broadcast lost on the way). */
 export const SAFETY_POLL_MS = 5000;
@@ -260,7 +260,7 @@ export class LiveStreams {
   private read(kind: "feed" | "catch-up", companyId: string, chatId: string | null, after: number): Promise<EventsSinceOut> {
     this.metrics.reads.labels(kind).inc();
     const params: EventsSinceIn = { after, limit: PAGE, ...(chatId ? { chatId } : {}) };
-    return this.broker.call("inbox.eventsSince", params, { meta: { companyId }, timeout: this.o.callTimeoutMs });
+    return callInbox(this.broker, "inbox.eventsSince", params, { meta: { companyId }, timeout: this.o.callTimeoutMs });
   }
 
   /** Reads the account's new events once (again while wake-ups came meanwhile or pages remain) and hands them to its streams. */

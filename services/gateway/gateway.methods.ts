@@ -4,15 +4,15 @@
  * id is "me", so `DELETE /authentication/me` is a 405 whose `Allow` lists exactly the methods of
  * `/authentication/me`, never a call of `DELETE /authentication/{id}`. Of the paths that match a
  * URL, the owner is the one with a literal segment where the others have a parameter, compared
- * segment by segment from the left. The paths are the API's fixed table (lib/api-routes.ts) and
- * the aliases the gateway routes right now (test-only actions, an action newer than the table).
+ * segment by segment from the left. The paths are the API's fixed table (lib/http/api-routes.ts) and
+ * the routes the gateway serves right now (gateway.routes.ts: test-only actions, an action newer than the table).
  */
-import { API_PREFIX } from "../../lib/api";
-import { API_ROUTES } from "../../lib/api-routes";
+import { API_PREFIX } from "../../lib/http/api";
+import { API_ROUTES } from "../../lib/http/api-routes";
 
 export const METHOD_ORDER = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
-/** A routed alias as far as ownership goes (moleculer-web's Alias). */
+/** A route as far as ownership goes (a RouteEntry of gateway.routes.ts). */
 export interface OwnedAlias {
   method: string;
   fullPath?: string;
@@ -93,8 +93,8 @@ function shadows(aliases: readonly OwnedAlias[], alias: OwnedAlias): RegExp[] {
 }
 
 /**
- * moleculer-web's resolution (`found`: the first alias, in its order, of this method matching the
- * URL) kept only when the alias's path owns the URL. Otherwise the owner's alias of this method, or
+ * moleculer-web's resolution (`found`: the alias it matched, whose function runs this) kept only
+ * when the alias's path owns the URL. Otherwise the owner's alias of this method, or
  * nothing: the request is then answered like any unrouted one (405 with the owner's methods, or 503
  * when the owner has the method but no node serves it right now).
  */

@@ -4,9 +4,9 @@
  * are never coerced. A name given in two places (query and body, say) is refused, and so is a
  * `writeOnly` field (a secret) given in the query string.
  */
-import type { JsonSchema } from "../../lib/api";
+import type { JsonSchema } from "../../lib/http/api";
 import { ApiError } from "../../lib/errors";
-import { checkText } from "../../lib/text";
+import { checkText } from "../../lib/http/text";
 
 const INT_RE = /^-?\d{1,16}$/; // the schema's maximum decides beyond 2^53
 const NUM_RE = /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;

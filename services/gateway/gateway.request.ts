@@ -1,30 +1,17 @@
-/** What moleculer-web hangs on a request, and what the gateway adds. */
+/** What moleculer-web hangs on a request (its documented `req.$ctx`, `$params`, `parsedUrl`, `query`), and what the gateway adds. */
 import type { IncomingMessage } from "node:http";
 import type { Context } from "moleculer";
-import type { ApiAction, AuthMeta } from "../../lib/api";
-
-/** A route's alias: one method on one path. */
-export interface Alias {
-  path: string;
-  fullPath?: string;
-  method: string;
-  match(url: string): Record<string, string> | false;
-}
-
-export interface GwRoute {
-  opts: { name?: string };
-  callOptions?: Record<string, unknown>;
-  onAfterCall?: unknown;
-}
+import type { ApiAction, AuthMeta } from "../../lib/http/api";
 
 export interface GwRequest extends IncomingMessage {
   $requestId: string;
   $ctx: Context<unknown, AuthMeta>;
+  /** The action of the route that owns the URL (set by the partner route's alias, gateway.calls.ts). */
   $action?: ApiAction & { name: string };
-  $alias?: Alias;
-  $endpoint?: unknown;
-  $route?: GwRoute;
-  $params?: Record<string, unknown>;
+  /** The route's path template, for the access log and metrics ("unmatched" when unset). */
+  $apiRoute?: string;
+  /** moleculer-web's params; with `mergeParams: false`, the path's own are in `params`. */
+  $params?: { params?: Record<string, string> };
   parsedUrl?: string;
   query?: Record<string, unknown>;
   body?: unknown;

@@ -5,94 +5,59 @@
  * (cached, cleared by `auth.keyDeleted`: gateway.keys.ts), per-key rate limits, Idempotency-Key
  * (gateway.idempotency.ts), query coercion, metrics and the OpenAPI document. What the gateway
  * answers besides an action's result (problems, 404/405, the ops route) is in gateway.answers.ts.
+ * moleculer-web is used through its documented API only (lib/http/moleculer-web.ts): the partner
+ * route is made of function aliases built here from the actions' `rest` (gateway.routes.ts), each of
+ * which runs its request to the answer itself (gateway.calls.ts).
  */
 import { mkdtempSync, rmSync } from "node:fs";
-import http from "node:http";
+import type http from "node:http";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
-import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { answerClientError, parseJson, requireJson, tagRequest, type ClientErrorAnswer } from "../../lib/http";
-import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
-import { Loops } from "../../lib/jobs";
-import { accessLogWriter, withRequestId, type AccessLog } from "../../lib/logger";
-import { buildOpenApi } from "../../lib/openapi";
-import type { UploadRef } from "../../lib/remote-file";
+import { answerClientError } from "../../lib/http/http";
+import { addNodeRegistry, HttpMetrics } from "../../lib/observability/http-metrics";
+import { Loops } from "../../lib/jobs/jobs";
+import { accessLogWriter, type AccessLog } from "../../lib/observability/logger";
+import { buildOpenApi } from "../../lib/http/openapi";
 import type { KeyDeletedEvent, Principal } from "../auth/auth.contract";
 import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
-import {
-  answerNoRoute,
-  answerOptions,
-  checkAnswer,
-  exposedActions,
-  loggedPath,
-  opsAliases,
-  partnerAnswer,
-  readinessChecks,
-  sendProblem,
-} from "./gateway.answers";
-import { callIdempotent, checkIdempotencyKey, IdempotencyStore } from "./gateway.idempotency";
+import { checkAnswer, exposedActions, opsAliases, readinessChecks, sendProblem } from "./gateway.answers";
+import { IdempotencyStore } from "./gateway.idempotency";
 import { authMetaOf, keyHashOf, lookupInFlight, lookupPrincipal, PrincipalCache, requireOperation } from "./gateway.keys";
-import { checkQueryNames, coerceStrings, mergeParams } from "./gateway.params";
 import { clientBucket, TrustedProxies } from "./gateway.client";
 import { TokenBuckets } from "./gateway.ratelimit";
-import type { Alias, GwRequest, GwRoute } from "./gateway.request";
-import { receiveUpload, SpoolTokens, uploadRangeIn, type ReceivedUpload, type UploadRangeIn } from "./gateway.upload";
-import { DiskBudget } from "../../lib/disk-budget";
-import { drainOf } from "../../lib/drain";
-import { callOnRequestContext, resolveIndexed, routeDirect, serveWeb } from "../../lib/web-entry";
-import { isEventStreamStart, LiveMetrics, LiveStreams } from "./gateway.live";
-import { ownedAlias } from "./gateway.methods";
-
-/** The request headers an action declares it reads (lower-case names; each value at most 1024 characters). */
-function pickHeaders(req: IncomingMessage, names: string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const name of names) {
-    const value = req.headers[name.toLowerCase()];
-    if (typeof value === "string") out[name.toLowerCase()] = value.slice(0, 1024);
-  }
-  return out;
-}
-
-const routesByTimeout = new WeakMap<GwRoute, Map<number, GwRoute & { callOptions: Record<string, unknown> }>>();
-
-/** The route as an action's call sees it: its call options with the action's own timeout, if it declares one (made once per route and timeout). */
-function routeWithTimeout(route: GwRoute, timeout: number | undefined): GwRoute & { callOptions: Record<string, unknown> } {
-  let byTimeout = routesByTimeout.get(route);
-  if (!byTimeout) routesByTimeout.set(route, (byTimeout = new Map()));
-  const key = timeout ?? 0;
-  let call = byTimeout.get(key);
-  if (!call) {
-    const callOptions: Record<string, unknown> = { ...route.callOptions };
-    if (timeout) callOptions.timeout = timeout;
-    byTimeout.set(key, (call = { ...route, callOptions }));
-  }
-  return call;
-}
-
-/** An answer's stream failed after it began (moleculer-web's routeHandler listened for this): the socket goes. */
-function answerFailed(this: ServerResponse): void {
-  this.destroy();
-}
-
-/** Methods a refused request's access line may name (anything else is "-": metrics labels stay few). */
-const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
+import type { GwRequest } from "./gateway.request";
+import { SpoolTokens, uploadRangeIn, type UploadRangeIn } from "./gateway.upload";
+import { DiskBudget } from "../../lib/jobs/disk-budget";
+import { drainOf } from "../../lib/http/drain";
+import { closeListener, listen, requestIdCallOptions, type WebHandler, type WebService } from "../../lib/http/moleculer-web";
+import { servePartner } from "./gateway.calls";
+import { gatewayListener, logRefused } from "./gateway.listener";
+export { MAX_REQUEST_HEAD } from "./gateway.listener";
+import { LiveMetrics, LiveStreams } from "./gateway.live";
+import { labelledOps, opsEntries, partnerRoutes, type AliasHandler, type RouteEntry } from "./gateway.routes";
 
 /** Failed key lookups (a malformed, unknown or deleted key) a client address may make a second; twice as many at once. */
 export const FAILED_KEY_RPS = 10;
 
-/** Bytes of request line and headers the gateway accepts (1000 ids of 200 characters fit). */
-export const MAX_REQUEST_HEAD = 256 * 1024;
+/** moleculer-web's debounce of route builds, which ours keeps: a burst of registry changes is one rebuild. */
+const ROUTES_DEBOUNCE_MS = 100;
 
-type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
-const runMiddleware = (mw: Middleware, req: IncomingMessage, res: ServerResponse) =>
-  new Promise<void>((resolve, reject) => mw(req, res, (err) => (err ? reject(err) : resolve())));
-const mixin = ApiGateway as unknown as { methods: Record<string, (...args: unknown[]) => unknown> };
+/** The partner route's settings (moleculer-web's documented route options); its aliases come from routeTable. */
+const PARTNER_ROUTE = {
+  name: "partner",
+  logging: false, // the access log is ours (gateway.listener.ts); moleculer-web's would format a line per request even when not written
+  path: API_PREFIX,
+  mappingPolicy: "restrict",
+  bodyParsers: false, // the body is read by the alias (gateway.calls.ts), once the key has been checked
+  mergeParams: false, // the path's params apart (req.$params.params): the action's schema merges them (gateway.params.ts)
+};
 
 type GatewayThis = Service<ApiServiceSettings> & GatewayVars;
 interface GatewayVars {
@@ -106,7 +71,12 @@ interface GatewayVars {
   /** The access log line, written straight to the logger's destination (null: through the logger). */
   accessLog: AccessLog | null;
   openApiCache: Record<string, unknown> | null;
-  aliases: Alias[];
+  /** Every route this gateway serves (partner and ops), built from the actions' `rest` (gateway.routes.ts). */
+  routeTable: RouteEntry[];
+  /** The ops route's entries (fixed). */
+  opsTable: RouteEntry[];
+  /** A pending rebuild of the partner route (debounced registry changes). */
+  routesTimer: NodeJS.Timeout | null;
   aliasesReady: boolean;
   /** Every service of this node has started (Moleculer's $broker.started): routes built before then may lack some. */
   localServicesStarted: boolean;
@@ -120,25 +90,21 @@ interface GatewayVars {
   /** The inbox's live streams (Server-Sent Events) held open here. */
   live: LiveStreams;
   server: http.Server;
-  httpHandler(req: IncomingMessage, res: ServerResponse): void;
-  logRefused(answered: ClientErrorAnswer): void;
+  /** moleculer-web's documented middleware-mode handler (`express()`), which the listener calls. */
+  web: WebHandler;
   rateLimit(res: ServerResponse, id: string, enforce: boolean): void;
   clientBucket(req: IncomingMessage): string;
+  checkKey(ctx: Context<unknown, AuthMeta>, req: GwRequest, res: ServerResponse): Promise<Principal | null>;
   sendProblem(req: GwRequest, res: ServerResponse, err: unknown): void;
-  sendResponse(req: GwRequest, res: ServerResponse, data: unknown, action: unknown): void;
   openApiDocument(): Record<string, unknown>;
   checkResponse(req: GwRequest, status: number, data: unknown): void;
   readiness(): Promise<Record<string, string>>;
-  openEventStream(
-    route: GwRoute & { callOptions: Record<string, unknown> },
-    req: GwRequest,
-    res: ServerResponse,
-    params: Record<string, unknown>,
-  ): Promise<boolean>;
+  rebuildRoutes(): void;
 }
 
 export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, GatewayVars> {
   const { config, db } = deps;
+  const callLimits = { requestTimeoutMs: config.requestTimeoutMs, uploadMinBytes: config.uploadMinBytes, uploadMinWindowMs: config.uploadMinWindowMs };
 
   return {
     name: "gateway",
@@ -146,6 +112,9 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
 
     settings: {
       rest: "/",
+      // Middleware mode: the listener is the gateway's own (gateway.listener.ts), calling moleculer-web's express() handler.
+      server: false,
+      rootCallOptions: requestIdCallOptions,
       port: config.port,
       ip: config.host,
       logRequest: null,
@@ -154,21 +123,16 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       logRouteRegistration: "debug",
       debounceTime: 100,
       routes: [
+        // Its aliases are built from the registry (rebuildRoutes), through the documented addRoute.
+        { ...PARTNER_ROUTE, aliases: {} },
         {
-          name: "partner",
-          logging: false, // the access log is ours (httpHandler); moleculer-web's would format a line per request even when not written
-          path: API_PREFIX,
-          autoAliases: true,
+          name: "ops",
+          path: "/",
+          logging: false,
           mappingPolicy: "restrict",
-          bodyParsers: false, // the body is read in callAction, once the key has been checked
-          authentication: true,
-          mergeParams: true,
-          callOptions: { timeout: config.requestTimeoutMs },
-          onAfterCall(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse, data: unknown) {
-            return partnerAnswer(this, ctx, req, res, data, config.requestTimeoutMs);
-          },
+          bodyParsers: false,
+          aliases: labelledOps(opsAliases as Record<string, AliasHandler>, (self, req, res, err) => (self as GatewayThis).sendProblem(req, res, err)),
         },
-        { name: "ops", path: "/", logging: false, mappingPolicy: "restrict", bodyParsers: false, aliases: { ...opsAliases } },
       ],
       onError(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
         this.sendProblem(req, res, err);
@@ -181,7 +145,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       removeRoute: false,
 
       /** The OpenAPI 3.1 document of every operation the cluster exposes right now. */
-      /** A range of an upload's spool file, raw bytes (lib/serializer.ts), while its action runs: what the action pulls (uploadedBytes of lib/remote-file.ts). */
+      /** A range of an upload's spool file, raw bytes (lib/bus/serializer.ts), while its action runs: what the action pulls (uploadedBytes of lib/http/remote-file.ts). */
       /** The REPL's `keys`: the keys this gateway holds in its cache. */
       opsKeyCache: {
         visibility: "public",
@@ -222,9 +186,11 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       },
       "$services.changed"(this: GatewayThis) {
         this.openApiCache = null;
+        // unref: a rebuild pending when the broker stops must not hold the process.
+        this.routesTimer ??= setTimeout(() => this.rebuildRoutes(), ROUTES_DEBOUNCE_MS).unref();
       },
       // Broadcast by every moleculer-web of the cluster (the other gateways, the tracking ingress):
-      // not a sign that this gateway's routes are built (see regenerateAutoAliases).
+      // not a sign that this gateway's routes are built (see $broker.started).
       "$api.aliases.regenerated"(this: GatewayThis) {
         this.openApiCache = null;
       },
@@ -233,90 +199,30 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       // built with every local service in them.
       "$broker.started"(this: GatewayThis) {
         this.localServicesStarted = true;
-        type Route = { opts: { name?: string; autoAliases?: boolean } };
-        const web = this as unknown as { routes: Route[]; regenerateAutoAliases(route: Route): void };
-        for (const route of web.routes) if (route.opts.autoAliases) web.regenerateAutoAliases(route);
+        this.rebuildRoutes(); // with every service of this node now started
+        this.aliasesReady = true;
+        this.openApiCache = null;
       },
     },
 
     methods: {
       /**
-       * moleculer-web's server, with room for long query strings: a bulk status poll names up to
-       * 1000 message ids in its URL, more than Node's default 16 KiB of request head.
+       * The partner route from the actions the cluster publishes now: the routing table (with the ops
+       * route's entries) and one function alias per route, installed by moleculer-web's documented
+       * `addRoute`, which replaces the route of the same name.
        */
-      createServer(this: GatewayThis) {
-        if (this.server) return;
-        this.server = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD }, this.httpHandler);
-        this.server.requestTimeout = (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000;
+      rebuildRoutes(this: GatewayThis) {
+        if (this.routesTimer) clearTimeout(this.routesTimer);
+        this.routesTimer = null;
+        const { entries, aliases } = partnerRoutes(exposedActions(this.broker), config.requestTimeoutMs, (entry, req, res) => {
+          void servePartner(this, callLimits, entry, req, res);
+        });
+        this.routeTable = [...entries, ...this.opsTable];
+        (this as unknown as WebService).addRoute({ ...PARTNER_ROUTE, aliases });
       },
 
-      /**
-       * The matching alias, trying only those the URL's leading segments allow (lib/web-entry.ts), and
-       * only when its path owns the URL: `/authentication/me` is not `/authentication/{id}` (gateway.methods.ts).
-       */
-      resolveAlias(this: GatewayThis, url: string, method = "GET") {
-        const found = resolveIndexed(this.aliases as never, url, method) as { alias: Alias; params: Record<string, unknown> } | false;
-        return ownedAlias(this.aliases, url, method, found);
-      },
-
-      /** Routes without middlewares go straight to the alias (lib/web-entry.ts routeDirect). */
-      routeHandler(
-        this: GatewayThis,
-        ctx: Context,
-        route: { middlewares: unknown[]; opts: { mergeParams?: boolean } },
-        req: GwRequest,
-        res: ServerResponse,
-        found?: { alias: unknown; params: Record<string, unknown> },
-      ) {
-        if (!found || route.middlewares.length > 0) return mixin.methods.routeHandler!.call(this, ctx, route, req, res, found);
-        return routeDirect(this as never, route, req as never, res as never, found);
-      },
-
-      /** This gateway's partner routes are built from the registry: from then on it is ready. */
-      regenerateAutoAliases(this: GatewayThis, route: { opts: { name?: string } }) {
-        const out = mixin.methods.regenerateAutoAliases!.call(this, route);
-        if (route.opts.name === "partner" && this.localServicesStarted) {
-          this.aliasesReady = true;
-          this.openApiCache = null;
-        }
-        return out;
-      },
-
-      /** Every request: its id (kept or generated), the log scope, the access log (no query, no download signature) and metrics. */
-      httpHandler(this: GatewayThis, req: GwRequest, res: ServerResponse) {
-        const requestId = tagRequest(req, res);
-        if (req.method === "OPTIONS") return withRequestId(requestId, () => answerOptions(this, this.aliases, req, res));
-        const started = process.hrtime.bigint();
-        // Once per request: when the answer is finished, or when an event stream starts (its status and
-        // time to open; a stream's own end is logged by gateway.live.ts, never as a request hours long).
-        let logged = false;
-        req.$logAccess = () => {
-          if (logged) return;
-          logged = true;
-          const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-          const route = req.$alias ? (req.$alias.fullPath ?? req.$alias.path) : "unmatched";
-          this.metrics.observe(req.method ?? "GET", route, res.statusCode, seconds);
-          // The access log line names its request id itself (no log scope needed after the answer).
-          const url = (req as { originalUrl?: string }).originalUrl ?? req.url ?? "";
-          const ms = Math.round(seconds * 1e6) / 1000;
-          if (this.accessLog) this.accessLog(requestId, req.method ?? "GET", loggedPath(url), route, res.statusCode, ms);
-          else this.logger.info({ requestId, method: req.method, path: loggedPath(url), route, status: res.statusCode, ms }, "request");
-        };
-        res.on("error", answerFailed); // a failed answer (a download's stream) ends this request, never the process
-        res.on("finish", req.$logAccess); // once per answer; `on` spares the once-wrapper
-        return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
-      },
-
-      /** The access log line and metrics of a request Node's HTTP parser refused (lib/http.ts answerClientError). */
-      logRefused(this: GatewayThis, a: ClientErrorAnswer) {
-        const method = KNOWN_METHODS.has(a.method) ? a.method : "-";
-        this.metrics.observe(method, "unmatched", a.status, 0);
-        if (this.accessLog) this.accessLog(a.requestId, method, loggedPath(a.path), "unmatched", a.status, 0);
-        else this.logger.info({ requestId: a.requestId, method, path: loggedPath(a.path), route: "unmatched", status: a.status, ms: 0 }, "request");
-      },
-
-      /** X-API-Key -> the key's account and operations; the per-key rate limit; the operation check. */
-      async authenticate(this: GatewayThis, ctx: Context<unknown, AuthMeta>, _route: unknown, req: GwRequest, res: ServerResponse) {
+      /** X-API-Key -> the key's account and operations; the per-key rate limit; the operation check (gateway.calls.ts). */
+      async checkKey(this: GatewayThis, ctx: Context<unknown, AuthMeta>, req: GwRequest, res: ServerResponse) {
         const action = req.$action;
         if (!action) return null;
         if (action.operation === null) {
@@ -347,7 +253,16 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
               `Too many requests with a malformed, unknown or deleted API key from this address; retry after ${failed.retryAfterS} s.`,
             );
           }
-          if (hash) principal = await lookupPrincipal(ctx, this.keys, hash);
+          // A lookup that could not be answered (auth or its database out: 503) says nothing against the
+          // key: its token is given back, so an outage never turns a partner's calls into 429s after it.
+          if (hash) {
+            try {
+              principal = await lookupPrincipal(ctx, this.keys, hash);
+            } catch (err) {
+              this.failedKeys.giveBack(ip);
+              throw err;
+            }
+          }
           if (principal) this.failedKeys.giveBack(ip);
         }
         this.rateLimit(res, principal ? `key:${principal.keyId}` : ip, true);
@@ -378,109 +293,7 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         }
       },
 
-      /**
-       * Partner calls, after authentication: the body (JSON only, 1 MiB), params from query, body and
-       * path (coerced by the action's schema), then Idempotency-Key or the plain call.
-       */
-      async callAction(
-        this: GatewayThis,
-        route: GwRoute,
-        actionName: string,
-        req: GwRequest,
-        res: ServerResponse,
-        params: Record<string, unknown>,
-        isStream: boolean,
-      ) {
-        if (route.opts.name !== "partner" || !req.$action) return mixin.methods.callAction!.call(this, route, actionName, req, res, params, isStream);
-        const action = req.$action;
-        const schema = action.params as Record<string, unknown> | undefined;
-        checkQueryNames((req as { originalUrl?: string }).originalUrl ?? req.url, req.query ?? {}, schema);
-        let upload: ReceivedUpload | null = null;
-        let body: unknown = undefined;
-        if (action.upload) {
-          try {
-            const spool = { ledger: this.spoolBudget, account: String(req.$ctx.meta.companyId) };
-            upload = await receiveUpload(req, action.upload, this.spoolDir, spool, { minBytes: config.uploadMinBytes, windowMs: config.uploadMinWindowMs });
-          } catch (err) {
-            // The rest of the body is not read: the connection cannot carry another request.
-            if (!req.complete) res.setHeader("Connection", "close");
-            this.metrics.uploadRejected(action.name, typeof (err as { code?: unknown }).code === "number" ? (err as { code: number }).code : 500);
-            throw err;
-          }
-          body = coerceStrings(upload.fields, schema);
-        } else if (req.method !== "GET" && req.method !== "HEAD") {
-          await runMiddleware(requireJson, req, res);
-          await runMiddleware(parseJson, req, res);
-          body = req.body;
-        }
-        let token: string | null = null;
-        try {
-          const pathParams = (req.$alias?.match(req.parsedUrl ?? "") || {}) as Record<string, string>;
-          const merged = mergeParams(req.query ?? {}, body, pathParams, schema);
-          if (upload?.file) merged[action.upload!.field] = upload.file;
-          req.$params = merged;
-          if (action.requestHeaders) req.$ctx.meta.$requestHeaders = pickHeaders(req, Object.keys(action.requestHeaders));
-          // An action may declare a longer (or shorter) timeout than the route's default.
-          const call = routeWithTimeout(route, action.timeout);
-          // An upload's bytes stay here: the action pulls them range by range (uploadedBytes of lib/remote-file.ts) while its token lives.
-          if (upload?.path && upload.file) {
-            token = this.spoolTokens.add(upload.path, upload.file.size);
-            const ref: UploadRef = { action: "gateway.uploadRange", nodeID: this.broker.nodeID, params: { token }, size: upload.file.size };
-            req.$ctx.meta.$upload = ref;
-          }
-          if (action.eventStream) return await this.openEventStream(call, req, res, merged);
-          const key = req.headers["idempotency-key"];
-          const idempotent = req.method === "POST" && action.idempotent !== false && req.$ctx.meta.companyId;
-          if (idempotent && key !== undefined) {
-            return await callIdempotent(this, call, req, res, merged, checkIdempotencyKey(key), config.requestTimeoutMs);
-          }
-          if (await callOnRequestContext(this as never, call as never, req, res, merged, isStream)) return true;
-          return await mixin.methods.callAction!.call(this, call, actionName, req, res, merged, isStream);
-        } finally {
-          if (token) this.spoolTokens.drop(token);
-          if (upload) await upload.discard();
-        }
-      },
-
-      /**
-       * A Server-Sent Events route: a place is reserved (503/429 past the limits), the action checks the
-       * request and says where the stream starts (its errors are problems, as usual, before any byte of
-       * the stream), then the stream is held here until the client leaves or the gateway stops.
-       */
-      async openEventStream(this: GatewayThis, route, req, res, params) {
-        const release = this.live.reserve(String(req.$ctx.meta.companyId));
-        let start: unknown;
-        try {
-          start = await req.$ctx.call(req.$endpoint as never, params, route.callOptions);
-          if (!isEventStreamStart(start)) throw new Error(`${req.$action?.name} did not answer where its event stream starts`);
-        } catch (err) {
-          release();
-          throw err;
-        }
-        if (req.socket.destroyed) {
-          release(); // the client left while the stream was being opened
-          return true;
-        }
-        this.live.open(req, res, start.$eventStream, String(req.$ctx.meta.keyId), release);
-        req.$logAccess?.();
-        return true;
-      },
-
-      /** Unknown path: 404; known path with another method: 405 with Allow. */
-      send404(this: GatewayThis, req: GwRequest, res: ServerResponse) {
-        answerNoRoute(this, this.aliases, req, res);
-      },
-
-      /**
-       * An error out of a request's handling: sent as a problem, which logs it once by its status (a
-       * 500 with its stack, a 503 of an outage as a warning). moleculer-web's own handler would log
-       * every 5xx, an outage's 503 included, as an error with a stack first.
-       */
-      errorHandler(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
-        mixin.methods.sendError!.call(this, req, res, err);
-      },
-
-      /** Every error, as application/problem+json (moleculer-web's onError and ours). */
+      /** Every error, as application/problem+json (moleculer-web's documented onError, the aliases' own, the listener's). */
       sendProblem(this: GatewayThis, req: GwRequest, res: ServerResponse, err: unknown) {
         sendProblem(this, req, res, err);
       },
@@ -516,12 +329,17 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
         ver: this.version,
       });
       this.openApiCache = null;
+      this.opsTable = opsEntries(opsAliases);
+      this.routeTable = [...this.opsTable];
+      this.routesTimer = null;
       this.aliasesReady = false;
       this.localServicesStarted = false;
+      this.web = (this as unknown as WebService).express();
+      this.server = gatewayListener(this, this.web, (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000);
       // A request Node's parser refuses (a 431, say) is answered as a problem and logged like any other answer.
       this.server.on("clientError", (err: Error, socket: Socket) => {
         const answered = answerClientError(err, socket);
-        if (answered) this.logRefused(answered);
+        if (answered) logRefused(this, answered);
       });
       drainOf(this.broker).track(this.server);
       this.spoolDir = mkdtempSync(path.join(os.tmpdir(), "pgw-spool-"));
@@ -544,16 +362,19 @@ export function createGatewayService(deps: Deps): ServiceSchema<ApiServiceSettin
       drainOf(this.broker).onDrain(() => this.live.closeAll());
     },
 
-    started(this: GatewayThis) {
+    async started(this: GatewayThis) {
+      await listen(this.server, config.port, config.host);
       this.loops.every(3600_000, "idempotency purge", () => this.idempotency.purgeExpired());
       this.live.start();
     },
 
     stopped(this: GatewayThis) {
-      // Before moleculer-web closes the server (its stopped runs after this one): open streams would hold it.
+      if (this.routesTimer) clearTimeout(this.routesTimer);
+      // Before the listener closes: open streams would hold it.
       this.live.closeAll();
       this.loops.stop();
       rmSync(this.spoolDir, { recursive: true, force: true });
+      return closeListener(this.server);
     },
   };
 }

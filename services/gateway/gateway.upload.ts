@@ -16,12 +16,12 @@ import type { IncomingMessage } from "node:http";
 import path from "node:path";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { noRoom, type DiskBudget, type NoRoomDetail, type Reservation } from "../../lib/disk-budget";
+import { noRoom, type DiskBudget, type NoRoomDetail, type Reservation } from "../../lib/jobs/disk-budget";
 import { ApiError } from "../../lib/errors";
-import { RANGE_BYTES } from "../../lib/remote-file";
-import { fitFileName } from "../../lib/text";
-import { DESCRIBE_BYTES, describeContent, MAGIC_DECIDING_BYTES, sniffMagic } from "../../lib/magic";
-import { judgedByHead, KIND_NAMES, Meter, sniffFile, type FileKind, type UploadedFile, type UploadSpec } from "../../lib/upload";
+import { RANGE_BYTES } from "../../lib/http/remote-file";
+import { fitFileName } from "../../lib/http/text";
+import { DESCRIBE_BYTES, describeContent, MAGIC_DECIDING_BYTES, sniffMagic } from "../../lib/messaging/magic";
+import { judgedByHead, KIND_NAMES, Meter, sniffFile, type FileKind, type UploadedFile, type UploadSpec } from "../../lib/http/upload";
 import { tooSlow, watchPace, type UploadPace } from "./gateway.pace";
 
 /** Text fields of an upload: few and short (a JSON mapping is the largest). */

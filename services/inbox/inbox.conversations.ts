@@ -5,10 +5,10 @@
  */
 import type { Context, Service } from "moleculer";
 import type { Sequelize, Transaction } from "sequelize";
-import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
-import type { HeavyGate } from "../../lib/heavy";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
+import type { HeavyGate } from "../../lib/db/heavy";
 import { ApiError } from "../../lib/errors";
-import type { Page } from "../../lib/paging";
+import type { Page } from "../../lib/http/paging";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent, type InboxEventType } from "./inbox.events";
 import { toConversationOut, type ConversationRow } from "./inbox.models";
 import { conversationsPage, findConversation, markRead, setStatus, threadPage } from "./inbox.queries";
@@ -30,7 +30,7 @@ import {
 
 export interface ConversationsThis extends Service<ApiServiceSettings> {
   sequelize: Sequelize;
-  /** This node's heavy-read slots (searches), shared with every service of the process (lib/heavy.ts). */
+  /** This node's heavy-read slots (searches), shared with every service of the process (lib/db/heavy.ts). */
   heavyGate: HeavyGate;
 }
 

@@ -6,11 +6,13 @@
  *
  * Write them as the last statement before the commit: the insert draws the ids from the account's
  * counter (inbox.contract.ts), whose row it holds until the commit, so that the account's events
- * commit in id order and readers never pass an id whose transaction is still open.
+ * commit in id order and readers never pass an id whose transaction is still open. The insert is
+ * `insertInboxEvents` of inbox.queries.ts.
  */
 import type { ServiceBroker } from "moleculer";
-import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { drawEventIdsSql, eventIdSql, INBOX_EVENTS_WRITTEN, type InboxEventsWritten, type InboxEventType } from "./inbox.contract";
+import type { Sequelize, Transaction } from "sequelize";
+import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten, type InboxEventType } from "./inbox.contract";
+import { insertInboxEvents } from "./inbox.queries";
 
 export { INBOX_EVENTS_WRITTEN, type InboxEventsWritten, type InboxEventType } from "./inbox.contract";
 
@@ -25,13 +27,7 @@ export interface InboxEvent {
 export async function appendInboxEvents(sequelize: Sequelize, transaction: Transaction | null, events: readonly InboxEvent[]): Promise<number> {
   if (events.length === 0) return 0;
   const rows = events.map((e, i) => ({ i, c: e.companyId, v: e.conversationId, t: e.type, d: e.data }));
-  await sequelize.query(
-    `WITH x AS MATERIALIZED (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, v uuid, t text, d jsonb)),
-          ${drawEventIdsSql("x", "c")}
-     INSERT INTO inbox_events (company_id, id, conversation_id, type, data)
-     SELECT x.c, ${eventIdSql("x.c", "x.i")}, x.v, x.t, x.d FROM x JOIN drawn d ON d.company_id = x.c ORDER BY x.i`,
-    { bind: [JSON.stringify(rows)], type: QueryTypes.INSERT, transaction: transaction ?? undefined },
-  );
+  await insertInboxEvents(sequelize, transaction, rows);
   return events.length;
 }
 

@@ -15,13 +15,13 @@
  * alone and is answered alone, so a request and its answer stay the size of one call.
  */
 import type { Context, Service } from "moleculer";
-import { instantOf } from "../../lib/time";
+import { instantOf } from "../../lib/messaging/time";
 import type { Sequelize } from "sequelize";
-import type { ApiServiceSettings } from "../../lib/api";
+import type { ApiServiceSettings } from "../../lib/http/api";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { GroupCommitter } from "../../lib/group-commit";
-import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs";
-import { isE164, PHONE_ERROR } from "../../lib/phone";
+import { GroupCommitter } from "../../lib/db/group-commit";
+import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs/jobs";
+import { isE164, PHONE_ERROR } from "../../lib/messaging/phone";
 import { appendOutboxEvents, inboundEvent, type OutboxEvent } from "../tracking/tracking.contract";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent } from "./inbox.events";
 import { applyKeywords } from "./inbox.keywords";
@@ -109,7 +109,7 @@ async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ cr
 }
 
 /**
- * The inbox node's group committer (lib/group-commit.ts): concurrent `inbox.ingest` calls, whoever
+ * The inbox node's group committer (lib/db/group-commit.ts): concurrent `inbox.ingest` calls, whoever
  * makes them (tracking's ingress on any node, the simulator), share transactions. After each commit
  * the group's events are announced (one broadcast) and each call answered with its own count.
  */

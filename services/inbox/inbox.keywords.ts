@@ -14,7 +14,7 @@
  */
 import type { Context } from "moleculer";
 import { ApiError, UNAVAILABLE_RETRY_AFTER_S } from "../../lib/errors";
-import { APPLY_OPT_OUTS, type ApplyOptOutsIn, type ApplyOptOutsOut, type OptOutAction, type OptOutChange } from "../contacts/contacts.contract";
+import { callContacts, type OptOutAction, type OptOutChange } from "../contacts/contacts.contract";
 import type { InboundMessageIn, InboxChannel } from "./inbox.schemas";
 
 const OPT_OUT_WORDS = new Set(["STOP", "STOPALL", "STOP ALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "OPTOUT", "REVOKE"]);
@@ -58,7 +58,7 @@ export async function applyKeywords(ctx: Context, channel: InboxChannel, items: 
   const changes = keywordChanges(channel, items);
   if (changes.length === 0) return;
   try {
-    await ctx.call<ApplyOptOutsOut, ApplyOptOutsIn>(APPLY_OPT_OUTS, { items: changes });
+    await callContacts(ctx, "contacts.applyOptOuts", { items: changes });
   } catch (err) {
     const e = err as { name?: string; type?: string };
     if (UNREACHABLE.has(e?.name ?? "") || UNREACHABLE.has(e?.type ?? ""))

@@ -1,7 +1,7 @@
 /** SQL of the live view: where a stream starts, pages of events, windows closed, retention. */
 import type { Sequelize } from "sequelize";
-import { rawQuery } from "../../lib/db";
-import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.contract";
+import { queryRows } from "../../lib/db/db";
+import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.contract.queries";
 import { appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
 
@@ -13,7 +13,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Whether the conversation exists in the account (anything that is not a uuid does not). */
 export async function conversationExists(sequelize: Sequelize, companyId: string, chatId: string): Promise<boolean> {
   if (!UUID.test(chatId)) return false;
-  const rows = await rawQuery(sequelize, `SELECT 1 FROM conversations WHERE id = $1 AND company_id = $2`, [chatId, companyId]);
+  const rows = await queryRows(sequelize, `SELECT 1 FROM conversations WHERE id = $1 AND company_id = $2`, [chatId, companyId]);
   return rows.length > 0;
 }
 
@@ -23,7 +23,7 @@ export async function conversationExists(sequelize: Sequelize, companyId: string
  * Last-Event-ID starts here. Never waits for the account's writers.
  */
 export async function accountHorizon(sequelize: Sequelize, companyId: string): Promise<number> {
-  const [row] = await rawQuery<{ horizon: string }>(sequelize, INBOX_EVENTS_HORIZON_SQL, [companyId]);
+  const [row] = await queryRows<{ horizon: string }>(sequelize, INBOX_EVENTS_HORIZON_SQL, [companyId]);
   return Number(row!.horizon);
 }
 
@@ -35,7 +35,7 @@ export async function accountHorizon(sequelize: Sequelize, companyId: string): P
 export async function eventsSince(sequelize: Sequelize, companyId: string, o: { chatId?: string; after: number; limit: number }): Promise<EventsSinceOut> {
   const params: unknown[] = [companyId, o.after, o.limit];
   if (o.chatId) params.push(o.chatId);
-  const rows = await rawQuery<{ horizon: string; id: string | null; chat_id: string; type: string; data: string; bytes: string }>(
+  const rows = await queryRows<{ horizon: string; id: string | null; chat_id: string; type: string; data: string; bytes: string }>(
     sequelize,
     `WITH h AS (${INBOX_EVENTS_HORIZON_SQL})
      SELECT h.horizon, e.id, e.chat_id, e.type, e.data, e.bytes FROM h LEFT JOIN LATERAL (
@@ -115,7 +115,7 @@ export async function closeWindows(sequelize: Sequelize, batch: number): Promise
 export async function purgeEvents(sequelize: Sequelize, hours: number, batch: number, batches: number): Promise<number> {
   let purged = 0;
   for (let i = 0; i < batches; i++) {
-    const [row] = await rawQuery<{ n: number }>(
+    const [row] = await queryRows<{ n: number }>(
       sequelize,
       `WITH gone AS (
          DELETE FROM inbox_events WHERE (company_id, id) IN (

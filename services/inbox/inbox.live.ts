@@ -6,10 +6,10 @@
  * per closed WhatsApp window, and the retention of `inbox_events`.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { apiAction, type AuthMeta } from "../../lib/api";
+import { apiAction, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { Loops } from "../../lib/jobs";
+import { Loops } from "../../lib/jobs/jobs";
 import { announceInboxEvents } from "./inbox.events";
 import { accountHorizon, closeWindows, conversationExists, eventsSince, purgeEvents } from "./inbox.live.queries";
 import {

@@ -2,7 +2,7 @@
  * The inbox's rows and what they become on the wire: a conversation (with its reply window) and a
  * thread message (with a reply's tracked delivery status).
  */
-import { statusByCode } from "../../lib/channels";
+import { statusByCode } from "../../lib/messaging/channels";
 import type { ConversationOut, InboxChannel, ThreadMessageOut } from "./inbox.schemas";
 
 /** WhatsApp's customer-service window: replies are possible this long after the last inbound message. */

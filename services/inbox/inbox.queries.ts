@@ -1,12 +1,15 @@
 /**
  * The inbox's SQL. Every query filters by the account. Writes run inside the caller's transaction
- * (`tx`), beside the inbox_events rows (and, for inbound messages, the outbox rows) they cause.
+ * (`tx`), beside the inbox_events rows (and, for inbound messages, the outbox rows) they cause; the
+ * inbox_events rows themselves are written by `insertInboxEvents` (inbox.events.ts). The live view's
+ * reads are in inbox.live.queries.ts, the SQL inbox publishes in inbox.contract.queries.ts.
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { queryPage, type Page } from "../../lib/paging";
+import { queryPage, type Page } from "../../lib/http/paging";
 import { optedOutSql } from "../contacts/contacts.contract";
 import { trackedMessageJoin } from "../tracking/tracking.contract";
+import { drawEventIdsSql, eventIdSql } from "./inbox.contract.queries";
 import {
   CONVERSATION_COLUMNS,
   previewOf,
@@ -279,4 +282,26 @@ export function repliesToRelease(
 /** The reply's media reference was dropped. */
 export async function markReplyMediaReleased(sequelize: Sequelize, id: string): Promise<void> {
   await sequelize.query(`UPDATE conversation_messages SET media_released = true WHERE id = $1`, { bind: [id] });
+}
+
+// --- the live view's events (inbox.events.ts)
+
+/** One `inbox_events` row as the insert reads it: its order `i` in the statement, account `c`, conversation `v`, type `t`, data `d`. */
+export interface InboxEventRecord {
+  i: number;
+  c: string;
+  v: string;
+  t: string;
+  d: Record<string, unknown>;
+}
+
+/** Writes the event rows in one statement inside `transaction`, their ids drawn from the accounts' counters in `i` order (inbox.contract.ts). */
+export async function insertInboxEvents(sequelize: Sequelize, transaction: Transaction | null, rows: InboxEventRecord[]): Promise<void> {
+  await sequelize.query(
+    `WITH x AS MATERIALIZED (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, v uuid, t text, d jsonb)),
+          ${drawEventIdsSql("x", "c")}
+     INSERT INTO inbox_events (company_id, id, conversation_id, type, data)
+     SELECT x.c, ${eventIdSql("x.c", "x.i")}, x.v, x.t, x.d FROM x JOIN drawn d ON d.company_id = x.c ORDER BY x.i`,
+    { bind: [JSON.stringify(rows)], type: QueryTypes.INSERT, transaction: transaction ?? undefined },
+  );
 }

@@ -1,6 +1,6 @@
 /**
  * Replies (`POST /inbox/conversations/{chatId}/messages`): `{ text }` or `{ mediaId }`, sent through
- * the upstream adapter (lib/upstream.ts) under a customerMessageId of its own (`inbox-<uuid>`), so
+ * the upstream adapter (lib/http/upstream.ts) under a customerMessageId of its own (`inbox-<uuid>`), so
  * tracking follows it like any message (status polling, history, DELIVERY and READ events) and the
  * thread shows its status. On WhatsApp outside the 24-hour window nothing is sent: the reply is
  * registered at tracking and gets the final receipt CONVERSATION_CLOSED (12) through tracking's
@@ -10,11 +10,12 @@
 import { randomUUID } from "node:crypto";
 import type { Context, Service } from "moleculer";
 import type { Sequelize } from "sequelize";
-import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
-import { DELIVERY_STATUSES } from "../../lib/channels";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
+import { DELIVERY_STATUSES } from "../../lib/messaging/channels";
 import { ApiError } from "../../lib/errors";
-import { registrationOf, type OutboundMessage, type Upstream } from "../../lib/upstream";
-import type { ReferenceMediaIn, ReferenceMediaOut, ReleaseMediaIn, ReleaseMediaOut, ResolveMediaIn, ResolveMediaOut } from "../media/media.contract";
+import { registrationOf, type OutboundMessage, type Upstream } from "../../lib/http/upstream";
+import { callMedia } from "../media/media.contract";
+import { callTracking } from "../tracking/tracking.contract";
 import { announceInboxEvents, appendInboxEvents } from "./inbox.events";
 import { conversationNotFound } from "./inbox.conversations";
 import type { InboxMetrics } from "./inbox.metrics";
@@ -41,7 +42,7 @@ const RELEASE_BATCH = 200;
 export const replyMethods = {
   /** Drops a reply's hold on its media (idempotent). */
   async releaseMediaOf(this: RepliesThis, companyId: string, owner: string): Promise<void> {
-    await this.broker.call<ReleaseMediaOut, ReleaseMediaIn>("media.release", { owner }, { meta: { companyId } });
+    await callMedia(this.broker, "media.release", { owner }, { meta: { companyId } });
   },
 
   /** One round: the media of replies whose status is final (or that are too old to wait for one) is released. */
@@ -96,7 +97,7 @@ export const replyActions = {
       }
       let mediaKey: string | null = null;
       if (mediaId !== undefined) {
-        const out = await ctx.call<ResolveMediaOut, ResolveMediaIn>("media.resolve", { ids: [mediaId] }, { meta: { companyId } });
+        const out = await callMedia(ctx, "media.resolve", { ids: [mediaId] }, { meta: { companyId } });
         if (out.found.length === 0) throw bad("mediaId", "must be a media of this account", `No media ${mediaId} in this account.`);
         mediaKey = out.found[0]!.mediaKey;
       }
@@ -116,7 +117,7 @@ export const replyActions = {
       // 409 meanwhile) until the reply's status is final (releaseReplyMedia).
       const holdsMedia = open && mediaId !== undefined;
       const owner = `reply:${customerMessageId}`;
-      if (holdsMedia) await ctx.call<ReferenceMediaOut, ReferenceMediaIn>("media.reference", { owner, mediaIds: [mediaId] }, { meta: { companyId } });
+      if (holdsMedia) await callMedia(ctx, "media.reference", { owner, mediaIds: [mediaId] }, { meta: { companyId } });
       if (open) {
         const outcome = await this.upstream.send([message]).catch(async (err: unknown) => {
           if (holdsMedia) await this.releaseMediaOf(companyId, owner);
@@ -149,8 +150,8 @@ export const replyActions = {
       if (!open) {
         // Never sent: registered, then its final receipt, so status, history and the DELIVERY event follow the normal path.
         const now = new Date().toISOString();
-        await ctx.call("tracking.ingest", { path: "messages", body: registrationOf(message, now) });
-        await ctx.call("tracking.ingest", {
+        await callTracking(ctx, "tracking.ingest", { path: "messages", body: registrationOf(message, now) });
+        await callTracking(ctx, "tracking.ingest", {
           path: "receipts/whatsapp",
           body: { companyId, messageId: customerMessageId, destination: conv.contact_number, statusCode: CONVERSATION_CLOSED, eventDate: now },
         });

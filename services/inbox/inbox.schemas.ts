@@ -3,10 +3,11 @@
  * and `inbox.ingest`, the internal action through which inbound messages arrive (from tracking's
  * ingress and from the simulator's end users).
  */
-import { STATUS_NAMES, type DeliveryStatusName } from "../../lib/channels";
-import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
-import { UUID_PATTERN } from "../../lib/validator";
-import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+import { STATUS_NAMES, type DeliveryStatusName } from "../../lib/messaging/channels";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/http/paging";
+import type { SchemaOf } from "../../lib/http/schema-type";
+import { UUID_PATTERN } from "../../lib/http/validator";
+import { MESSAGE_KEYWORD } from "../../lib/http/schema-messages";
 
 export const INBOX_CHANNELS = ["RCS", "WHATSAPP"] as const;
 export type InboxChannel = (typeof INBOX_CHANNELS)[number];
@@ -17,9 +18,14 @@ export const MAX_REPLY_TEXT: Record<InboxChannel, number> = { RCS: 3072, WHATSAP
 export const MAX_INGEST_MESSAGES = 1000;
 
 const E164 = "^\\+[1-9][0-9]{6,14}$";
-const dateTime = { type: "string", format: "date-time" };
-const chatId = { type: "string", pattern: UUID_PATTERN, description: "The conversation's id.", examples: ["0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e"] };
-const channel = { type: "string", enum: [...INBOX_CHANNELS] };
+const dateTime = { type: "string", format: "date-time" } satisfies SchemaOf<string>;
+const chatId = {
+  type: "string",
+  pattern: UUID_PATTERN,
+  description: "The conversation's id.",
+  examples: ["0b8f7c1e-2d3a-4b5c-9d6e-7f8a9b0c1d2e"],
+} satisfies SchemaOf<string>;
+const channel = { type: "string", enum: [...INBOX_CHANNELS] } satisfies SchemaOf<InboxChannel>;
 
 export interface ConversationOut {
   chatId: string;
@@ -72,7 +78,7 @@ export const conversationOut = {
     },
     createdAt: dateTime,
   },
-};
+} satisfies SchemaOf<ConversationOut>;
 
 export interface ThreadMessageOut {
   id: string;
@@ -105,10 +111,10 @@ export const threadMessageOut = {
     },
     createdAt: { ...dateTime, description: "INBOUND: when it was received; OUTBOUND: when the reply was accepted." },
   },
-};
+} satisfies SchemaOf<ThreadMessageOut>;
 
-export const conversationPage = pageSchema("ConversationPage", conversationOut);
-export const threadPage = pageSchema("ConversationMessagePage", threadMessageOut);
+export const conversationPage = pageSchema("ConversationPage", conversationOut) satisfies SchemaOf<Page<ConversationOut>>;
+export const threadPage = pageSchema("ConversationMessagePage", threadMessageOut) satisfies SchemaOf<Page<ThreadMessageOut>>;
 
 export interface ListConversationsIn extends PageIn<"lastMessageAt"> {
   status?: "ACTIVE" | "ARCHIVED" | "ALL";
@@ -126,12 +132,18 @@ export const listConversationsIn = {
     channel,
     search: { type: "string", minLength: 1, maxLength: 32, pattern: "^\\+?[0-9]+$", description: "Digits of the end user's number (a part is enough)." },
   },
-};
+} satisfies SchemaOf<ListConversationsIn>;
 
 export interface ChatIdIn {
   chatId: string;
 }
-export const chatIdIn = { $id: "ChatIdIn", type: "object", additionalProperties: false, required: ["chatId"], properties: { chatId } };
+export const chatIdIn = {
+  $id: "ChatIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["chatId"],
+  properties: { chatId },
+} satisfies SchemaOf<ChatIdIn>;
 
 export interface ThreadIn extends PageIn<"createdAt"> {
   chatId: string;
@@ -142,7 +154,7 @@ export const threadIn = {
   additionalProperties: false,
   required: ["chatId"],
   properties: { chatId, ...pagingProperties(["createdAt"], "createdAt", "asc") },
-};
+} satisfies SchemaOf<ThreadIn>;
 
 export interface ReadIn {
   chatId: string;
@@ -162,7 +174,7 @@ export const readIn = {
       description: "The id of a message of the conversation: it and every inbound message before it are read.",
     },
   },
-};
+} satisfies SchemaOf<ReadIn>;
 
 export interface ReplyIn {
   chatId: string;
@@ -193,7 +205,7 @@ export const replyIn = {
   // Exactly one of them: the document says it as the service checks it.
   oneOf: [{ required: ["text"] }, { required: ["mediaId"] }],
   [MESSAGE_KEYWORD]: "give exactly one of text and mediaId",
-};
+} satisfies SchemaOf<ReplyIn>;
 
 /** One inbound message as the internal ingress takes it (contract section 6). */
 export interface InboundMessageIn {
@@ -241,7 +253,7 @@ export const ingestIn = {
       },
     },
   },
-};
+} satisfies SchemaOf<IngestIn>;
 
 export interface IngestOut {
   /** Messages stored now (a repeated messageId is not counted again). */

@@ -6,20 +6,22 @@
  * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
 import type { Service, ServiceSchema } from "moleculer";
-import { heavyGateOf, type HeavyGate } from "../../lib/heavy";
+import { heavyGateOf, type HeavyGate } from "../../lib/db/heavy";
 import type { Sequelize } from "sequelize";
-import type { ApiServiceSettings } from "../../lib/api";
+import type { ApiServiceSettings } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
-import type { GroupCommitter } from "../../lib/group-commit";
-import { addNodeRegistry } from "../../lib/http-metrics";
-import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/upstream";
+import type { GroupCommitter } from "../../lib/db/group-commit";
+import { addNodeRegistry } from "../../lib/observability/http-metrics";
+import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/http/upstream";
 import { conversationActions } from "./inbox.conversations";
 import { createIngestCommitter, ingestActions } from "./inbox.ingest";
 import { InboxLiveMixin } from "./inbox.live";
 import { InboxMetrics } from "./inbox.metrics";
 import { replyActions, replyMethods } from "./inbox.replies";
-import { Loops } from "../../lib/jobs";
+import { Loops } from "../../lib/jobs/jobs";
 import type { IngestIn, IngestOut } from "./inbox.schemas";
+import { callSimulator } from "../simulator/simulator.contract";
+import { callTracking } from "../tracking/tracking.contract";
 
 /** How often an inbox node releases the media of replies that became final. */
 const REPLY_MEDIA_LOOP_MS = 30_000;
@@ -55,8 +57,8 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
       addNodeRegistry(this.broker, this.metrics.registry);
       this.upstream = createUpstream(
         config,
-        (messages: OutboundMessage[]) => this.broker.call("simulator.send", { messages }),
-        (registrations) => this.broker.call("tracking.ingest", { path: "messages", body: registrations }),
+        (messages: OutboundMessage[]) => callSimulator(this.broker, "simulator.send", { messages }),
+        (registrations) => callTracking(this.broker, "tracking.ingest", { path: "messages", body: registrations }),
       );
     },
     started(this: InboxThis) {

@@ -11,7 +11,8 @@
  * be deleted (409 MEDIA_IN_USE naming the owners), so release an owner once it is final (a
  * campaign SENT, FAILED or CANCELLED, a reply sent or failed) or deleted.
  */
-import { UUID_PATTERN } from "../../lib/validator";
+import { UUID_PATTERN } from "../../lib/http/validator";
+import { callerOf, type Action } from "../../lib/bus/calls";
 
 export type MediaKind = "image" | "video";
 
@@ -83,3 +84,11 @@ export interface ReleaseMediaOut {
 }
 
 export const releaseMediaIn = { $id: "MediaReleaseIn", type: "object", required: ["owner"], properties: { owner } };
+
+/** What other services call of media (lib/bus/calls.ts). */
+export interface MediaActions {
+  "media.resolve": Action<ResolveMediaIn, ResolveMediaOut>;
+  "media.reference": Action<ReferenceMediaIn, ReferenceMediaOut>;
+  "media.release": Action<ReleaseMediaIn, ReleaseMediaOut>;
+}
+export const callMedia = callerOf<MediaActions>();

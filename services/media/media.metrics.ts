@@ -1,12 +1,13 @@
 /**
  * What an operator watches on a media node: uploads stored or refused here by outcome, and, read
  * from the database at each scrape (the same on every replica), the bytes and files stored for all
- * accounts. Uploads the gateway refuses before they reach a media node (too large, wrong kind,
- * malformed) are the gateway's `upload_rejections_total{action="media.upload"}`.
+ * accounts (`storedTotals`, media.queries.ts). Uploads the gateway refuses before they reach a media
+ * node (too large, wrong kind, malformed) are the gateway's `upload_rejections_total{action="media.upload"}`.
  */
 import { Counter, Gauge, Registry } from "prom-client";
-import { QueryTypes, type Sequelize } from "sequelize";
-import { onePerScrape } from "../../lib/http-metrics";
+import type { Sequelize } from "sequelize";
+import { onePerScrape } from "../../lib/observability/http-metrics";
+import { storedTotals } from "./media.queries";
 
 /** stored; quota (the account's MEDIA_ACCOUNT_MAX_BYTES); rejected (another 4xx); failed (5xx: disk, database). */
 export type UploadOutcome = "stored" | "quota" | "rejected" | "failed";
@@ -21,13 +22,7 @@ export class MediaMetrics {
   });
 
   constructor(sequelize: Sequelize) {
-    const read = onePerScrape(
-      () =>
-        sequelize
-          .query<{ bytes: string; files: string }>(`SELECT coalesce(sum(size), 0) AS bytes, count(*) AS files FROM media`, { type: QueryTypes.SELECT })
-          .then((r) => ({ bytes: Number(r[0]!.bytes), files: Number(r[0]!.files) })),
-      { bytes: Number.NaN, files: Number.NaN },
-    );
+    const read = onePerScrape(() => storedTotals(sequelize), { bytes: Number.NaN, files: Number.NaN });
     const bytes: Gauge = new Gauge({
       name: "media_stored_bytes",
       help: "Bytes of media stored, all accounts and nodes",

@@ -1,5 +1,5 @@
 /** Media rows as SQL returns them, the columns to select and the one mapper to MediaOut. */
-import { iso } from "../../lib/time";
+import { iso } from "../../lib/messaging/time";
 import { mediaKeyOf, type MediaKind } from "./media.contract";
 import type { MediaOut } from "./media.schemas";
 

@@ -5,7 +5,7 @@
  * header does not give (a truncated or odd file) is null.
  */
 import { open, type FileHandle } from "node:fs/promises";
-import type { MagicKind } from "../../lib/magic";
+import type { MagicKind } from "../../lib/messaging/magic";
 
 export interface Probe {
   width: number | null;

@@ -1,6 +1,6 @@
 /** The media service's SQL on media and media_references; every statement a partner's call makes names the account. */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { queryPage, type Page } from "../../lib/paging";
+import { queryPage, type Page } from "../../lib/http/paging";
 import { MEDIA_COLUMNS, toMediaOut, type MediaRow } from "./media.models";
 import type { MediaOut } from "./media.schemas";
 
@@ -135,4 +135,11 @@ export async function releaseReferences(sequelize: Sequelize, companyId: string,
     type: QueryTypes.SELECT,
   });
   return rows.length;
+}
+
+/** The bytes and files of media stored, all accounts and nodes (media.metrics.ts reads it at each scrape). */
+export function storedTotals(sequelize: Sequelize): Promise<{ bytes: number; files: number }> {
+  return sequelize
+    .query<{ bytes: string; files: string }>(`SELECT coalesce(sum(size), 0) AS bytes, count(*) AS files FROM media`, { type: QueryTypes.SELECT })
+    .then((r) => ({ bytes: Number(r[0]!.bytes), files: Number(r[0]!.files) }));
 }

@@ -10,7 +10,7 @@
  */
 import type { Context } from "moleculer";
 import type { Sequelize } from "sequelize";
-import { apiAction, type AuthMeta } from "../../lib/api";
+import { apiAction, type AuthMeta } from "../../lib/http/api";
 import { ApiError } from "../../lib/errors";
 import {
   MEDIA_ID_RE,

@@ -2,12 +2,13 @@
  * Media on the wire (spec part 1, contract section 4 "Media"): the upload, the media, its page and
  * its content, and the internal actions' file reads.
  */
-import { pageSchema, pagingProperties } from "../../lib/paging";
-import { RANGE_BYTES } from "../../lib/remote-file";
-import { uploadedFileSchema, type UploadedFile } from "../../lib/upload";
-import { MAGIC_CONTENT_TYPES } from "../../lib/magic";
+import { pageSchema, pagingProperties, type Page } from "../../lib/http/paging";
+import type { SchemaOf } from "../../lib/http/schema-type";
+import { RANGE_BYTES } from "../../lib/http/remote-file";
+import { uploadedFileSchema, type UploadedFile } from "../../lib/http/upload";
+import { MAGIC_CONTENT_TYPES } from "../../lib/messaging/magic";
 import type { MediaKind } from "./media.contract";
-import { UUID_PATTERN } from "../../lib/validator";
+import { UUID_PATTERN } from "../../lib/http/validator";
 
 export const MIB = 1024 * 1024;
 /** Largest image (JPEG, PNG, GIF, WEBP) and video (MP4). */
@@ -17,7 +18,7 @@ export const MEDIA_KINDS = ["jpeg", "png", "gif", "webp", "mp4"] as const;
 export const CONTENT_TYPES = MEDIA_KINDS.map((k) => MAGIC_CONTENT_TYPES[k]);
 
 const UUID = UUID_PATTERN;
-const mediaId = { type: "string", pattern: UUID, examples: ["3c9d8e7f-1a2b-4c5d-8e9f-0a1b2c3d4e5f"] };
+const mediaId = { type: "string", pattern: UUID, examples: ["3c9d8e7f-1a2b-4c5d-8e9f-0a1b2c3d4e5f"] } satisfies SchemaOf<string>;
 
 export interface UploadMediaIn {
   file: UploadedFile;
@@ -29,7 +30,7 @@ export const uploadMediaIn = {
   additionalProperties: false,
   required: ["file"],
   properties: { file: uploadedFileSchema },
-};
+} satisfies SchemaOf<UploadMediaIn>;
 
 export interface MediaOut {
   id: string;
@@ -45,7 +46,7 @@ export interface MediaOut {
   createdAt: string;
 }
 
-const nullableInt = { type: "integer", minimum: 0, nullable: true };
+const nullableInt = { type: "integer", minimum: 0, nullable: true } satisfies SchemaOf<number | null>;
 
 export const mediaOut = {
   $id: "Media",
@@ -74,18 +75,28 @@ export const mediaOut = {
     durationMs: { ...nullableInt, description: "MP4 only, from its `mvhd` box (null when the file does not say)." },
     createdAt: { type: "string", format: "date-time" },
   },
-};
+} satisfies SchemaOf<MediaOut>;
 
-export const mediaPage = pageSchema("MediaPage", mediaOut);
+export const mediaPage = pageSchema("MediaPage", mediaOut) satisfies SchemaOf<Page<MediaOut>>;
+
+export type ListMediaIn = { page: number; limit: number };
+/** One media by id (also `media.fileSize`, a media node's own file). */
+export type MediaIdIn = { id: string };
 
 export const listMediaIn = {
   $id: "MediaListIn",
   type: "object",
   additionalProperties: false,
   properties: { page: pagingProperties([], "").page, limit: pagingProperties([], "").limit },
-};
+} satisfies SchemaOf<ListMediaIn>;
 
-export const mediaIdIn = { $id: "MediaIdIn", type: "object", additionalProperties: false, required: ["id"], properties: { id: mediaId } };
+export const mediaIdIn = {
+  $id: "MediaIdIn",
+  type: "object",
+  additionalProperties: false,
+  required: ["id"],
+  properties: { id: mediaId },
+} satisfies SchemaOf<MediaIdIn>;
 
 export const contentOut = {
   type: "string",
@@ -93,12 +104,12 @@ export const contentOut = {
   contentTypes: CONTENT_TYPES,
   description: "The file as stored, streamed, with its detected Content-Type, ETag (its quoted sha256), Accept-Ranges and Content-Disposition.",
   examples: ["(the file's bytes)"],
-};
+} satisfies SchemaOf<string>;
 
 export const partialContentOut = {
   ...contentOut,
   description: "The bytes of the requested range (`Range: bytes=a-b`, `bytes=a-` or `bytes=-n`), with Content-Range.",
-};
+} satisfies SchemaOf<string>;
 
 // Internal actions (a media node reading its own files for a gateway): one id, an offset, a length.
 
@@ -108,11 +119,16 @@ export interface FileRangeIn {
   length: number;
 }
 
-export const fileSizeIn = { $id: "MediaFileSizeIn", type: "object", required: ["id"], properties: { id: { type: "string", pattern: UUID } } };
+export const fileSizeIn = {
+  $id: "MediaFileSizeIn",
+  type: "object",
+  required: ["id"],
+  properties: { id: { type: "string", pattern: UUID } },
+} satisfies SchemaOf<MediaIdIn>;
 
 export const fileRangeIn = {
   $id: "MediaFileRangeIn",
   type: "object",
   required: ["id", "offset", "length"],
   properties: { id: { type: "string", pattern: UUID }, offset: { type: "integer", minimum: 0 }, length: { type: "integer", minimum: 1, maximum: RANGE_BYTES } },
-};
+} satisfies SchemaOf<FileRangeIn>;

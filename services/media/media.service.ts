@@ -2,8 +2,8 @@
  * media: images and videos partners upload to reuse in campaigns and inbox replies (spec part 1,
  * contract section 4 "Media"). The gateway receives the upload (streamed to its spool, the kind
  * judged from the first bytes, each kind cut at its own limit) and keeps them while the call
- * runs; a media node pulls them range by range (uploadedBytes of lib/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync, rename) and records
- * itself as the file's node. Content is answered by reference (lib/remote-file.ts): any gateway
+ * runs; a media node pulls them range by range (uploadedBytes of lib/http/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync, rename) and records
+ * itself as the file's node. Content is answered by reference (lib/http/remote-file.ts): any gateway
  * pulls the bytes, or one range of them, from the node that holds the file.
  *
  * Other services check and hold media through `media.resolve`, `media.reference` and
@@ -12,13 +12,13 @@
 import { stat } from "node:fs/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Sequelize } from "sequelize";
-import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import { addNodeRegistry } from "../../lib/http-metrics";
-import { Loops } from "../../lib/jobs";
-import type { Page } from "../../lib/paging";
-import type { RemoteFile } from "../../lib/remote-file";
+import { addNodeRegistry } from "../../lib/observability/http-metrics";
+import { Loops } from "../../lib/jobs/jobs";
+import type { Page } from "../../lib/http/paging";
+import type { RemoteFile } from "../../lib/http/remote-file";
 import { contentDisposition, etagOf, notModified, parseRange } from "./media.content";
 import { toMediaOut, type MediaRow } from "./media.models";
 import { deleteMedia, idsWithRows, mediaPage, mediaRow, ownersOf } from "./media.queries";
@@ -172,12 +172,16 @@ export function createMediaService(deps: Deps): ServiceSchema<ApiServiceSettings
         },
       },
 
-      /** A range of a media file this node holds, base64: what a gateway pulls as its client reads (lib/remote-file.ts). */
+      /**
+       * A range of a media file this node holds, raw bytes (Moleculer's CBOR serializer carries a
+       * Buffer as it is, no base64): what a gateway pulls as its client reads (lib/http/remote-file.ts).
+       * A range is at most RANGE_BYTES (512 KiB), one message well under the bus's payload limit.
+       */
       range: {
         visibility: "public",
         params: fileRangeIn,
-        async handler(this: MediaThis, ctx: Context<FileRangeIn>): Promise<string> {
-          return (await this.files.read(ctx.params.id, ctx.params.offset, ctx.params.length)).toString("base64");
+        async handler(this: MediaThis, ctx: Context<FileRangeIn>): Promise<Buffer> {
+          return this.files.read(ctx.params.id, ctx.params.offset, ctx.params.length);
         },
       },
 

@@ -7,7 +7,7 @@ import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { Meter, type UploadedFile } from "../../lib/upload";
+import { Meter, type UploadedFile } from "../../lib/http/upload";
 import { MEDIA_ID_RE } from "./media.contract";
 
 export class MediaFiles {

@@ -1,7 +1,7 @@
 /**
  * POST /media: the gateway has received the upload (its kind judged from the first bytes, each kind
  * cut at its own limit) and keeps it in its spool; this node pulls the bytes range by range
- * (uploadedBytes of lib/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync,
+ * (uploadedBytes of lib/http/remote-file.ts), keeps them under its MEDIA_DIR (temp name, fsync,
  * rename), reads the header for dimensions or duration, and writes the
  * row naming itself as the file's node, within the account's MEDIA_ACCOUNT_MAX_BYTES. No row
  * without a file, no file without a row.
@@ -10,13 +10,13 @@ import { randomUUID } from "node:crypto";
 import type { Context, ServiceBroker } from "moleculer";
 import type { Readable } from "node:stream";
 import type { Sequelize } from "sequelize";
-import { API_PREFIX, apiAction, type ApiAction, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiAction, type AuthMeta } from "../../lib/http/api";
 import type { Config } from "../../lib/config";
-import { diskFull } from "../../lib/disk-budget";
+import { diskFull } from "../../lib/jobs/disk-budget";
 import { ApiError } from "../../lib/errors";
-import { MAGIC_CONTENT_TYPES, type MagicKind } from "../../lib/magic";
-import { uploadedBytes } from "../../lib/remote-file";
-import { mib, type UploadedFile } from "../../lib/upload";
+import { MAGIC_CONTENT_TYPES, type MagicKind } from "../../lib/messaging/magic";
+import { uploadedBytes } from "../../lib/http/remote-file";
+import { mib, type UploadedFile } from "../../lib/http/upload";
 import { toMediaOut, type MediaRow } from "./media.models";
 import { insertMedia, lockAccountUploads, usedBytes } from "./media.queries";
 import type { MediaMetrics, UploadOutcome } from "./media.metrics";

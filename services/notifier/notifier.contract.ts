@@ -7,7 +7,7 @@
  */
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { secretBox } from "../../lib/secrets";
+import { secretBox } from "../../lib/security/secrets";
 import { rotateWebhookSecrets, type WebhookRotateOptions, type WebhookRotateResult } from "./notifier.rotate";
 
 export type { WebhookRotateOptions, WebhookRotateResult };
@@ -17,7 +17,7 @@ export const OUTBOX_WRITTEN = "notifier.outboxWritten";
 /**
  * Re-encrypts every webhook signing secret (current and replaced) not already under SECRETS_KEY
  * (reading with SECRETS_KEY or SECRETS_KEY_PREVIOUS), in bounded batches under row locks. Never
- * creates a key (see rotationKeyProblem of lib/secrets.ts).
+ * creates a key (see rotationKeyProblem of lib/security/secrets.ts).
  */
 export function rotateSigningSecrets(
   sequelize: Sequelize,

@@ -21,17 +21,17 @@ import { randomBytes } from "node:crypto";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { rawQuery } from "../../lib/db";
-import { Coalesced, EarliestWake } from "../../lib/coalesce";
-import { Jobs, Loops } from "../../lib/jobs";
+import { queryRows } from "../../lib/db/db";
+import { Coalesced, EarliestWake } from "../../lib/jobs/coalesce";
+import { Jobs, Loops } from "../../lib/jobs/jobs";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
-import type { NotifierMetrics, Outcome } from "./notifier.metrics";
+import type { NotifierMetrics } from "./notifier.metrics";
 import { OUTBOX, OUTBOX_CLAIM, PURGE_OLD_ATTEMPTS, PURGE_ORPHAN_EVENTS, PURGE_REPLACED_SECRETS, RECORD } from "./notifier.queries";
-import type { SignedEvent, Signer } from "./notifier.signing";
+import { afterFailure, RETRY_WINDOW_MS, type ClaimedEvent, type Endpoint, type OutcomeRow, type Pace } from "./notifier.schedule";
+import type { Signer } from "./notifier.signing";
 
-export const MAX_ATTEMPTS = 5;
-export const RETRY_WINDOW_MS = 10 * 24 * 3600 * 1000;
-const JITTER = 0.2;
+export { MAX_ATTEMPTS, RETRY_WINDOW_MS, afterFailure, nextAttemptAt, type ClaimedEvent } from "./notifier.schedule";
+
 const FLUSH_AT = 500;
 const FLUSH_DELAY_MS = 20;
 const HOUSEKEEPING_MS = 60_000;
@@ -50,45 +50,6 @@ const PACE_WINDOW_MS = 100;
 
 const BATCH = 5000;
 
-export interface ClaimedEvent extends SignedEvent {
-  id: string;
-  company_id: string;
-  channel: string;
-  /** The event JSON as stored (fields without a value already omitted). */
-  payload: string;
-  attempts: number;
-  /** When the message was sent (the event's creation when unknown), epoch ms. */
-  sent_at_ms: number;
-  created_at_ms: number;
-  callback_url: string;
-}
-
-interface OutcomeRow {
-  id: string;
-  token: string;
-  n: number;
-  at: string;
-  hs: number | null;
-  ms: number | null;
-  err: string | null;
-  /** RETRYING: ms after the outcome is written (the database's clock) that the next attempt is due. */
-  delay: number | null;
-  outcome: Outcome;
-}
-
-/** When attempt `n` (1-based) failed at `failedAt`, the next is due at this time (contract: base * 2^(n-1), plus 0-20 % jitter). */
-export function nextAttemptAt(n: number, failedAt: number, baseMs: number, random = Math.random): number {
-  return failedAt + baseMs * 2 ** (n - 1) * (1 + JITTER * random());
-}
-
-/** What a failed attempt `n` leads to: another attempt at `next`, or none. */
-export function afterFailure(n: number, failedAt: number, sentAt: number, baseMs: number, random = Math.random): { outcome: Outcome; next: number | null } {
-  if (n >= MAX_ATTEMPTS) return { outcome: "FAILED", next: null };
-  const next = nextAttemptAt(n, failedAt, baseMs, random);
-  if (next - sentAt > RETRY_WINDOW_MS) return { outcome: "EXPIRED", next: null };
-  return { outcome: "RETRYING", next };
-}
-
 export interface DelivererOptions {
   config: Config;
   sequelize: Sequelize;
@@ -96,24 +57,6 @@ export interface DelivererOptions {
   signer: Signer;
   metrics: NotifierMetrics;
   logger: Service["logger"];
-  /**
-   * Prepare the hot statements once per connection. Not on embedded PGlite: its socket serves every
-   * connection from one backend session, so a statement one client prepared exists for all.
-   */
-  prepare: boolean;
-}
-
-/** An account's endpoint on this replica: attempts running, and claimed events waiting for a slot. */
-interface Endpoint {
-  active: number;
-  queue: { ev: ClaimedEvent; token: string; claimedAt: number }[];
-}
-
-/** An account endpoint's recent pace: attempts ended since `since` (performance.now()), smoothed attempts a second. */
-interface Pace {
-  ended: number;
-  since: number;
-  pace: number;
 }
 
 export class Deliverer {
@@ -271,10 +214,7 @@ export class Deliverer {
     // The lease runs from the statement's start: measure from before it.
     const claimedAt = Date.now();
     // One statement, atomic by itself: no transaction round trips around it.
-    const rows = await this.outbox.claim<ClaimedEvent>(
-      [JSON.stringify(slots), this.lookAhead(), free, config.notifierLeaseMs, token],
-      this.o.prepare ? "notifier-claim" : undefined,
-    );
+    const rows = await this.outbox.claim<ClaimedEvent>([JSON.stringify(slots), this.lookAhead(), free, config.notifierLeaseMs, token]);
     const touched = new Set<string>();
     for (const ev of rows) {
       let e = this.endpoints.get(ev.company_id);
@@ -410,7 +350,7 @@ export class Deliverer {
     if (this.outcomes.length === 0) return Promise.resolve();
     const batch = this.outcomes;
     this.outcomes = [];
-    this.flushing = rawQuery(this.o.sequelize, RECORD, [JSON.stringify(batch)], this.o.prepare ? "notifier-record" : undefined)
+    this.flushing = queryRows(this.o.sequelize, RECORD, [JSON.stringify(batch)])
       .then(
         () => {
           let next = Number.POSITIVE_INFINITY;

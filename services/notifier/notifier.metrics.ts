@@ -2,12 +2,13 @@
  * What an operator watches on a notifier node (GET /metrics of whichever listener the node has):
  * attempts by outcome, how long an event took from its receipt to its delivery, and, read from the
  * database at each scrape (the same on every replica), the outbox depth and the age of the oldest
- * due event.
+ * due event (`outboxGauges`, notifier.queries.ts).
  */
 import { Gauge, Registry } from "prom-client";
-import { FastCounter, FastHistogram, type CounterChild, type HistogramChild } from "../../lib/fast-metrics";
-import { QueryTypes, type Sequelize } from "sequelize";
-import { onePerScrape } from "../../lib/http-metrics";
+import { FastCounter, FastHistogram, type CounterChild, type HistogramChild } from "../../lib/observability/fast-metrics";
+import type { Sequelize } from "sequelize";
+import { onePerScrape } from "../../lib/observability/http-metrics";
+import { outboxGauges } from "./notifier.queries";
 
 export type Outcome = "DELIVERED" | "RETRYING" | "FAILED" | "EXPIRED";
 
@@ -20,7 +21,7 @@ export class NotifierMetrics {
     registers: [this.registry],
   });
   private readonly byOutcome = new Map<Outcome, CounterChild>();
-  /** Observed once per attempt: plain numbers (lib/fast-metrics.ts), no label hashing. */
+  /** Observed once per attempt: plain numbers (lib/observability/fast-metrics.ts), no label hashing. */
   readonly latency: HistogramChild = new FastHistogram({
     name: "webhook_delivery_latency_seconds",
     help: "From the event's creation (the receipt accepted) to its successful delivery",
@@ -38,16 +39,7 @@ export class NotifierMetrics {
 
   constructor(sequelize: Sequelize) {
     // Both gauges come from one query per scrape; with the database away they read NaN.
-    const read = onePerScrape(
-      () =>
-        sequelize
-          .query<{ depth: string; oldest: number | null }>(
-            `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest FROM outbox_events`,
-            { type: QueryTypes.SELECT },
-          )
-          .then((r) => r[0]!),
-      { depth: "NaN", oldest: Number.NaN },
-    );
+    const read = onePerScrape(() => outboxGauges(sequelize), { depth: "NaN", oldest: Number.NaN });
     const depth: Gauge = new Gauge({
       name: "webhook_outbox_depth",
       help: "Events in the outbox not yet delivered, failed or expired (all replicas)",

@@ -33,6 +33,22 @@ export interface SigningKeysRow {
   previous_until: number | null;
 }
 
+/** A webhook's sealed secrets as SECRETS_KEY rotation reads them (notifier.rotate.ts). */
+export interface SealedSecretsRow {
+  company_id: string;
+  signing_key_id: string | null;
+  signing_secret: Buffer | null;
+  previous_signing_key_id: string | null;
+  previous_signing_secret: Buffer | null;
+}
+
+/** The two places a webhook keeps a sealed secret, the current one and the one a rotation replaced: its key id column and its secret column. */
+export const SECRET_SLOTS = [
+  { keyId: "signing_key_id", secret: "signing_secret" },
+  { keyId: "previous_signing_key_id", secret: "previous_signing_secret" },
+] as const;
+export type SecretSlot = (typeof SECRET_SLOTS)[number];
+
 /** The columns of webhook_attempts a partner reads. */
 export const ATTEMPT_COLUMNS = "event_type, channel, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome";
 

@@ -1,8 +1,21 @@
-/** The notifier service's SQL: the account's webhook, its attempts log, and delivery's claim, outcomes and housekeeping (notifier.delivery.ts). */
+/**
+ * The notifier service's SQL: the account's webhook, its attempts log, delivery's claim, outcomes and
+ * housekeeping (notifier.delivery.ts), the outbox as operators watch it (notifier.metrics.ts, the
+ * REPL's `outbox`), and SECRETS_KEY rotation of the signing secrets (notifier.rotate.ts).
+ */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { queryPage, type Page } from "../../lib/paging";
-import type { ClaimSpec, JobTable } from "../../lib/jobs";
-import { ATTEMPT_COLUMNS, toAttemptOut, WEBHOOK_COLUMNS, type AttemptRow, type SigningKeysRow, type WebhookRow } from "./notifier.models";
+import { queryPage, type Page } from "../../lib/http/paging";
+import type { ClaimSpec, JobTable } from "../../lib/jobs/jobs";
+import {
+  ATTEMPT_COLUMNS,
+  toAttemptOut,
+  WEBHOOK_COLUMNS,
+  type AttemptRow,
+  type SealedSecretsRow,
+  type SecretSlot,
+  type SigningKeysRow,
+  type WebhookRow,
+} from "./notifier.models";
 import type { AttemptOut, AttemptsIn } from "./notifier.schemas";
 import type { SealedSecret } from "./notifier.signing";
 
@@ -167,3 +180,71 @@ export const PURGE_ORPHAN_EVENTS = `DELETE FROM outbox_events WHERE id IN (
 /** Housekeeping: secrets a rotation replaced, once their overlap is over (deliveries stopped using them then). */
 export const PURGE_REPLACED_SECRETS = `UPDATE webhooks SET previous_signing_key_id = NULL, previous_signing_secret = NULL, previous_signing_until = NULL
   WHERE previous_signing_until < now()`;
+
+// --- the outbox as operators watch it
+
+/** The outbox's depth and how long its oldest due, unclaimed event has been due (seconds, null when none), all replicas (one statement). */
+export async function outboxGauges(sequelize: Sequelize): Promise<{ depth: string; oldest: number | null }> {
+  return sequelize
+    .query<{ depth: string; oldest: number | null }>(
+      `SELECT count(*) AS depth, EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest FROM outbox_events`,
+      { type: QueryTypes.SELECT },
+    )
+    .then((r) => r[0]!);
+}
+
+/** Per channel: events waiting, claimed by a notifier now, and how long the oldest due one has waited (seconds, null when none). */
+export function outboxByChannel(sequelize: Sequelize): Promise<Array<{ channel: string; depth: number; claimed: number; oldest: number | null }>> {
+  return sequelize.query<{ channel: string; depth: number; claimed: number; oldest: number | null }>(
+    `SELECT channel, count(*)::int AS depth,
+            count(*) FILTER (WHERE leased_until > now())::int AS claimed,
+            EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest
+       FROM outbox_events GROUP BY channel ORDER BY channel`,
+    { type: QueryTypes.SELECT },
+  );
+}
+
+// --- SECRETS_KEY rotation of the signing secrets (notifier.rotate.ts)
+
+/** How many sealed secrets (current and replaced) are under the key `keyId` (`current`), or under another key. */
+export async function countSecretsByKey(sequelize: Sequelize, keyId: string, current: boolean): Promise<number> {
+  const op = current ? "=" : "<>";
+  const [row] = await sequelize.query<{ n: number }>(
+    `SELECT (count(*) FILTER (WHERE signing_key_id ${op} $1) + count(*) FILTER (WHERE previous_signing_key_id ${op} $1))::int AS n FROM webhooks`,
+    { bind: [keyId], type: QueryTypes.SELECT },
+  );
+  return row!.n;
+}
+
+/** The next `limit` webhooks after the account `after` with a secret not under `keyId`, in account order, held FOR UPDATE until `transaction` ends. */
+export function lockSecretsToReseal(sequelize: Sequelize, keyId: string, after: string, limit: number, transaction: Transaction): Promise<SealedSecretsRow[]> {
+  return sequelize.query<SealedSecretsRow>(
+    `SELECT company_id, signing_key_id, signing_secret, previous_signing_key_id, previous_signing_secret FROM webhooks
+      WHERE (signing_key_id <> $1 OR previous_signing_key_id <> $1) AND company_id > $2
+      ORDER BY company_id LIMIT $3 FOR UPDATE`,
+    { bind: [keyId, after, limit], type: QueryTypes.SELECT, transaction },
+  );
+}
+
+/** A secret sealed again: its slot, the key that sealed it, and the sealed bytes as stored (packSealed). */
+export interface ResealedSecret {
+  slot: SecretSlot;
+  keyId: string;
+  sealed: Buffer;
+}
+
+/** Writes the account's secrets sealed again, in `transaction` (one statement; none when there is nothing to write). */
+export async function writeResealedSecrets(
+  sequelize: Sequelize,
+  companyId: string,
+  resealed: readonly ResealedSecret[],
+  transaction: Transaction,
+): Promise<void> {
+  const set: string[] = [];
+  const bind: unknown[] = [companyId];
+  for (const r of resealed) {
+    bind.push(r.keyId, r.sealed);
+    set.push(`${r.slot.keyId} = $${bind.length - 1}, ${r.slot.secret} = $${bind.length}`);
+  }
+  if (set.length) await sequelize.query(`UPDATE webhooks SET ${set.join(", ")} WHERE company_id = $1`, { bind, transaction });
+}

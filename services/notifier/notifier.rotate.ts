@@ -5,10 +5,13 @@
  * `FOR UPDATE`, so a concurrent registration or rotation either commits first (the row is read as
  * it now is) or waits. A secret no configured key opens is left as it is and named by account
  * (`onFailure`), never by content. Rows written under the old key behind a walk are caught by the
- * next walk (up to `maxPasses`); what is still not under the current key is `remaining`.
+ * next walk (up to `maxPasses`); what is still not under the current key is `remaining`. The
+ * statements are in notifier.queries.ts.
  */
-import { QueryTypes, type Sequelize } from "sequelize";
-import { packSealed, SecretUnreadableError, unpackSealed, type SecretBox } from "../../lib/secrets";
+import type { Sequelize } from "sequelize";
+import { packSealed, SecretUnreadableError, unpackSealed, type SecretBox } from "../../lib/security/secrets";
+import { SECRET_SLOTS } from "./notifier.models";
+import { countSecretsByKey, lockSecretsToReseal, writeResealedSecrets, type ResealedSecret } from "./notifier.queries";
 import { signingAad } from "./notifier.signing";
 
 export interface WebhookRotateResult {
@@ -28,52 +31,23 @@ export interface WebhookRotateOptions {
   onFailure?: (companyId: string, reason: string) => void;
 }
 
-interface Row {
-  company_id: string;
-  signing_key_id: string | null;
-  signing_secret: Buffer | null;
-  previous_signing_key_id: string | null;
-  previous_signing_secret: Buffer | null;
-}
-
-const SLOTS = [
-  { keyId: "signing_key_id", secret: "signing_secret" },
-  { keyId: "previous_signing_key_id", secret: "previous_signing_secret" },
-] as const;
-
-async function count(sequelize: Sequelize, box: SecretBox, current: boolean): Promise<number> {
-  const op = current ? "=" : "<>";
-  const [row] = await sequelize.query<{ n: number }>(
-    `SELECT (count(*) FILTER (WHERE signing_key_id ${op} $1) + count(*) FILTER (WHERE previous_signing_key_id ${op} $1))::int AS n FROM webhooks`,
-    { bind: [box.currentKeyId], type: QueryTypes.SELECT },
-  );
-  return row!.n;
-}
-
 /** One walk over the webhooks with a secret not under the current key, in account order. */
 async function walk(sequelize: Sequelize, box: SecretBox, batchSize: number, report: (companyId: string, reason: string) => void) {
   const counts = { rotated: 0, failed: 0 };
   let after = "";
   for (;;) {
     const last = await sequelize.transaction(async (transaction) => {
-      const rows = await sequelize.query<Row>(
-        `SELECT company_id, signing_key_id, signing_secret, previous_signing_key_id, previous_signing_secret FROM webhooks
-          WHERE (signing_key_id <> $1 OR previous_signing_key_id <> $1) AND company_id > $2
-          ORDER BY company_id LIMIT $3 FOR UPDATE`,
-        { bind: [box.currentKeyId, after, batchSize], type: QueryTypes.SELECT, transaction },
-      );
+      const rows = await lockSecretsToReseal(sequelize, box.currentKeyId, after, batchSize, transaction);
       for (const row of rows) {
         const aad = signingAad(row.company_id);
-        const set: string[] = [];
-        const bind: unknown[] = [row.company_id];
-        for (const slot of SLOTS) {
+        const resealed: ResealedSecret[] = [];
+        for (const slot of SECRET_SLOTS) {
           const keyId = row[slot.keyId];
           const sealed = row[slot.secret];
           if (keyId === null || sealed === null || box.isCurrent(keyId)) continue;
           try {
-            const resealed = box.seal(box.open(unpackSealed(keyId, sealed), aad), aad);
-            bind.push(resealed.keyId, packSealed(resealed));
-            set.push(`${slot.keyId} = $${bind.length - 1}, ${slot.secret} = $${bind.length}`);
+            const again = box.seal(box.open(unpackSealed(keyId, sealed), aad), aad);
+            resealed.push({ slot, keyId: again.keyId, sealed: packSealed(again) });
             counts.rotated++;
           } catch (err) {
             if (!(err instanceof SecretUnreadableError)) throw err;
@@ -81,7 +55,7 @@ async function walk(sequelize: Sequelize, box: SecretBox, batchSize: number, rep
             report(row.company_id, `${slot.secret === "signing_secret" ? "signing secret" : "replaced signing secret"} ${err.message}`);
           }
         }
-        if (set.length) await sequelize.query(`UPDATE webhooks SET ${set.join(", ")} WHERE company_id = $1`, { bind, transaction });
+        await writeResealedSecrets(sequelize, row.company_id, resealed, transaction);
       }
       return rows.length ? rows[rows.length - 1]!.company_id : null;
     });
@@ -100,12 +74,12 @@ export async function rotateWebhookSecrets(sequelize: Sequelize, box: SecretBox,
     if (reported.size < 1000) reported.add(key);
     opts.onFailure?.(companyId, reason);
   };
-  const result: WebhookRotateResult = { rotated: 0, alreadyCurrent: await count(sequelize, box, true), failed: 0, remaining: 0 };
+  const result: WebhookRotateResult = { rotated: 0, alreadyCurrent: await countSecretsByKey(sequelize, box.currentKeyId, true), failed: 0, remaining: 0 };
   for (let pass = 1; ; pass++) {
     const counts = await walk(sequelize, box, batchSize, report);
     result.rotated += counts.rotated;
     result.failed = counts.failed;
-    result.remaining = await count(sequelize, box, false);
+    result.remaining = await countSecretsByKey(sequelize, box.currentKeyId, false);
     if (result.remaining <= counts.failed || pass >= maxPasses) return result;
   }
 }

@@ -1,7 +1,8 @@
 /** Webhook registration on the wire (spec parts 2 and 4, contract section 4 "Webhook"). */
-import { pageSchema } from "../../lib/paging";
+import { pageSchema, type Page } from "../../lib/http/paging";
+import type { SchemaOf } from "../../lib/http/schema-type";
 import { MAX_CALLBACK_URL } from "./notifier.url";
-import { MESSAGE_KEYWORD } from "../../lib/schema-messages";
+import { MESSAGE_KEYWORD } from "../../lib/http/schema-messages";
 
 /**
  * What the service's URL check (notifier.url.ts) demands of the text, as a schema `pattern`: https
@@ -56,7 +57,7 @@ export const webhookIn = {
         "Sign deliveries (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`). When the webhook becomes signed, the answer carries `signingSecret`, shown only then. On `PUT`, `true` keeps the secret of a webhook already signed, and `false` (also when omitted: PUT replaces the webhook) stops signing and discards its secrets.",
     },
   },
-};
+} satisfies SchemaOf<WebhookIn>;
 
 export interface WebhookOut {
   companyId: string;
@@ -89,10 +90,16 @@ export const webhookOut = {
     createdAt: { type: "string", format: "date-time" },
     updatedAt: { type: "string", format: "date-time" },
   },
-};
+} satisfies SchemaOf<WebhookOut>;
 
 /** POST /webhooks/delivery-status/secret takes no parameters. */
-export const rotateSecretIn = { $id: "WebhookSecretRotateIn", type: "object", additionalProperties: false, properties: {} };
+export type RotateSecretIn = Record<string, never>;
+export const rotateSecretIn = {
+  $id: "WebhookSecretRotateIn",
+  type: "object",
+  additionalProperties: false,
+  properties: {},
+} satisfies SchemaOf<RotateSecretIn>;
 
 /** Query of GET /webhooks/delivery-status/attempts. */
 export interface AttemptsIn {
@@ -114,7 +121,7 @@ export const attemptsIn = {
     messageId: { type: "string", minLength: 1, maxLength: 200, description: "Only the attempts of this message's events." },
     outcome: { type: "string", enum: [...OUTCOMES], description: "Only attempts with this outcome." },
   },
-};
+} satisfies SchemaOf<AttemptsIn>;
 
 export interface AttemptOut {
   eventType: "DELIVERY" | "READ" | "INBOUND";
@@ -153,9 +160,10 @@ export const attemptOut = {
         "DELIVERED: a 2xx answer. RETRYING: failed, tried again at nextAttemptAt. FAILED: the 5th attempt failed; not sent again. EXPIRED: not retried because the message was sent over 10 days ago.",
     },
   },
-};
+} satisfies SchemaOf<AttemptOut>;
 
-export const attemptPage = pageSchema("WebhookAttemptPage", attemptOut);
+export const attemptPage = pageSchema("WebhookAttemptPage", attemptOut) satisfies SchemaOf<Page<AttemptOut>>;
 
 /** notifier.housekeep (the REPL) takes no parameters (others are ignored, as before it had a schema). */
-export const housekeepIn = { $id: "NotifierHousekeepIn", type: "object", properties: {} };
+export type HousekeepIn = Record<string, unknown>;
+export const housekeepIn = { $id: "NotifierHousekeepIn", type: "object", properties: {} } satisfies SchemaOf<HousekeepIn>;

@@ -7,20 +7,28 @@
  * an overlap (WEBHOOK_SECRET_OVERLAP_MS).
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { QueryTypes } from "sequelize";
-import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
-import { addNodeRegistry } from "../../lib/http-metrics";
-import { seconds, type OpsTable } from "../../lib/ops";
-import type { Page } from "../../lib/paging";
+import { addNodeRegistry } from "../../lib/observability/http-metrics";
+import { seconds, type OpsTable } from "../../lib/observability/ops";
+import type { Page } from "../../lib/http/paging";
 import { INBOX_EVENTS_WRITTEN } from "../inbox/inbox.contract";
 import { CallbackClient } from "./notifier.client";
 import { OUTBOX_WRITTEN } from "./notifier.contract";
 import { Deliverer } from "./notifier.delivery";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
-import { ATTEMPTS_KEPT_DAYS, attemptsPage, deleteWebhook, findWebhook, insertWebhook, rotateSigningSecret, updateWebhook } from "./notifier.queries";
+import {
+  ATTEMPTS_KEPT_DAYS,
+  attemptsPage,
+  deleteWebhook,
+  findWebhook,
+  insertWebhook,
+  outboxByChannel,
+  rotateSigningSecret,
+  updateWebhook,
+} from "./notifier.queries";
 import {
   attemptPage,
   attemptsIn,
@@ -179,13 +187,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
       opsOutbox: {
         visibility: "public",
         async handler(): Promise<OpsTable> {
-          const rows = await sequelize.query<{ channel: string; depth: number; claimed: number; oldest: number | null }>(
-            `SELECT channel, count(*)::int AS depth,
-                    count(*) FILTER (WHERE leased_until > now())::int AS claimed,
-                    EXTRACT(EPOCH FROM now() - min(due_at) FILTER (WHERE due_at <= now() AND (leased_until IS NULL OR leased_until <= now())))::float8 AS oldest
-               FROM outbox_events GROUP BY channel ORDER BY channel`,
-            { type: QueryTypes.SELECT },
-          );
+          const rows = await outboxByChannel(sequelize);
           return {
             columns: ["channel", "depth", "claimed", "oldest due"],
             rows: rows.map((r) => [r.channel, r.depth, r.claimed, seconds(r.oldest)]),
@@ -223,7 +225,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         extraCaFile: config.extraCaCerts,
         connections: config.notifierEndpointConcurrency,
       });
-      this.deliverer = new Deliverer({ config, sequelize, client: this.client, signer: this.signer, metrics, logger: this.logger, prepare: !db.embedded });
+      this.deliverer = new Deliverer({ config, sequelize, client: this.client, signer: this.signer, metrics, logger: this.logger });
     },
 
     started(this: NotifierThis) {

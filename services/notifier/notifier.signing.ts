@@ -2,7 +2,7 @@
  * Signed webhooks (contract section 8), in the form of the Standard Webhooks specification, which
  * the `standardwebhooks` and `svix` libraries verify:
  * - A secret is `whsec_` + 32 random bytes in base64; the HMAC key is those 32 bytes. It is sealed
- *   under SECRETS_KEY (lib/secrets.ts) bound to its account, and shown to the partner only in the
+ *   under SECRETS_KEY (lib/security/secrets.ts) bound to its account, and shown to the partner only in the
  *   answer that made it.
  * - A signed delivery carries `webhook-id` (derived from the event's identity: the same on every
  *   attempt, on every notifier), `webhook-timestamp` (Unix seconds of this attempt) and
@@ -16,7 +16,7 @@ import { createHash, createHmac, randomBytes } from "node:crypto";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { packSealed, secretBox, SecretUnreadableError, unpackSealed, type SecretBox } from "../../lib/secrets";
+import { packSealed, secretBox, SecretUnreadableError, unpackSealed, type SecretBox } from "../../lib/security/secrets";
 import { signingKeys, type SigningKeysRow } from "./notifier.queries";
 
 export const SECRET_PREFIX = "whsec_";

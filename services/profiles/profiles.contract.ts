@@ -5,7 +5,7 @@
  */
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import { rotationKeyProblem, secretBox } from "../../lib/secrets";
+import { rotationKeyProblem, secretBox } from "../../lib/security/secrets";
 import { rotateTokens, type RotateOptions, type RotateResult } from "./profiles.rotate";
 
 export type { RotateOptions, RotateResult };

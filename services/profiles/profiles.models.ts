@@ -1,5 +1,5 @@
 /** The profiles service's rows (social_profiles, migrations/20261125-0011-profiles) and their mapper. */
-import type { Sealed } from "../../lib/secrets";
+import type { Sealed } from "../../lib/security/secrets";
 import type { Network, ProfileOut, ProfileStatus } from "./profiles.schemas";
 
 /** The columns a partner reads (never the sealed token). */
@@ -28,7 +28,7 @@ export interface TokenRow {
   token_ciphertext: Buffer;
 }
 
-/** The additional authenticated data binding a token to its row (lib/secrets.ts seals it). */
+/** The additional authenticated data binding a token to its row (lib/security/secrets.ts seals it). */
 export const profileAad = (companyId: string, profileId: string): Buffer => Buffer.from(JSON.stringify(["social_profiles", companyId, profileId]), "utf8");
 
 export const toProfileOut = (r: ProfileRow): ProfileOut => ({

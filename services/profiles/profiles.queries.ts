@@ -1,8 +1,8 @@
 /** The profiles service's SQL on social_profiles; every statement names the account. */
 import { QueryTypes, type Sequelize } from "sequelize";
 import { ApiError } from "../../lib/errors";
-import { queryPage, type Page } from "../../lib/paging";
-import type { Sealed } from "../../lib/secrets";
+import { queryPage, type Page } from "../../lib/http/paging";
+import type { Sealed } from "../../lib/security/secrets";
 import { PROFILE_COLUMNS, TOKEN_COLUMNS, toProfileOut, type ProfileRow, type TokenRow } from "./profiles.models";
 import type { ListProfilesIn, Network, ProfileOut } from "./profiles.schemas";
 

@@ -8,10 +8,12 @@
  * and named by id as they are met (`onFailure`), never by content, and never collected. A node not
  * yet rolled may write under the old key behind the walk: at the end the rows not under the current
  * key are counted again and walked again (up to `maxPasses` walks); what is still left is `remaining`.
+ * The statements are in profiles.rotate.queries.ts.
  */
-import { QueryTypes, type Sequelize } from "sequelize";
-import { SecretUnreadableError, type SecretBox } from "../../lib/secrets";
-import { profileAad, TOKEN_COLUMNS, toSealed, type TokenRow } from "./profiles.models";
+import type { Sequelize } from "sequelize";
+import { SecretUnreadableError, type SecretBox } from "../../lib/security/secrets";
+import { profileAad, toSealed } from "./profiles.models";
+import { countNotUnderKey, countUnderKey, lockNotUnderKey, writeToken } from "./profiles.rotate.queries";
 
 export interface RotateResult {
   rotated: number;
@@ -34,14 +36,6 @@ export interface RotateOptions {
 
 const FIRST_UUID = "00000000-0000-0000-0000-000000000000";
 
-async function notCurrent(sequelize: Sequelize, box: SecretBox): Promise<number> {
-  const [counted] = await sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM social_profiles WHERE token_key_id <> $1`, {
-    bind: [box.currentKeyId],
-    type: QueryTypes.SELECT,
-  });
-  return Number(counted!.n);
-}
-
 /** One walk over the rows not under the current key, in id order; the counts of this walk. */
 async function walk(
   sequelize: Sequelize,
@@ -54,12 +48,7 @@ async function walk(
   let after = FIRST_UUID;
   for (;;) {
     const seen = await sequelize.transaction(async (transaction) => {
-      const rows = await sequelize.query<TokenRow>(
-        `SELECT id, company_id, ${TOKEN_COLUMNS} FROM social_profiles
-          WHERE token_key_id <> $1 AND id > $2
-          ORDER BY id LIMIT $3 FOR UPDATE`,
-        { bind: [box.currentKeyId, after, opts.batchSize], type: QueryTypes.SELECT, transaction },
-      );
+      const rows = await lockNotUnderKey(sequelize, { keyId: box.currentKeyId, after, limit: opts.batchSize }, transaction);
       for (const row of rows) {
         const aad = profileAad(row.company_id, row.id);
         let plain: string;
@@ -72,10 +61,7 @@ async function walk(
           continue;
         }
         const sealed = box.seal(plain, aad);
-        await sequelize.query(`UPDATE social_profiles SET token_key_id = $2, token_iv = $3, token_tag = $4, token_ciphertext = $5 WHERE id = $1`, {
-          bind: [row.id, sealed.keyId, sealed.iv, sealed.tag, sealed.ciphertext],
-          transaction,
-        });
+        await writeToken(sequelize, row.id, sealed, transaction);
         counts.rotated++;
       }
       return rows.length ? { last: rows[rows.length - 1]!.id, n: rows.length } : null;
@@ -93,22 +79,19 @@ const REPORTED_CAP = 1000;
 export async function rotateTokens(sequelize: Sequelize, box: SecretBox, opts: RotateOptions = {}): Promise<RotateResult> {
   const batchSize = opts.batchSize ?? 500;
   const maxPasses = opts.maxPasses ?? 3;
-  const [counted] = await sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM social_profiles WHERE token_key_id = $1`, {
-    bind: [box.currentKeyId],
-    type: QueryTypes.SELECT,
-  });
+  const alreadyCurrent = await countUnderKey(sequelize, box.currentKeyId);
   const reported = new Set<string>();
   const report = (id: string, reason: string) => {
     if (reported.has(id)) return;
     if (reported.size < REPORTED_CAP) reported.add(id);
     opts.onFailure?.(id, reason);
   };
-  const result: RotateResult = { rotated: 0, alreadyCurrent: Number(counted!.n), failed: 0, remaining: 0 };
+  const result: RotateResult = { rotated: 0, alreadyCurrent, failed: 0, remaining: 0 };
   for (let pass = 1; ; pass++) {
     const counts = await walk(sequelize, box, pass, { ...opts, batchSize }, report);
     result.rotated += counts.rotated;
     result.failed = counts.failed;
-    result.remaining = await notCurrent(sequelize, box);
+    result.remaining = await countNotUnderKey(sequelize, box.currentKeyId);
     // Done when every row left behind is one this walk could not open; else rows were written under an old key behind it.
     if (result.remaining <= counts.failed || pass >= maxPasses) return result;
   }

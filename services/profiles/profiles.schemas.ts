@@ -2,8 +2,9 @@
  * Social profiles on the wire (contract section 4 "Social profile"). The access token is accepted,
  * never answered: `writeOnly`, and no example value anywhere in the OpenAPI document.
  */
-import { pageSchema, pagingProperties, type PageIn } from "../../lib/paging";
-import { UUID_PATTERN } from "../../lib/validator";
+import { pageSchema, pagingProperties, type Page, type PageIn } from "../../lib/http/paging";
+import type { SchemaOf } from "../../lib/http/schema-type";
+import { UUID_PATTERN } from "../../lib/http/validator";
 
 export const NETWORKS = ["FACEBOOK", "INSTAGRAM", "X", "LINKEDIN", "TIKTOK"] as const;
 export type Network = (typeof NETWORKS)[number];
@@ -55,7 +56,7 @@ const accessToken = {
   pattern: PRINTABLE,
   writeOnly: true,
   description: `The network's access token for this profile (at most ${MAX_TOKEN_LENGTH} characters, no control characters). Stored encrypted (AES-256-GCM); never returned or logged.`,
-};
+} satisfies SchemaOf<string>;
 const externalId = {
   type: "string",
   minLength: 1,
@@ -63,7 +64,7 @@ const externalId = {
   pattern: PRINTABLE,
   description: "The profile's id on its network.",
   examples: ["17841400008460056"],
-};
+} satisfies SchemaOf<string>;
 const displayName = {
   type: "string",
   minLength: 1,
@@ -71,8 +72,8 @@ const displayName = {
   pattern: PRINTABLE,
   description: "A name to show for the profile (optional: left out, the profile has none, `null` in answers).",
   examples: ["Acme Coffee"],
-};
-const id = { type: "string", pattern: UUID_PATTERN, examples: ["5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10"] };
+} satisfies SchemaOf<string>;
+const id = { type: "string", pattern: UUID_PATTERN, examples: ["5f0c6a1e-3b7d-4c2a-9e51-8d4f2b6a7c10"] } satisfies SchemaOf<string>;
 
 export const profileOut = {
   $id: "SocialProfile",
@@ -93,9 +94,9 @@ export const profileOut = {
     updatedAt: { type: "string", format: "date-time" },
     tokenUpdatedAt: { type: "string", format: "date-time", description: "When the access token was last given (create or PUT token)." },
   },
-};
+} satisfies SchemaOf<ProfileOut>;
 
-export const profilePage = pageSchema("SocialProfilePage", profileOut);
+export const profilePage = pageSchema("SocialProfilePage", profileOut) satisfies SchemaOf<Page<ProfileOut>>;
 
 export const createProfileIn = {
   $id: "CreateSocialProfileIn",
@@ -103,7 +104,7 @@ export const createProfileIn = {
   additionalProperties: false,
   required: ["network", "externalId", "accessToken"],
   properties: { network: { type: "string", enum: [...NETWORKS] }, externalId, displayName, accessToken },
-};
+} satisfies SchemaOf<CreateProfileIn>;
 
 export const tokenIn = {
   $id: "SocialProfileTokenIn",
@@ -111,7 +112,7 @@ export const tokenIn = {
   additionalProperties: false,
   required: ["id", "accessToken"],
   properties: { id, accessToken },
-};
+} satisfies SchemaOf<TokenIn>;
 
 export const profileIdIn = {
   $id: "SocialProfileIdIn",
@@ -119,7 +120,7 @@ export const profileIdIn = {
   additionalProperties: false,
   required: ["id"],
   properties: { id },
-};
+} satisfies SchemaOf<ProfileIdIn>;
 
 export const listProfilesIn = {
   $id: "ListSocialProfilesIn",
@@ -130,7 +131,7 @@ export const listProfilesIn = {
     status: { type: "string", enum: [...PROFILE_STATUSES], description: "Only profiles in this status." },
     ...pagingProperties(["createdAt"], "createdAt", "desc"),
   },
-};
+} satisfies SchemaOf<ListProfilesIn>;
 
 export const accountProfileIn = {
   $id: "AccountSocialProfileIn",
@@ -138,7 +139,10 @@ export const accountProfileIn = {
   additionalProperties: false,
   required: ["companyId", "id"],
   properties: { companyId: { type: "string", pattern: "^[A-Za-z0-9._@:-]{1,128}$" }, id },
-};
+} satisfies SchemaOf<AccountProfileIn>;
+
+/** `profiles.accessToken` (internal): the profile's token, decrypted. */
+export type AccessTokenOut = { accessToken: string };
 
 export const accessTokenOut = {
   $id: "SocialProfileAccessToken",
@@ -146,4 +150,4 @@ export const accessTokenOut = {
   additionalProperties: false,
   required: ["accessToken"],
   properties: { accessToken: { type: "string" } },
-};
+} satisfies SchemaOf<AccessTokenOut>;

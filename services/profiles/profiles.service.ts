@@ -1,17 +1,17 @@
 /**
  * profiles: the social-network profiles an account connected (contract section 4 "Social
- * profile"). Access tokens are sealed with AES-256-GCM under SECRETS_KEY (lib/secrets.ts) before
+ * profile"). Access tokens are sealed with AES-256-GCM under SECRETS_KEY (lib/security/secrets.ts) before
  * they reach the database and are never answered or logged; `PUT /social-profiles/{id}/token`
  * replaces one (CONNECTED again). For the publisher to come: `profiles.accessToken` opens a profile's
  * token and `profiles.markRevoked` records that the network refused it.
  */
 import { randomUUID } from "node:crypto";
 import { type Context, type Service, type ServiceSchema } from "moleculer";
-import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
+import { API_PREFIX, apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
-import type { Page } from "../../lib/paging";
-import { secretBox, SecretUnreadableError, type SecretBox } from "../../lib/secrets";
+import type { Page } from "../../lib/http/paging";
+import { secretBox, SecretUnreadableError, type SecretBox } from "../../lib/security/secrets";
 import { profileAad, toProfileOut, toSealed } from "./profiles.models";
 import { deleteProfile, findProfile, findToken, insertProfile, profilesPage, replaceToken, revokeProfile } from "./profiles.queries";
 import {

@@ -1,9 +1,10 @@
 /**
  * What other services may import from the simulator: the body of `simulator.send`, the upstream
- * adapter's call when UPSTREAM_MODE=simulator (lib/upstream.ts).
+ * adapter's call when UPSTREAM_MODE=simulator (lib/http/upstream.ts).
  */
-import { CHANNELS } from "../../lib/channels";
-import type { OutboundMessage } from "../../lib/upstream";
+import { CHANNELS } from "../../lib/messaging/channels";
+import type { OutboundMessage } from "../../lib/http/upstream";
+import { callerOf, type Action } from "../../lib/bus/calls";
 
 /** At most this many messages per call (one registration transaction at the ingress). */
 export const MAX_SIMULATOR_BATCH = 1000;
@@ -41,3 +42,9 @@ export const simulatorSendIn = {
     },
   },
 };
+
+/** What other services call of the simulator (lib/bus/calls.ts): the upstream adapter's `simulator.send`. */
+export interface SimulatorActions {
+  "simulator.send": Action<SimulatorSendIn, { accepted: number }>;
+}
+export const callSimulator = callerOf<SimulatorActions>();

@@ -3,7 +3,7 @@
  * carry (with their weights), how many RCS/WhatsApp deliveries are read, and how many messages
  * never get a receipt at all (flaky). Prices per SMS part.
  */
-import type { Channel } from "../../lib/channels";
+import type { Channel } from "../../lib/messaging/channels";
 
 export type Profile = "realistic" | "all-delivered" | "flaky";
 

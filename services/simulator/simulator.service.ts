@@ -14,13 +14,15 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Context, Service, ServiceSchema } from "moleculer";
-import type { ApiServiceSettings } from "../../lib/api";
-import type { Channel } from "../../lib/channels";
+import type { ApiServiceSettings } from "../../lib/http/api";
+import type { Channel } from "../../lib/messaging/channels";
 import type { Deps } from "../../lib/deps";
-import { registrationOf, type OutboundMessage } from "../../lib/upstream";
+import { registrationOf, type OutboundMessage } from "../../lib/http/upstream";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { simulatorSendIn, type SimulatorSendIn } from "./simulator.contract";
 import { DEFAULT_SENDER, drawCode, PROFILES, REPLY_TEXTS, SMS_PART_PRICE } from "./simulator.outcomes";
+import { callTracking } from "../tracking/tracking.contract";
+import { callInbox } from "../inbox/inbox.contract";
 
 /** Receipts are reported in rounds this far apart, at most INGEST_CHUNK per call. */
 const FLUSH_MS = 100;
@@ -60,7 +62,7 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
         async handler(this: SimulatorThis, ctx: Context<SimulatorSendIn>): Promise<{ accepted: number }> {
           const sentAt = new Date().toISOString();
           const registrations = ctx.params.messages.map((m) => registrationOf(m, sentAt));
-          await ctx.call("tracking.ingest", { path: "messages", body: registrations });
+          await callTracking(ctx, "tracking.ingest", { path: "messages", body: registrations });
           ctx.params.messages.forEach((m, i) => {
             if (!m.simulation) this.schedule(m, registrations[i]!.totalParts);
           });
@@ -170,8 +172,8 @@ export function createSimulatorService(deps: Deps): ServiceSchema<ApiServiceSett
               const chunk = bodies.slice(i, i + INGEST_CHUNK);
               // End users' messages go to inbox, as the ingress hands them over.
               const call = path.startsWith("inbound/")
-                ? this.broker.call("inbox.ingest", { channel: path.slice("inbound/".length).toUpperCase(), items: chunk } as unknown as InboxIngestIn)
-                : this.broker.call("tracking.ingest", { path, body: chunk });
+                ? callInbox(this.broker, "inbox.ingest", { channel: path.slice("inbound/".length).toUpperCase(), items: chunk } as unknown as InboxIngestIn)
+                : callTracking(this.broker, "tracking.ingest", { path, body: chunk });
               await call.catch((err: unknown) => {
                 // Without an inbox node the end users' messages have nowhere to go: a demo may run without it.
                 if ((err as { name?: string }).name === "ServiceNotFoundError" && path.startsWith("inbound/")) return;

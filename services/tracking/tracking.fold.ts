@@ -4,7 +4,7 @@
  * The payloads of the outbox events (spec part 6) are built here too. Nothing here touches the
  * database: tracking.writes.ts reads the rows, folds, and writes the result.
  */
-import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/channels";
+import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/messaging/channels";
 import { withoutEmpty, type ChannelSupport, type OutboxEvent } from "./tracking.contract";
 import type { RegistrationIn } from "./tracking.schemas";
 

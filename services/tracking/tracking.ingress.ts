@@ -15,13 +15,13 @@ import type { Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import type { Deps } from "../../lib/deps";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http";
-import { addNodeRegistry, HttpMetrics } from "../../lib/http-metrics";
-import { withRequestId } from "../../lib/logger";
-import { toProblem } from "../../lib/problem";
-import { isE164, PHONE_ERROR } from "../../lib/phone";
-import { checkText } from "../../lib/text";
-import { compileSchema, toFieldErrors } from "../../lib/validator";
+import { answerClientError, jsonParser, requestIdOf, requireJson, tagRequest, writeProblem } from "../../lib/http/http";
+import { addNodeRegistry, HttpMetrics } from "../../lib/observability/http-metrics";
+import { withRequestId } from "../../lib/observability/logger";
+import { toProblem } from "../../lib/http/problem";
+import { isE164, PHONE_ERROR } from "../../lib/messaging/phone";
+import { checkText } from "../../lib/http/text";
+import { compileSchema, toFieldErrors } from "../../lib/http/validator";
 import {
   inboundIn,
   MAX_INGEST_ITEMS,
@@ -42,13 +42,11 @@ import {
 import { dateError } from "./tracking.contract";
 import type { IngestItem } from "./tracking.fold";
 import { IngestMetrics } from "./tracking.metrics";
-import { drainOf } from "../../lib/drain";
-import { serveWeb } from "../../lib/web-entry";
+import { drainOf } from "../../lib/http/drain";
+import { closeListener, createListener, listen, requestIdCallOptions, type WebHandler, type WebService } from "../../lib/http/moleculer-web";
 
 /** Bodies up to 8 MiB: 1000 registrations with long texts fit. */
 export const MAX_INGEST_BODY = 8 * 1024 * 1024;
-
-const mixin = ApiGateway as unknown as { methods: Record<string, (...args: unknown[]) => unknown> };
 
 interface IngressRequest extends IncomingMessage {
   $requestId: string;
@@ -219,6 +217,51 @@ type IngressThis = Service & {
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
 };
 
+/**
+ * Any error of a request as a problem; a 503 (a service away, the database unreachable) is an
+ * outage the upstream retries, logged as a warning, any other 5xx as an error, once each.
+ */
+function answerError(svc: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown): void {
+  const problem = toProblem(err, req.$requestId ?? requestIdOf(undefined));
+  if (problem.status === 503) withRequestId(req.$requestId, () => svc.logger.warn({ err, path: req.url }, "ingress request refused: unavailable"));
+  else if (problem.status >= 500) withRequestId(req.$requestId, () => svc.logger.error({ err, path: req.url }, "ingress request failed"));
+  const retryAfter = (problem as { retryAfter?: unknown }).retryAfter;
+  writeProblem(res, problem, {
+    "X-Request-Id": problem.requestId,
+    ...(problem.status === 503 && typeof retryAfter === "number" ? { "Retry-After": String(retryAfter) } : {}),
+  });
+}
+
+/** What moleculer-web does not route: 405 with Allow on a known path, 404 otherwise. */
+function answerNoRoute(req: IngressRequest, res: ServerResponse): void {
+  const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
+  const known = INGRESS_PATHS.some((p) => path === `/internal/v1/${p}`) || path === "/healthz/live" || path === "/healthz/ready";
+  const err = known
+    ? new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: ${path.startsWith("/healthz") ? "GET" : "POST"}.`)
+    : new ApiError("ROUTE_NOT_FOUND", `No route ${req.method} ${path}.`);
+  if (known) res.setHeader("Allow", path.startsWith("/healthz") ? "GET" : "POST");
+  writeProblem(res, toProblem(err, req.$requestId), { "X-Request-Id": req.$requestId });
+}
+
+/**
+ * The ingress's own listener (moleculer-web in middleware mode): the request id, the HTTP metrics,
+ * then moleculer-web's documented `express()` handler, whose `next` answers what it does not route.
+ */
+function ingressListener(svc: IngressThis, web: WebHandler, requestTimeoutMs: number) {
+  return createListener({}, requestTimeoutMs, (req, res) => {
+    const r = req as IngressRequest;
+    const requestId = tagRequest(r, res);
+    const started = process.hrtime.bigint();
+    res.once("finish", () => {
+      const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
+      const route = KNOWN_PATHS.has(path) ? path : "unmatched";
+      svc.httpMetrics.observe(req.method ?? "GET", route, res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
+    });
+    const next = (err?: unknown) => (err ? answerError(svc, r, res, err) : answerNoRoute(r, res));
+    withRequestId(requestId, () => web(req, res, next));
+  });
+}
+
 /** Stores the posted body and answers 202 `{ accepted }` once it is committed. */
 async function answer(svc: IngressThis, path: string, req: IngressRequest, res: ServerResponse): Promise<void> {
   const out = await svc.ingestBody(path, (req as { body?: unknown }).body);
@@ -233,6 +276,9 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
   return {
     mixins: [ApiGateway as unknown as ServiceSchema],
     settings: {
+      // Middleware mode: the listener is the ingress's own (ingressListener), calling moleculer-web's express() handler.
+      server: false,
+      rootCallOptions: requestIdCallOptions,
       port: config.internalPort,
       ip: config.internalHost,
       logRequest: null,
@@ -252,15 +298,16 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
           // Function aliases: the hot path goes straight to the writer, without a second action
           // call per request (`tracking.ingest` does the same for the REPL and other nodes).
           aliases: {
-            "POST /messages"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
-              answer(this, "messages", req, res).catch(next);
+            // Their errors are answered here (answerError), not passed on to moleculer-web, which would log every 5xx first.
+            "POST /messages"(this: IngressThis, req: IngressRequest, res: ServerResponse) {
+              answer(this, "messages", req, res).catch((err: unknown) => answerError(this, req, res, err));
             },
-            "POST /opt-outs"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
-              answer(this, "opt-outs", req, res).catch(next);
+            "POST /opt-outs"(this: IngressThis, req: IngressRequest, res: ServerResponse) {
+              answer(this, "opt-outs", req, res).catch((err: unknown) => answerError(this, req, res, err));
             },
-            "POST /:kind/:channel"(this: IngressThis, req: IngressRequest, res: ServerResponse, next: Next) {
+            "POST /:kind/:channel"(this: IngressThis, req: IngressRequest, res: ServerResponse) {
               const p = (req as { $params?: { params?: Record<string, string> } }).$params?.params ?? {};
-              answer(this, `${p.kind}/${p.channel}`, req, res).catch(next);
+              answer(this, `${p.kind}/${p.channel}`, req, res).catch((err: unknown) => answerError(this, req, res, err));
             },
           },
         },
@@ -307,15 +354,7 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
         },
       ],
       onError(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
-        const problem = toProblem(err, req.$requestId ?? requestIdOf(undefined));
-        // A 503 (a service away, the database unreachable) is an outage the upstream retries, not a fault here.
-        if (problem.status === 503) withRequestId(req.$requestId, () => this.logger.warn({ err, path: req.url }, "ingress request refused: unavailable"));
-        else if (problem.status >= 500) withRequestId(req.$requestId, () => this.logger.error({ err, path: req.url }, "ingress request failed"));
-        const retryAfter = (problem as { retryAfter?: unknown }).retryAfter;
-        writeProblem(res, problem, {
-          "X-Request-Id": problem.requestId,
-          ...(problem.status === 503 && typeof retryAfter === "number" ? { "Retry-After": String(retryAfter) } : {}),
-        });
+        answerError(this, req, res, err);
       },
     },
     actions: {
@@ -323,38 +362,20 @@ export function IngressMixin({ config, db }: Deps): Partial<ServiceSchema<any, a
       addRoute: false,
       removeRoute: false,
     },
-    methods: {
-      /** Errors go to onError, which logs each once by its status (moleculer-web's handler would log every 5xx, an outage's 503 included, as an error first). */
-      errorHandler(this: IngressThis, req: IngressRequest, res: ServerResponse, err: unknown) {
-        mixin.methods.sendError!.call(this, req, res, err);
-      },
-
-      httpHandler(this: IngressThis, req: IngressRequest, res: ServerResponse) {
-        const requestId = tagRequest(req, res);
-        const started = process.hrtime.bigint();
-        res.once("finish", () => {
-          const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
-          const route = KNOWN_PATHS.has(path) ? path : "unmatched";
-          this.httpMetrics.observe(req.method ?? "GET", route, res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
-        });
-        return withRequestId(requestId, () => serveWeb(this as never, req, res, requestId));
-      },
-      send404(this: IngressThis, req: IngressRequest, res: ServerResponse) {
-        const path = ((req as { originalUrl?: string }).originalUrl ?? req.url ?? "").split("?")[0]!;
-        const known = INGRESS_PATHS.some((p) => path === `/internal/v1/${p}`) || path === "/healthz/live" || path === "/healthz/ready";
-        const err = known
-          ? new ApiError("METHOD_NOT_ALLOWED", `${req.method} is not allowed on ${path}; allowed: ${path.startsWith("/healthz") ? "GET" : "POST"}.`)
-          : new ApiError("ROUTE_NOT_FOUND", `No route ${req.method} ${path}.`);
-        if (known) res.setHeader("Allow", path.startsWith("/healthz") ? "GET" : "POST");
-        writeProblem(res, toProblem(err, req.$requestId), { "X-Request-Id": req.$requestId });
-      },
-    },
     created(this: IngressThis) {
+      const web = (this as unknown as WebService).express();
+      this.server = ingressListener(this, web, (this.settings as { requestTimeout?: number }).requestTimeout ?? 300_000);
       this.server.on("clientError", answerClientError);
       drainOf(this.broker).track(this.server);
       this.ingestMetrics = new IngestMetrics();
       addNodeRegistry(this.broker, this.ingestMetrics.registry);
       this.httpMetrics = new HttpMetrics(this.broker);
+    },
+    started(this: IngressThis) {
+      return listen(this.server, config.internalPort, config.internalHost);
+    },
+    stopped(this: IngressThis) {
+      return closeListener(this.server);
     },
   };
 }

@@ -2,8 +2,8 @@
  * The tracking service's rows (tables of the messages migrations) and their wire form: the columns
  * each read selects, and the mappers from a row to what the API answers or the fold works on.
  */
-import { statusByCode, type Channel } from "../../lib/channels";
-import { iso } from "../../lib/time";
+import { statusByCode, type Channel } from "../../lib/messaging/channels";
+import { iso } from "../../lib/messaging/time";
 import type { MessageState } from "./tracking.fold";
 import type { HistoryItemOut, MessageStatusOut } from "./tracking.schemas";
 

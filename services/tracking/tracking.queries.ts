@@ -1,13 +1,27 @@
 /**
- * Reads of the tracking tables: polling (one index lookup per id), the message history (keyset
- * pagination on an index: no OFFSET, no COUNT) and retention (bounded batches).
+ * The tracking service's SQL: polling (one index lookup per id), the message history (keyset
+ * pagination on an index: no OFFSET, no COUNT), retention (bounded batches), and ingestion's
+ * set-based writes (tracking.writes.ts), each run by the `Exec` of the caller's transaction. What
+ * tracking publishes to other services is in tracking.contract.queries.ts.
  */
 import { QueryTypes, type Sequelize } from "sequelize";
-import type { Channel } from "../../lib/channels";
-import type { Exec } from "../../lib/db";
+import type { Channel } from "../../lib/messaging/channels";
+import type { Exec } from "../../lib/db/db";
 import { badRequest } from "../../lib/errors";
-import { historyConditions } from "./tracking.contract";
-import { STATUS_COLUMNS, toHistoryItem, toStatusOut, unknownStatus, type HistoryRow, type StatusRow } from "./tracking.models";
+import { MESSAGE_STATUS_EVENTS_SQL, type StatusChangeKey } from "../inbox/inbox.contract";
+import type { OutboxEvent } from "./tracking.contract";
+import { historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
+import type { MessageState } from "./tracking.fold";
+import {
+  MESSAGE_COLUMNS,
+  STATUS_COLUMNS,
+  toHistoryItem,
+  toStatusOut,
+  unknownStatus,
+  type HistoryRow,
+  type MessageRow,
+  type StatusRow,
+} from "./tracking.models";
 import type { HistoryIn, HistoryOut, MessageStatusOut } from "./tracking.schemas";
 
 /** Ids per lookup statement: a bulk poll of 1000 runs as up to 4 statements side by side. */
@@ -130,4 +144,159 @@ export async function purgeBefore(
     }
   }
   return out;
+}
+
+// --- ingestion's writes (tracking.writes.ts): set-based, in the transaction `exec` runs in
+
+/** The state columns of `messages` as a JSON record carries them (stateJson). */
+const STATE_COLUMNS = `status_code smallint, delivery_date timestamptz, read_at timestamptz, price numeric, part_codes smallint[], last_part_date timestamptz, total_parts smallint`;
+/** A message's state as the JSON record of STATE_COLUMNS. */
+const stateJson = (s: MessageState) => ({
+  status_code: s.statusCode,
+  delivery_date: s.deliveryDate,
+  read_at: s.readAt,
+  price: s.price,
+  part_codes: s.partCodes,
+  last_part_date: s.lastPartDate,
+  total_parts: s.totalParts,
+});
+
+/** A registration as the upsert reads it from its JSON array (short keys: the batch crosses as one text). */
+export interface RegistrationRecord {
+  c: string;
+  ch: string;
+  id: string;
+  d: string;
+  s: string | null;
+  p: number;
+  tx: string | null;
+  cp: string | null;
+  sim: boolean;
+  st: number;
+}
+
+/** A simulated message whose receipt came before its registration. */
+export interface LateSimulation {
+  company_id: string;
+  channel: string;
+  customer_message_id: string;
+  created_at: Date;
+}
+
+/**
+ * Inserts the registrations; a placeholder made by an early receipt (no sentAt yet) gets the
+ * registration's data and keeps its status, a repeat changes nothing. Answers the simulated messages
+ * among the placeholders completed (their events must never go out).
+ */
+export function upsertRegistrations(exec: Exec, rows: RegistrationRecord[]): Promise<LateSimulation[]> {
+  return exec<LateSimulation>(
+    `WITH up AS (
+       INSERT INTO messages AS m (company_id, channel, customer_message_id, destination, sent_at, total_parts, text, campaign_id, simulation, status_code)
+       SELECT x.c, x.ch, x.id, x.d, COALESCE(x.s, date_trunc('milliseconds', now())), x.p, x.tx, x.cp, x.sim, x.st
+         FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, s timestamptz, p smallint, tx text, cp text, sim boolean, st smallint)
+       ON CONFLICT (company_id, channel, customer_message_id) DO UPDATE
+          SET sent_at = EXCLUDED.sent_at, text = EXCLUDED.text, campaign_id = EXCLUDED.campaign_id,
+              simulation = EXCLUDED.simulation, destination = EXCLUDED.destination, updated_at = now()
+        WHERE m.sent_at IS NULL
+       RETURNING m.company_id, m.channel, m.customer_message_id, m.created_at, (m.simulation AND NOT (m.xmax = 0)) AS late_simulation)
+     SELECT company_id, channel, customer_message_id, created_at FROM up WHERE late_simulation`,
+    [JSON.stringify(rows)],
+  );
+}
+
+/** Deletes the DELIVERY and READ events of late simulated messages, all written since each one's row was (the BRIN index on created_at keeps this to recent blocks). */
+export async function deleteLateSimulationEvents(exec: Exec, late: LateSimulation[]): Promise<void> {
+  await exec(
+    `DELETE FROM outbox_events o USING jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, since timestamptz)
+      WHERE o.created_at >= x.since AND o.company_id = x.c AND o.channel = x.ch AND o.message_id = x.id AND o.event_type IN ('DELIVERY', 'READ')`,
+    [JSON.stringify(late.map((r) => ({ c: r.company_id, ch: r.channel, id: r.customer_message_id, since: new Date(r.created_at).toISOString() })))],
+  );
+}
+
+/** A first receipt of a single-part message, as the one-statement update reads it (`i`: its place in the batch). */
+export interface FirstReceiptRecord {
+  i: number;
+  c: string;
+  ch: string;
+  id: string;
+  code: number;
+  d: string;
+  p: number | null;
+  payload: Record<string, unknown>;
+}
+
+/**
+ * The common receipt in one statement: the first receipt of a registered single-part message still
+ * in flight sets its status and writes its DELIVERY event (not for a simulated one). The UPDATE
+ * re-checks "in flight" under the row lock, so a repeat or a concurrent receipt does not match.
+ * Answers the receipts applied, each with its message's `simulation` and the events written in all.
+ */
+export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Promise<Array<{ i: number; simulation: boolean; events: string }>> {
+  return exec<{ i: number; simulation: boolean; events: string }>(
+    `WITH x AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
+     upd AS (
+       UPDATE messages AS m
+          SET status_code = x.code, delivery_date = x.d, price = CASE WHEN x.p IS NULL THEN m.price ELSE COALESCE(m.price, 0) + x.p END, updated_at = now()
+         FROM x
+        WHERE m.company_id = x.c AND m.channel = x.ch AND m.customer_message_id = x.id
+          AND m.status_code IN (0, 1) AND m.total_parts = 1
+       RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload),
+     ev AS (
+       INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
+       SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation ORDER BY i
+       RETURNING 1)
+     SELECT i, simulation, (SELECT count(*) FROM ev) AS events FROM upd`,
+    [JSON.stringify(rows)],
+  );
+}
+
+/** The messages of `keys` (account, channel, customerMessageId), locked FOR UPDATE in id order. */
+export function lockMessages(exec: Exec, keys: Array<{ c: string; ch: string; id: string }>): Promise<MessageRow[]> {
+  return exec<MessageRow>(
+    `SELECT ${MESSAGE_COLUMNS}
+       FROM jsonb_to_recordset($1::jsonb) AS k(c text, ch text, id text)
+       JOIN messages m ON m.company_id = k.c AND m.channel = k.ch AND m.customer_message_id = k.id
+      ORDER BY m.id FOR UPDATE OF m`,
+    [JSON.stringify(keys)],
+  );
+}
+
+/** Inserts messages first heard of through a receipt or read (no registration yet); answers how many were inserted (fewer: a concurrent writer made one). */
+export async function insertPlaceholders(exec: Exec, fresh: MessageState[]): Promise<number> {
+  const inserted = await exec<{ n: string }>(
+    `WITH ins AS (
+       INSERT INTO messages (company_id, channel, customer_message_id, destination, total_parts, status_code, delivery_date, read_at, price, part_codes, last_part_date)
+       SELECT x.c, x.ch, x.id, x.d, x.total_parts, x.status_code, x.delivery_date, x.read_at, x.price, x.part_codes, x.last_part_date
+         FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, ${STATE_COLUMNS})
+       ON CONFLICT (company_id, channel, customer_message_id) DO NOTHING
+       RETURNING 1)
+     SELECT count(*) AS n FROM ins`,
+    [JSON.stringify(fresh.map((s) => ({ c: s.companyId, ch: s.channel, id: s.customerMessageId, d: s.destination, ...stateJson(s) })))],
+  );
+  return Number(inserted[0]!.n);
+}
+
+/** Writes the folded states of `changed` (by id) and the outbox rows `events` in one statement (one round trip). */
+export async function updateStatesWithEvents(exec: Exec, changed: MessageState[], events: OutboxEvent[]): Promise<void> {
+  await exec(
+    `WITH upd AS (
+       UPDATE messages AS m
+          SET status_code = x.status_code, delivery_date = x.delivery_date, read_at = x.read_at, price = x.price,
+              part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
+         FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, ${STATE_COLUMNS})
+        WHERE m.id = x.id)
+     ${OUTBOX_INSERT.replace("$1", "$2")}`,
+    [JSON.stringify(changed.map((s) => ({ id: s.id, ...stateJson(s) }))), JSON.stringify(events)],
+  );
+}
+
+/** Writes outbox rows (one statement). */
+export async function insertOutboxEvents(exec: Exec, events: OutboxEvent[]): Promise<void> {
+  await exec(OUTBOX_INSERT, [JSON.stringify(events)]);
+}
+
+/** The inbox's `message.status` events for the inbox replies among `keys` (inbox.contract.ts); answers the accounts that got events. */
+export function writeReplyStatusEvents(exec: Exec, keys: StatusChangeKey[]): Promise<Array<{ company_id: string }>> {
+  return exec<{ company_id: string }>(MESSAGE_STATUS_EVENTS_SQL, [JSON.stringify(keys)]);
 }

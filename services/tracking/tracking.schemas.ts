@@ -2,9 +2,9 @@
  * Tracking on the wire: what upstreams post to the internal ingress (contract section 6) and what
  * partners read back (message status, contract section 4; message history).
  */
-import { CHANNELS, finalCodesOf, STATUS_NAMES, type Channel, type DeliveryStatusName } from "../../lib/channels";
-import { YEAR_PATTERN } from "../../lib/time";
-import type { JsonSchema } from "../../lib/api";
+import { CHANNELS, finalCodesOf, STATUS_NAMES, type Channel, type DeliveryStatusName } from "../../lib/messaging/channels";
+import { YEAR_PATTERN } from "../../lib/messaging/time";
+import type { PropertiesOf, SchemaOf } from "../../lib/http/schema-type";
 
 /** An array posted to the ingress holds at most this many objects (one transaction). */
 export const MAX_INGEST_ITEMS = 1000;
@@ -12,11 +12,11 @@ export const MAX_INGEST_ITEMS = 1000;
 export const MAX_STATUS_IDS = 1000;
 
 const E164 = "^\\+[1-9][0-9]{6,14}$";
-const companyId = { type: "string", minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f]+$" };
-const messageId = { type: "string", minLength: 1, maxLength: 200, pattern: "^[^\\u0000-\\u001f]+$" };
-const phone = { type: "string", pattern: E164, description: "E.164", examples: ["+351912345678"] };
-const dateTime = { type: "string", format: "date-time", maxLength: 40 };
-const parts = { type: "integer", minimum: 1, maximum: 255 };
+const companyId = { type: "string", minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f]+$" } satisfies SchemaOf<string>;
+const messageId = { type: "string", minLength: 1, maxLength: 200, pattern: "^[^\\u0000-\\u001f]+$" } satisfies SchemaOf<string>;
+const phone = { type: "string", pattern: E164, description: "E.164", examples: ["+351912345678"] } satisfies SchemaOf<string>;
+const dateTime = { type: "string", format: "date-time", maxLength: 40 } satisfies SchemaOf<string>;
+const parts = { type: "integer", minimum: 1, maximum: 255 } satisfies SchemaOf<number>;
 
 // ---------------------------------------------------------------------------------------------
 // The internal ingress (upstreams)
@@ -50,7 +50,7 @@ export const registrationIn = {
     campaignId: { type: "string", minLength: 1, maxLength: 100 },
     simulation: { type: "boolean" },
   },
-};
+} satisfies SchemaOf<RegistrationIn>;
 
 export interface SmsReceiptIn {
   companyId: string;
@@ -78,7 +78,7 @@ export const smsReceiptIn = {
     TOTAL_PARTS: parts,
     NUM_PART: parts,
   },
-};
+} satisfies SchemaOf<SmsReceiptIn>;
 
 export interface ChannelReceiptIn {
   companyId: string;
@@ -88,13 +88,14 @@ export interface ChannelReceiptIn {
   eventDate: string;
 }
 
-const channelReceiptIn = (channel: "RCS" | "WHATSAPP") => ({
-  $id: `Ingest${channel === "RCS" ? "Rcs" : "Whatsapp"}Receipt`,
-  type: "object",
-  additionalProperties: false,
-  required: ["companyId", "messageId", "destination", "statusCode", "eventDate"],
-  properties: { companyId, messageId, destination: phone, statusCode: { type: "integer", enum: finalCodesOf(channel) }, eventDate: dateTime },
-});
+const channelReceiptIn = (channel: "RCS" | "WHATSAPP") =>
+  ({
+    $id: `Ingest${channel === "RCS" ? "Rcs" : "Whatsapp"}Receipt`,
+    type: "object",
+    additionalProperties: false,
+    required: ["companyId", "messageId", "destination", "statusCode", "eventDate"],
+    properties: { companyId, messageId, destination: phone, statusCode: { type: "integer", enum: finalCodesOf(channel) }, eventDate: dateTime },
+  }) satisfies SchemaOf<ChannelReceiptIn>;
 export const rcsReceiptIn = channelReceiptIn("RCS");
 export const whatsappReceiptIn = channelReceiptIn("WHATSAPP");
 
@@ -111,7 +112,7 @@ export const readIn = {
   additionalProperties: false,
   required: ["companyId", "messageId", "destination", "eventDate"],
   properties: { companyId, messageId, destination: phone, eventDate: dateTime },
-};
+} satisfies SchemaOf<ReadIn>;
 
 export interface InboundIn {
   companyId: string;
@@ -139,7 +140,7 @@ export const inboundIn = {
     text: { type: "string", maxLength: 10000 },
     mediaKey: { type: "string", minLength: 1, maxLength: 500 },
   },
-};
+} satisfies SchemaOf<InboundIn>;
 
 /** An upstream's report of a number's consent (contract section 7: a carrier-level STOP, say). */
 export interface OptOutReportIn {
@@ -162,7 +163,7 @@ export const optOutReportIn = {
     action: { type: "string", enum: ["OPT_OUT", "OPT_IN"] },
     at: { ...dateTime, description: "When the end user said it; a report older than the number's last change is ignored." },
   },
-};
+} satisfies SchemaOf<OptOutReportIn>;
 
 /** The ingress answer: how many objects were stored (new or repeated). */
 export interface IngestOut {
@@ -185,7 +186,7 @@ export const ingestIn = {
   type: "object",
   required: ["path", "body"],
   properties: { path: { type: "string" }, body: { not: { type: "null" }, description: "Any value but null." } },
-};
+} satisfies SchemaOf<IngestIn>;
 
 /** tracking.purge: retention now, optionally of a shorter age or in other batch sizes (null: the default). */
 export interface PurgeIn {
@@ -200,7 +201,7 @@ export const purgeIn = {
     olderThanDays: { type: "integer", exclusiveMinimum: 0, nullable: true },
     batchSize: { type: "integer", exclusiveMinimum: 0, maximum: 100000, nullable: true },
   },
-};
+} satisfies SchemaOf<PurgeIn>;
 
 // ---------------------------------------------------------------------------------------------
 // Partners: polling and history
@@ -219,8 +220,12 @@ export interface MessageStatusOut {
   simulation: boolean;
 }
 
-const nullableDate = { type: "string", format: "date-time", nullable: true };
-const channelParam = { type: "string", enum: [...CHANNELS], description: "The channel the message was sent on; the key needs this operation." };
+const nullableDate = { type: "string", format: "date-time", nullable: true } satisfies SchemaOf<string | null>;
+const channelParam = {
+  type: "string",
+  enum: [...CHANNELS],
+  description: "The channel the message was sent on; the key needs this operation.",
+} satisfies SchemaOf<Channel>;
 
 const statusProperties = {
   customerMessageId: { type: "string", examples: ["order-1234-sms"] },
@@ -233,8 +238,9 @@ const statusProperties = {
   deliveryDate: { ...nullableDate, description: "Set once the receipt arrived (for a multi-part SMS: once every part has, the latest part's date)." },
   readAt: { ...nullableDate, description: "When the recipient read it (RCS, WhatsApp); the status stays DELIVERED." },
   simulation: { type: "boolean", description: "Registered with simulation: true (validated, never sent, no callback)." },
-};
-const statusRequired = Object.keys(statusProperties);
+} satisfies PropertiesOf<MessageStatusOut>;
+// Every name of MessageStatusOut: statusProperties has a schema for each, and no other name.
+const statusRequired = Object.keys(statusProperties) as (keyof MessageStatusOut)[];
 
 export const messageStatusOut = {
   $id: "MessageStatus",
@@ -242,7 +248,9 @@ export const messageStatusOut = {
   additionalProperties: false,
   required: statusRequired,
   properties: statusProperties,
-};
+} satisfies SchemaOf<MessageStatusOut>;
+
+export type MessageStatusesOut = { data: MessageStatusOut[] };
 
 export const messageStatusesOut = {
   $id: "MessageStatuses",
@@ -250,7 +258,7 @@ export const messageStatusesOut = {
   additionalProperties: false,
   required: ["data"],
   properties: { data: { type: "array", items: messageStatusOut } },
-};
+} satisfies SchemaOf<MessageStatusesOut>;
 
 export interface StatusIn {
   customerMessageId: string;
@@ -263,7 +271,7 @@ export const statusIn = {
   additionalProperties: false,
   required: ["customerMessageId", "channel"],
   properties: { customerMessageId: messageId, channel: channelParam },
-};
+} satisfies SchemaOf<StatusIn>;
 
 export interface StatusesIn {
   channel: Channel;
@@ -285,7 +293,7 @@ export const statusesIn = {
       examples: ["order-1,order-2"],
     },
   },
-};
+} satisfies SchemaOf<StatusesIn>;
 
 export interface HistoryIn {
   channel?: Channel;
@@ -309,7 +317,7 @@ export const historyFilterProperties = {
   campaignId: { type: "string", minLength: 1, maxLength: 100 },
   from: { ...dateTime, pattern: YEAR_PATTERN, description: `Sent at or after this instant. ${RANGE_RULE}` },
   to: { ...dateTime, pattern: YEAR_PATTERN, description: `Sent before this instant. ${RANGE_RULE}` },
-} satisfies Record<string, JsonSchema>;
+} satisfies PropertiesOf<Omit<HistoryIn, "cursor" | "limit">>;
 
 export const historyIn = {
   $id: "MessageHistoryIn",
@@ -320,7 +328,7 @@ export const historyIn = {
     cursor: { type: "string", minLength: 1, maxLength: 200, description: "nextCursor of the previous page, as given (any other text is a 400)." },
     limit: { type: "integer", minimum: 1, maximum: 1000, default: 10, description: "Page size, at most 1000." },
   },
-};
+} satisfies SchemaOf<HistoryIn>;
 
 export interface HistoryItemOut extends MessageStatusOut {
   text: string | null;
@@ -341,7 +349,7 @@ export const historyItemOut = {
     totalParts: { type: "integer", minimum: 1 },
     price: { type: "number", nullable: true, description: "SMS: the sum of the parts' prices reported so far." },
   },
-};
+} satisfies SchemaOf<HistoryItemOut>;
 
 export interface HistoryOut {
   data: HistoryItemOut[];
@@ -359,4 +367,4 @@ export const historyOut = {
     limit: { type: "integer" },
     nextCursor: { type: "string", nullable: true, description: "Pass as `cursor` for the next (older) page; null on the last page." },
   },
-};
+} satisfies SchemaOf<HistoryOut>;

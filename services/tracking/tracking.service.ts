@@ -7,18 +7,18 @@
  * Old messages are removed in bounded batches (MESSAGE_RETENTION_DAYS).
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/api";
-import { CHANNELS, type Channel } from "../../lib/channels";
+import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
+import { CHANNELS, type Channel } from "../../lib/messaging/channels";
 import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
-import { heavyGateOf, withHeavyRead } from "../../lib/heavy";
-import { Loops } from "../../lib/jobs";
+import { heavyGateOf, withHeavyRead } from "../../lib/db/heavy";
+import { Loops } from "../../lib/jobs/jobs";
 import { OUTBOX_WRITTEN } from "../notifier/notifier.contract";
 import { IngressMixin, parseIngest, type InboundItem, type OptOutItem } from "./tracking.ingress";
-import { APPLY_OPT_OUTS, type ApplyOptOutsIn, type ApplyOptOutsOut, type OptOutChange } from "../contacts/contacts.contract";
+import type { OptOutChange } from "../contacts/contacts.contract";
 import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
-import { GroupCommitter } from "../../lib/group-commit";
+import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
 import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
@@ -43,6 +43,8 @@ import {
 } from "./tracking.schemas";
 import type { IngestMetrics } from "./tracking.metrics";
 import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
+import { callInbox } from "../inbox/inbox.contract";
+import { callContacts } from "../contacts/contacts.contract";
 
 interface TrackingVars {
   committer: GroupCommitter<IngestItem[]>;
@@ -131,7 +133,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         errors: [400, 429],
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
           checkHistoryRange(ctx.params);
-          // A heavy read: the account's share of this node's slots (lib/heavy.ts), under the class's statement limit.
+          // A heavy read: the account's share of this node's slots (lib/db/heavy.ts), under the class's statement limit.
           return withHeavyRead(sequelize, gate, ctx, (exec) => historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params));
         },
       }),
@@ -154,7 +156,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         if (path.startsWith("inbound/")) {
           const inbound = parsed as InboundItem[];
           const handed: InboxIngestIn = { channel: inbound[0]!.channel, items: inbound.map((i) => i.inbound) };
-          await this.broker.call("inbox.ingest", handed).catch((err: unknown) => {
+          await callInbox(this.broker, "inbox.ingest", handed).catch((err: unknown) => {
             const e = err as { name?: string; code?: number };
             // No inbox node (yet, or any more): the upstream tries again later.
             if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError")
@@ -166,7 +168,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         }
         if (path === "opt-outs") {
           const reports = (parsed as OptOutItem[]).map((i): OptOutChange => ({ ...i.report, source: "UPSTREAM" }));
-          await this.broker.call<ApplyOptOutsOut, ApplyOptOutsIn>(APPLY_OPT_OUTS, { items: reports }).catch((err: unknown) => {
+          await callContacts(this.broker, "contacts.applyOptOuts", { items: reports }).catch((err: unknown) => {
             // No contacts node (yet, or any more), or none answered: the upstream tries again later.
             if (UNREACHABLE.has((err as { name?: string })?.name ?? ""))
               throw new ApiError("SERVICE_UNAVAILABLE", "Opt-outs cannot be stored right now (no contacts node answers); try again.", { retryAfter: 5 });

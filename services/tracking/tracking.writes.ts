@@ -2,12 +2,13 @@
  * Ingestion's writes: what upstreams report becomes message rows, statuses and outbox events,
  * set-based, in the one transaction the caller holds. Registrations first, then the common receipt
  * in one statement, then everything else folded (tracking.fold.ts) into the rows it concerns, then
- * the outbox rows of exactly these changes. (Inbound messages belong to inbox: inbox.ingest.)
+ * the outbox rows of exactly these changes. (Inbound messages belong to inbox: inbox.ingest.) The
+ * statements are in tracking.queries.ts.
  */
-import type { Exec } from "../../lib/db";
-import { inFlightCode } from "../../lib/channels";
-import { MESSAGE_STATUS_EVENTS_SQL, type StatusChangeKey } from "../inbox/inbox.contract";
-import { OUTBOX_INSERT, type ChannelSupport } from "./tracking.contract";
+import type { Exec } from "../../lib/db/db";
+import { inFlightCode } from "../../lib/messaging/channels";
+import type { StatusChangeKey } from "../inbox/inbox.contract";
+import type { ChannelSupport } from "./tracking.contract";
 import {
   channelSupportOf,
   deliveryPayload,
@@ -19,7 +20,17 @@ import {
   type ReadItem,
   type ReceiptItem,
 } from "./tracking.fold";
-import { MESSAGE_COLUMNS, stateOf, type MessageRow } from "./tracking.models";
+import { stateOf } from "./tracking.models";
+import {
+  applyFirstReceipts,
+  deleteLateSimulationEvents,
+  insertOutboxEvents,
+  insertPlaceholders,
+  lockMessages,
+  updateStatesWithEvents,
+  upsertRegistrations,
+  writeReplyStatusEvents,
+} from "./tracking.queries";
 import type { RegistrationIn } from "./tracking.schemas";
 
 export interface WriteEffects {
@@ -34,21 +45,8 @@ const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
 export class RetryWrite extends Error {}
 
-const STATE_COLUMNS = `status_code smallint, delivery_date timestamptz, read_at timestamptz, price numeric, part_codes smallint[], last_part_date timestamptz, total_parts smallint`;
-const stateJson = (s: MessageState) => ({
-  status_code: s.statusCode,
-  delivery_date: s.deliveryDate,
-  read_at: s.readAt,
-  price: s.price,
-  part_codes: s.partCodes,
-  last_part_date: s.lastPartDate,
-  total_parts: s.totalParts,
-});
-
 /** Everything a batch of ingress items changes, in one transaction the caller holds (`exec` runs in it). */
 export async function writeItems(exec: Exec, items: IngestItem[]): Promise<WriteEffects> {
-  const q = exec;
-  const run = exec;
   let events: OutboxEvent[] = [];
   let eventCount = 0;
   const support: ChannelSupport[] = [];
@@ -80,28 +78,10 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       sim: m.simulation ?? false,
       st: inFlightCode(m.channel),
     }));
-    const late = await q<{ company_id: string; channel: string; customer_message_id: string; created_at: Date }>(
-      `WITH up AS (
-         INSERT INTO messages AS m (company_id, channel, customer_message_id, destination, sent_at, total_parts, text, campaign_id, simulation, status_code)
-         SELECT x.c, x.ch, x.id, x.d, COALESCE(x.s, date_trunc('milliseconds', now())), x.p, x.tx, x.cp, x.sim, x.st
-           FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, s timestamptz, p smallint, tx text, cp text, sim boolean, st smallint)
-         ON CONFLICT (company_id, channel, customer_message_id) DO UPDATE
-            SET sent_at = EXCLUDED.sent_at, text = EXCLUDED.text, campaign_id = EXCLUDED.campaign_id,
-                simulation = EXCLUDED.simulation, destination = EXCLUDED.destination, updated_at = now()
-          WHERE m.sent_at IS NULL
-         RETURNING m.company_id, m.channel, m.customer_message_id, m.created_at, (m.simulation AND NOT (m.xmax = 0)) AS late_simulation)
-       SELECT company_id, channel, customer_message_id, created_at FROM up WHERE late_simulation`,
-      [JSON.stringify(rows)],
-    );
+    const late = await upsertRegistrations(exec, rows);
     // A simulated message whose receipt came first: its events must never go out. They were all
     // written since its row was (the BRIN index on created_at keeps this to recent blocks).
-    if (late.length > 0) {
-      await run(
-        `DELETE FROM outbox_events o USING jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, since timestamptz)
-          WHERE o.created_at >= x.since AND o.company_id = x.c AND o.channel = x.ch AND o.message_id = x.id AND o.event_type IN ('DELIVERY', 'READ')`,
-        [JSON.stringify(late.map((r) => ({ c: r.company_id, ch: r.channel, id: r.customer_message_id, since: new Date(r.created_at).toISOString() })))],
-      );
-    }
+    if (late.length > 0) await deleteLateSimulationEvents(exec, late);
   }
 
   // 2a. The common case in one statement: the first receipt of a registered single-part message
@@ -124,23 +104,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       const rows = fast.map(({ i, r }) => {
         return { i, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload: deliveryPayload(r, 1, 1) };
       });
-      const applied = await q<{ i: number; simulation: boolean; events: string }>(
-        `WITH x AS (
-           SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
-         upd AS (
-           UPDATE messages AS m
-              SET status_code = x.code, delivery_date = x.d, price = CASE WHEN x.p IS NULL THEN m.price ELSE COALESCE(m.price, 0) + x.p END, updated_at = now()
-             FROM x
-            WHERE m.company_id = x.c AND m.channel = x.ch AND m.customer_message_id = x.id
-              AND m.status_code IN (0, 1) AND m.total_parts = 1
-           RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload),
-         ev AS (
-           INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
-           SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation ORDER BY i
-           RETURNING 1)
-         SELECT i, simulation, (SELECT count(*) FROM ev) AS events FROM upd`,
-        [JSON.stringify(rows)],
-      );
+      const applied = await applyFirstReceipts(exec, rows);
       const done = new Set(applied.map((a) => Number(a.i)));
       const simulated = new Set(applied.filter((a) => a.simulation).map((a) => Number(a.i)));
       eventCount += applied.length > 0 ? Number(applied[0]!.events) : 0;
@@ -159,13 +123,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   if (updates.length > 0) {
     const keys = new Map<string, { c: string; ch: string; id: string }>();
     for (const u of updates) keys.set(keyOf(u.companyId, u.channel, u.messageId), { c: u.companyId, ch: u.channel, id: u.messageId });
-    const found = await q<MessageRow>(
-      `SELECT ${MESSAGE_COLUMNS}
-         FROM jsonb_to_recordset($1::jsonb) AS k(c text, ch text, id text)
-         JOIN messages m ON m.company_id = k.c AND m.channel = k.ch AND m.customer_message_id = k.id
-        ORDER BY m.id FOR UPDATE OF m`,
-      [JSON.stringify([...keys.values()])],
-    );
+    const found = await lockMessages(exec, [...keys.values()]);
     const states = new Map<string, MessageState>();
     for (const r of found) states.set(keyOf(r.company_id, r.channel, r.customer_message_id), stateOf(r));
     for (const u of updates) {
@@ -181,41 +139,23 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     const fresh = [...states.values()].filter((s) => s.id === null);
     const changed = [...states.values()].filter((s) => s.id !== null && s.changed);
     if (fresh.length > 0) {
-      const inserted = await q<{ n: string }>(
-        `WITH ins AS (
-           INSERT INTO messages (company_id, channel, customer_message_id, destination, total_parts, status_code, delivery_date, read_at, price, part_codes, last_part_date)
-           SELECT x.c, x.ch, x.id, x.d, x.total_parts, x.status_code, x.delivery_date, x.read_at, x.price, x.part_codes, x.last_part_date
-             FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, ${STATE_COLUMNS})
-           ON CONFLICT (company_id, channel, customer_message_id) DO NOTHING
-           RETURNING 1)
-         SELECT count(*) AS n FROM ins`,
-        [JSON.stringify(fresh.map((s) => ({ c: s.companyId, ch: s.channel, id: s.customerMessageId, d: s.destination, ...stateJson(s) })))],
-      );
+      const inserted = await insertPlaceholders(exec, fresh);
       // Registered (or received) by a concurrent write meanwhile: start over, it will be found.
-      if (Number(inserted[0]!.n) !== fresh.length) throw new RetryWrite("a message row appeared concurrently");
+      if (inserted !== fresh.length) throw new RetryWrite("a message row appeared concurrently");
     }
     if (changed.length > 0) {
       // The updates, and the outbox rows of what came so far, in one statement (one round trip).
       const pending = events;
       eventCount += pending.length;
       events = [];
-      await run(
-        `WITH upd AS (
-           UPDATE messages AS m
-              SET status_code = x.status_code, delivery_date = x.delivery_date, read_at = x.read_at, price = x.price,
-                  part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
-             FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, ${STATE_COLUMNS})
-            WHERE m.id = x.id)
-         ${OUTBOX_INSERT.replace("$1", "$2")}`,
-        [JSON.stringify(changed.map((s) => ({ id: s.id, ...stateJson(s) }))), JSON.stringify(pending)],
-      );
+      await updateStatesWithEvents(exec, changed, pending);
     }
   }
 
   // 3. The outbox: the events of exactly these changes (those not written with the updates above).
-  if (events.length > 0) await run(OUTBOX_INSERT, [JSON.stringify(events)]);
+  if (events.length > 0) await insertOutboxEvents(exec, events);
 
   // 4. The inbox's live view: a `message.status` event for each inbox reply among the changed messages (inbox.contract.ts).
-  const inbox = statusChanged.length > 0 ? await q<{ company_id: string }>(MESSAGE_STATUS_EVENTS_SQL, [JSON.stringify(statusChanged)]) : [];
+  const inbox = statusChanged.length > 0 ? await writeReplyStatusEvents(exec, statusChanged) : [];
   return { events: eventCount + events.length, support, inboxCompanies: inbox.map((r) => r.company_id) };
 }

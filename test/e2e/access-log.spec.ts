@@ -3,7 +3,7 @@
  * file): the access line of a download, served or refused, carries `.../download/{expires}/[redacted]`.
  */
 import { loggedPath } from "../../services/gateway/gateway.answers";
-import { loggerOptions } from "../../lib/logger";
+import { loggerOptions } from "../../lib/observability/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { capturedLogs } from "../helpers/logs";

@@ -318,18 +318,20 @@ async function send(op: Op, c: Case): Promise<Res> {
 
 // ---- the database --------------------------------------------------------------------------
 
-let tables: string[] | null = null;
+let fingerprintSql: string | null = null;
 /** Count and content hash of every table of the public schema. */
 async function fingerprint(): Promise<Record<string, string>> {
   const q = <T extends object>(sql: string) => t.db.sequelize.query<T>(sql, { type: QueryTypes.SELECT });
-  tables ??= (await q<{ tablename: string }>("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")).map((r) => r.tablename);
+  // Every table's row count and a digest of its rows, in one statement (one round trip per fingerprint).
+  fingerprintSql ??= (await q<{ tablename: string }>("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"))
+    .map(({ tablename }) => {
+      const ident = `"${tablename.replace(/"/g, '""')}"`;
+      const literal = `'${tablename.replace(/'/g, "''")}'`;
+      return `SELECT ${literal} AS t, count(*)::text AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${ident} x`;
+    })
+    .join(" UNION ALL ");
   const out: Record<string, string> = {};
-  for (const name of tables) {
-    const [r] = await q<{ n: string; h: string }>(
-      `SELECT count(*)::text AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM "${name.replace(/"/g, '""')}" x`,
-    );
-    out[name] = `${r!.n}:${r!.h}`;
-  }
+  for (const r of await q<{ t: string; n: string; h: string }>(fingerprintSql)) out[r.t] = `${r.n}:${r.h}`;
   return out;
 }
 

@@ -1,12 +1,12 @@
 /**
  * The preview counted by PostgreSQL (issue 30, item 1): its SMS parts and encodings agree with the
- * sender's own splitting (lib/sms.ts) for every recipient, its samples show contacts only to a key
+ * sender's own splitting (lib/messaging/sms.ts) for every recipient, its samples show contacts only to a key
  * that may read them, and one account's concurrent previews of a large audience neither stall
  * another account nor answer anything but 200 or 429 with Retry-After.
  */
 import fc from "fast-check";
 import { QueryTypes } from "sequelize";
-import { smsInfo } from "../../lib/sms";
+import { smsInfo } from "../../lib/messaging/sms";
 import { parseText, render } from "../../services/campaigns/campaigns.text";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { campaignIn, seedList } from "../helpers/campaigns";
@@ -113,6 +113,10 @@ describe("one account's previews of a large audience", () => {
       return performance.now() - start;
     };
     for (let i = 0; i < 5; i++) await probe();
+    // One preview alone, on this machine now: the unit the bounds below are counted in.
+    const aloneStart = performance.now();
+    expect((await heavy.api.get(`/campaigns/${c.body.id}/preview`)).status).toBe(200);
+    const alone = performance.now() - aloneStart;
     let done = false;
     const during: number[] = [];
     const probing = (async () => {
@@ -132,7 +136,13 @@ describe("one account's previews of a large audience", () => {
     const ok = answers.find((r) => r.status === 200)!;
     expect(ok.body.audience).toBe(N);
     expect(during.length).toBeGreaterThan(0);
-    // Before: the other account waited 15 s and then got a 503 on PostgreSQL.
-    expect(Math.max(...during)).toBeLessThan(2000);
+    // Before: the other account waited 15 s and then got a 503 on PostgreSQL. The bounds leave room
+    // for a busy 2-core CI machine (one probe can lose a second to the scheduler; embedded PGlite is
+    // one session that the previews share with everyone, so a probe may wait for the statement of the
+    // preview running then), not for a queue: 40 previews queued ahead would be 40 times `alone`.
+    const sorted = [...during].sort((a, b) => a - b);
+    const [median, max] = [sorted[Math.floor(sorted.length / 2)]!, sorted[sorted.length - 1]!];
+    expect(median).toBeLessThan(Math.max(2000, 1.5 * alone));
+    expect(max).toBeLessThan(Math.max(5000, 3 * alone));
   }, 120_000);
 });

@@ -2,12 +2,12 @@ import ExcelJS from "exceljs";
 import { readdirSync, statSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
-import { crc32, deflateRawSync } from "node:zlib";
-import { MAX_EXPANDED_BYTES } from "../../lib/upload";
+import { MAX_EXPANDED_BYTES } from "../../lib/http/upload";
 import { IMPORT_TASK_BUDGET_MS } from "../../services/contacts/contacts.runner";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
+import { zip, type ZipPart } from "../helpers/zip";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -516,54 +516,12 @@ describe("contact imports: hostile cells and the time budget", () => {
 });
 
 describe("contact imports: XLSX zip bombs", () => {
-  type Part = { name: string; data: Buffer; declare?: number };
-  /** A zip of deflated parts, in the order given; `declare` puts a false uncompressed size in both headers. */
-  function zip(parts: Part[]): Buffer {
-    const locals: Buffer[] = [];
-    const central: Buffer[] = [];
-    let offset = 0;
-    for (const p of parts) {
-      const name = Buffer.from(p.name);
-      const packed = deflateRawSync(p.data, { level: 9 });
-      const crc = crc32(p.data);
-      const size = p.declare ?? p.data.length;
-      const local = Buffer.alloc(30);
-      local.writeUInt32LE(0x04034b50, 0);
-      local.writeUInt16LE(20, 4);
-      local.writeUInt16LE(8, 8);
-      local.writeUInt32LE(crc, 14);
-      local.writeUInt32LE(packed.length, 18);
-      local.writeUInt32LE(size, 22);
-      local.writeUInt16LE(name.length, 26);
-      const dir = Buffer.alloc(46);
-      dir.writeUInt32LE(0x02014b50, 0);
-      dir.writeUInt16LE(20, 4);
-      dir.writeUInt16LE(20, 6);
-      dir.writeUInt16LE(8, 10);
-      dir.writeUInt32LE(crc, 16);
-      dir.writeUInt32LE(packed.length, 20);
-      dir.writeUInt32LE(size, 24);
-      dir.writeUInt16LE(name.length, 28);
-      dir.writeUInt32LE(offset, 42);
-      locals.push(local, name, packed);
-      central.push(dir, name);
-      offset += local.length + name.length + packed.length;
-    }
-    const cd = Buffer.concat(central);
-    const end = Buffer.alloc(22);
-    end.writeUInt32LE(0x06054b50, 0);
-    end.writeUInt16LE(parts.length, 8);
-    end.writeUInt16LE(parts.length, 10);
-    end.writeUInt32LE(cd.length, 12);
-    end.writeUInt32LE(offset, 16);
-    return Buffer.concat([...locals, cd, end]);
-  }
   const cell = (ref: string, text: string) => `<c r="${ref}" t="inlineStr"><is><t>${text}</t></is></c>`;
   /** A minimal workbook whose one sheet holds `rows`, `padding` bytes of blanks between them; the sheet may come first in the zip. */
   function workbook(rows: string[][], opts: { padding?: number; declareSheet?: number; sheetFirst?: boolean } = {}): Buffer {
     const xml = (s: string) => Buffer.from(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n${s}`);
     const body = rows.map((r, i) => `<row r="${i + 1}">${r.map((v, j) => cell(`${String.fromCharCode(65 + j)}${i + 1}`, v)).join("")}</row>`);
-    const sheet: Part = {
+    const sheet: ZipPart = {
       name: "xl/worksheets/sheet1.xml",
       data: Buffer.concat([
         xml(`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>${body[0] ?? ""}`),
@@ -572,7 +530,7 @@ describe("contact imports: XLSX zip bombs", () => {
       ]),
       declare: opts.declareSheet,
     };
-    const rest: Part[] = [
+    const rest: ZipPart[] = [
       {
         name: "[Content_Types].xml",
         data: xml(

@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { ALL_SERVICES } from "../../lib/config";
-import { OPENAPI_TAGS } from "../../lib/openapi";
+import { OPENAPI_TAGS } from "../../lib/http/openapi";
 import { startTestApp, type TestApp } from "../helpers/app";
 import { REQUIRE_REAL } from "../helpers/db";
 

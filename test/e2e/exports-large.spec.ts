@@ -6,7 +6,7 @@
  */
 import { parse } from "csv-parse/sync";
 import { QueryTypes } from "sequelize";
-import { statusByCode } from "../../lib/channels";
+import { statusByCode } from "../../lib/messaging/channels";
 import { startTestApp, type TestApp } from "../helpers/app";
 import { exportedFileUrl, HISTORY_HEADER } from "../helpers/exports";
 

@@ -1,7 +1,8 @@
 import net from "node:net";
 import type { Context } from "moleculer";
-import { loggerOptions } from "../../lib/logger";
+import { loggerOptions } from "../../lib/observability/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
+import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { capturedLogs } from "../helpers/logs";
 
@@ -73,12 +74,13 @@ describe("X-Request-Id", () => {
     const a = await t.newAccount(["AUTHENTICATION"]);
     const res = await a.api.get("/probe/trace", { headers: { "x-request-id": "trace-me-42" } });
     expect(res.body).toEqual({ requestId: "trace-me-42" });
-    await new Promise((r) => setTimeout(r, 100));
-    const mine = logLines.filter((l) => JSON.stringify(l).includes("inside the probe action") || l.msg === "request");
-    const inside = mine.find((l) => l.msg === "inside the probe action");
-    expect(inside?.requestId).toBe("trace-me-42");
-    const access = logLines.find((l) => l.msg === "request" && l.requestId === "trace-me-42");
-    expect(access).toMatchObject({ status: 200, route: expect.stringContaining("/probe/trace") });
+    await eventually(() => {
+      const mine = logLines.filter((l) => JSON.stringify(l).includes("inside the probe action") || l.msg === "request");
+      const inside = mine.find((l) => l.msg === "inside the probe action");
+      expect(inside?.requestId).toBe("trace-me-42");
+      const access = logLines.find((l) => l.msg === "request" && l.requestId === "trace-me-42");
+      expect(access).toMatchObject({ status: 200, route: expect.stringContaining("/probe/trace") });
+    });
   });
 });
 
@@ -136,9 +138,10 @@ describe("problem bodies", () => {
       requestId: res.headers.get("x-request-id"),
     });
     expect(res.text).not.toMatch(/secret_table|SELECT|probe|\.ts|stack/i);
-    await new Promise((r) => setTimeout(r, 50));
-    const logged = logLines.find((l) => l.msg === "request failed" && l.requestId === res.headers.get("x-request-id"));
-    expect(JSON.stringify(logged)).toContain("secret_table"); // the stack goes to the log instead
+    await eventually(() => {
+      const logged = logLines.find((l) => l.msg === "request failed" && l.requestId === res.headers.get("x-request-id"));
+      expect(JSON.stringify(logged)).toContain("secret_table"); // the stack goes to the log instead
+    });
   });
 
   it("answers a request Node's HTTP parser refuses (bad header bytes) with a problem", async () => {
@@ -156,6 +159,25 @@ describe("problem bodies", () => {
     expect(raw).toMatch(/X-Request-Id: [0-9a-f-]{36}/);
     const body = JSON.parse(raw.slice(raw.indexOf("\r\n\r\n") + 4));
     expect(body.status).toBe(400);
+  });
+});
+
+describe("connections", () => {
+  it("keeps an idle connection open 65 s, past a load balancer's 60 s, and says so in Keep-Alive", async () => {
+    // Two requests on one socket, the second after a pause: the same connection answers both.
+    const raw = await new Promise<string>((resolve, reject) => {
+      const s = net.connect(t.app.port!, "127.0.0.1", () => s.write("GET /healthz/live HTTP/1.1\r\nHost: x\r\n\r\n"));
+      let data = "";
+      s.on("data", (d) => {
+        data += d.toString();
+        const answers = data.split("HTTP/1.1 200").length - 1;
+        if (answers === 1 && data.endsWith("}")) setTimeout(() => s.write("GET /healthz/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 300);
+      });
+      s.on("end", () => resolve(data));
+      s.on("error", reject);
+    });
+    expect(raw.split("HTTP/1.1 200").length - 1).toBe(2);
+    expect(raw).toMatch(/Keep-Alive: timeout=65\r\n/);
   });
 });
 

@@ -1,5 +1,5 @@
 /**
- * Inbound messages in grouped transactions (inbox.ingest.ts over lib/group-commit.ts): concurrent
+ * Inbound messages in grouped transactions (inbox.ingest.ts over lib/db/group-commit.ts): concurrent
  * calls share a transaction and keep every guarantee of a call of their own: each answered once its
  * messages are committed, each call all or nothing (a call the database refuses fails alone, the
  * others of its group commit), a messageId stored once however many calls of one group carry it,
@@ -8,9 +8,10 @@
  */
 import type { Service, ServiceSchema } from "moleculer";
 import { QueryTypes } from "sequelize";
-import type { GroupCommitter } from "../../lib/group-commit";
+import type { GroupCommitter } from "../../lib/db/group-commit";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { inboundIn, phone } from "../helpers/builders";
+import { eventually } from "../helpers/eventually";
 
 let t: TestApp;
 /** What each `inbox.eventsWritten` broadcast found committed when it arrived: message.created rows of its accounts. */
@@ -178,9 +179,10 @@ it("stores a messageId once when several calls of one group carry it, answering 
   expect(held.created).toBe(3);
   expect(held.conversations).toEqual([{ channel: "WHATSAPP", contact_number: source, unread_count: 3 }]);
   // Announced after the commit: when the broadcast of this account arrived, its three events were readable.
-  await new Promise((r) => setTimeout(r, 100));
-  const mine = announced.slice(announcedBefore).filter((a) => a.companyIds.includes(companyId));
-  expect(mine).toEqual([{ companyIds: [companyId], rows: 3 }]);
+  await eventually(() => {
+    const mine = announced.slice(announcedBefore).filter((a) => a.companyIds.includes(companyId));
+    expect(mine).toEqual([{ companyIds: [companyId], rows: 3 }]);
+  });
 
   // A later call repeating them all changes nothing.
   expect((await ingest(t, "WHATSAPP", [m("d-3"), m("d-2"), m("d-1")])).created).toBe(0);

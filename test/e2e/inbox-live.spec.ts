@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
 import { appendInboxEvents, announceInboxEvents, type InboxEvent } from "../../services/inbox/inbox.events";
 import type { InboxEventType } from "../../services/inbox/inbox.contract";
-import { loggerOptions } from "../../lib/logger";
+import { loggerOptions } from "../../lib/observability/logger";
 import { startTestApp, testConfig, type Account, type TestApp } from "../helpers/app";
 import { capturedLogs } from "../helpers/logs";
 import { receiptIn, readIn } from "../helpers/builders";
@@ -296,7 +296,7 @@ describe("slow clients and limits", () => {
     const started = performance.now();
     expect((await t.api.get("/openapi.json")).status).toBe(200);
     expect((await t.root.get("/healthz/live")).status).toBe(200);
-    expect(performance.now() - started).toBeLessThan(1000);
+    expect(performance.now() - started).toBeLessThan(3000);
     expect(slow.events.length).toBeLessThan(N);
     // What the gateway holds for the slow client stays about one page (256 KiB of events) past its buffer, not the 6.5 MiB written.
     const live = (t.app.broker.getLocalService("gateway") as unknown as { live: { pendingBytes(): number } }).live;

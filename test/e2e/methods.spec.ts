@@ -9,11 +9,12 @@ import { randomUUID } from "node:crypto";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
-import { API_ROUTES } from "../../lib/api-routes";
+import { API_ROUTES } from "../../lib/http/api-routes";
 import { ALL_SERVICES } from "../../lib/config";
-import { loggerOptions } from "../../lib/logger";
+import { loggerOptions } from "../../lib/observability/logger";
 import { MAX_REQUEST_HEAD } from "../../services/gateway/gateway.service";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
+import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { capturedLogs } from "../helpers/logs";
 
@@ -101,6 +102,13 @@ describe("a known path with a method it does not have", () => {
     expect((await a.api.get("/AUTHENTICATION/ME")).status).toBe(200); // paths match case-insensitively, as before
     expectProblem(await a.api.delete("/Authentication/Me"), 405);
     expect((await a.api.get("/contacts/custom-fields")).status).toBe(200);
+    // A trailing slash names the same path; the ops paths match case-insensitively too, and know their methods.
+    expect((await a.api.get("/authentication/me/")).status).toBe(200);
+    expectProblem(await a.api.delete("/authentication/me/"), 405);
+    expect((await t.root.get("/HEALTHZ/Live")).status).toBe(200);
+    const post = await t.root.post("/healthz/live", {});
+    expectProblem(post, 405);
+    expect(post.headers.get("allow")).toBe("GET");
   });
 });
 
@@ -185,11 +193,12 @@ describe("a request head too large", () => {
     expect(answer).toMatch(/Content-Type: application\/problem\+json/);
     const second = /X-Request-Id: ([0-9a-f-]{36})/.exec(answer)?.[1];
     expect(second).toBeDefined();
-    await new Promise((r) => setTimeout(r, 200));
-    for (const id of [requestId, second]) {
-      const line = logLines.find((l) => l.msg === "request" && l.requestId === id);
-      expect({ id, line }).toEqual({ id, line: expect.objectContaining({ status: 431, route: "unmatched" }) });
-    }
+    await eventually(() => {
+      for (const id of [requestId, second]) {
+        const line = logLines.find((l) => l.msg === "request" && l.requestId === id);
+        expect({ id, line }).toEqual({ id, line: expect.objectContaining({ status: 431, route: "unmatched" }) });
+      }
+    });
     const metrics = await t.root.get("/metrics");
     expect(metrics.text).toMatch(/http_requests_total\{method="[A-Z-]+",route="unmatched",status="431"\} [1-9]/);
   });

@@ -9,7 +9,7 @@
 import { randomBytes } from "node:crypto";
 import { QueryTypes } from "sequelize";
 import { ApiError, ERROR_TYPES } from "../../lib/errors";
-import { loggerOptions } from "../../lib/logger";
+import { loggerOptions } from "../../lib/observability/logger";
 import { startTestApp, testConfig, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
 import type { Res } from "../helpers/http";

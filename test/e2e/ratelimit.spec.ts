@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { Errors } from "moleculer";
 import { startTestApp, type TestApp } from "../helpers/app";
 import { expectProblem } from "../helpers/expect";
 
@@ -86,11 +87,14 @@ describe("behind a trusted proxy, failed key lookups", () => {
   // The test client connects from 127.0.0.1, trusted here: X-Forwarded-For names the client.
   let p: TestApp;
   let verifyCalls = 0;
+  /** While set, auth.verify is unreachable (as when auth or its database is out). */
+  let authOut = false;
   beforeAll(async () => {
     p = await startTestApp({ config: { rateLimitRps: 1000, trustedProxies: ["127.0.0.1/32"] } });
     const call = p.app.broker.call.bind(p.app.broker);
     jest.spyOn(p.app.broker, "call").mockImplementation(((action: string, ...rest: unknown[]) => {
       if (action === "auth.verify") verifyCalls++;
+      if (action === "auth.verify" && authOut) return Promise.reject(new Errors.ServiceNotAvailableError({ action, nodeID: "gone" }));
       return (call as (...a: unknown[]) => unknown)(action, ...rest);
     }) as typeof p.app.broker.call);
   });
@@ -146,6 +150,23 @@ describe("behind a trusted proxy, failed key lookups", () => {
     const results = await Promise.all(Array.from({ length: 50 }, () => a.api.get("/authentication/me", { headers: client })));
     expect(results.map((r) => r.status)).toEqual(Array.from({ length: 50 }, () => 200));
     expect(verifyCalls - before).toBe(1);
+  });
+
+  it("take no failed-lookup token when the lookup itself fails (auth out): a valid key works at once when it is back", async () => {
+    // An outage is nobody's failed key: 60 lookups refused with 503 (three times the burst of 20)
+    // leave the client's failed-lookup bucket as it was, so its first requests after are not 429s.
+    const a = await p.newAccount(["AUTHENTICATION"]);
+    const client = { "x-forwarded-for": "198.51.100.92" };
+    authOut = true;
+    try {
+      for (let i = 0; i < 60; i++) expectProblem(await a.api.get("/authentication/me", { headers: client }), 503);
+    } finally {
+      authOut = false;
+    }
+    expect((await a.api.get("/authentication/me", { headers: client })).status).toBe(200);
+    // The bucket is whole: 20 unknown keys at once are all looked up and answered 401.
+    const guesses = await Promise.all(Array.from({ length: 20 }, () => p.api.get("/authentication/me", { headers: { ...client, "x-api-key": unknownKey() } })));
+    expect(guesses.map((r) => r.status)).toEqual(Array.from({ length: 20 }, () => 401));
   });
 
   it("bucket IPv6 clients by their /64", async () => {

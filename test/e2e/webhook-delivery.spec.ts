@@ -5,8 +5,8 @@
  * the attempts log, isolation between accounts and two notifiers sharing the outbox.
  */
 import { QueryTypes } from "sequelize";
-import { startApp, type App } from "../../lib/app";
-import { nodeRegistriesOf } from "../../lib/http-metrics";
+import { startApp, type App } from "../../app/start-app";
+import { nodeRegistriesOf } from "../../lib/observability/http-metrics";
 import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
 import { messageIn, receiptIn, smsReceiptIn, inboundIn, readIn } from "../helpers/builders";
 import { itWithPostgres } from "../helpers/db";
@@ -286,8 +286,10 @@ describe("retries", () => {
     const { id } = await smsSentAndDelivered(a.companyId, { sentAt: old });
     const log = await attemptsUntil(a, (rows) => rows.length === 1, 5000, `&messageId=${id}`);
     expect(log[0]).toMatchObject({ attempt: 1, outcome: "EXPIRED", httpStatus: 500, nextAttemptAt: null, error: expect.stringMatching(/10 days/) });
-    // A message sent 10 days ago less 1.5 s: the first retry (after ~1 s) is made, the second would fall past the window.
-    const m = messageIn(a.companyId, { channel: "RCS", sentAt: new Date(Date.now() - 10 * 86400_000 + 1500).toISOString() });
+    // A message sent 10 days ago less 3 s: the first retry (due 1-1.2 s after the first attempt) is
+    // made, the second (due 2-2.4 s after that) would fall past the window. 3 s leaves the ingest, the
+    // claims and the attempts 1.8 s between them on a busy machine (1.5 s left 0.3 s, too little in CI).
+    const m = messageIn(a.companyId, { channel: "RCS", sentAt: new Date(Date.now() - 10 * 86400_000 + 3000).toISOString() });
     const edge = m.customerMessageId;
     await ingest("/messages", m);
     await ingest("/receipts/rcs", receiptIn(m, { statusCode: 4 }));

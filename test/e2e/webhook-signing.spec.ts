@@ -9,7 +9,7 @@
 import { QueryTypes } from "sequelize";
 import { Webhook, WebhookVerificationError } from "standardwebhooks";
 import type { IncomingMessage } from "node:http";
-import { loggerOptions } from "../../lib/logger";
+import { loggerOptions } from "../../lib/observability/logger";
 import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
 import { messageIn, smsReceiptIn } from "../helpers/builders";
 import { expectProblem } from "../helpers/expect";

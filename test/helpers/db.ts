@@ -5,7 +5,8 @@
  */
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { openDatabase, type Database } from "../../lib/db";
+import { openDatabase, type Database } from "../../lib/db/db";
+import { pgliteSnapshot, pgTemplate } from "./template-db";
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
 export const TEST_NATS_URL = process.env.TEST_NATS_URL || null;
@@ -49,14 +50,17 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** Creates an empty database (no migrations) on the real PostgreSQL and returns its URL. */
-export async function createPgDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+/**
+ * Creates a database on the real PostgreSQL and returns its URL: empty (no migrations), or a copy
+ * of `template` (test/helpers/template-db.ts).
+ */
+export async function createPgDatabase(template?: string): Promise<{ url: string; drop(): Promise<void> }> {
   if (!TEST_DATABASE_URL) throw new Error("TEST_DATABASE_URL is not set");
   const name = `pgw_test_${Date.now().toString(36)}_${randomBytes(4).toString("hex")}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
   try {
-    await admin.query(`CREATE DATABASE ${name}`);
+    await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ""}`);
   } finally {
     await admin.end();
   }
@@ -76,13 +80,17 @@ export async function createPgDatabase(): Promise<{ url: string; drop(): Promise
   };
 }
 
+/**
+ * A migrated database of the caller's own: a copy of the migrated template (PostgreSQL) or of the
+ * migrated snapshot (PGlite), on which openDatabase's own `migrate` then finds nothing pending.
+ */
 export async function createTestDatabase(): Promise<TestDatabase> {
   if (!TEST_DATABASE_URL) {
     if (REQUIRE_REAL) throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set");
-    const db = await openDatabase({ databaseUrl: null, dataDir: null });
+    const db = await openDatabase({ databaseUrl: null, dataDir: null, embeddedSnapshot: await pgliteSnapshot() });
     return { url: null, db, drop: async () => undefined };
   }
-  const pgdb = await createPgDatabase();
+  const pgdb = await createPgDatabase(await pgTemplate(TEST_DATABASE_URL));
   const db = await openDatabase({ databaseUrl: pgdb.url, dataDir: null });
   return {
     url: pgdb.url,

@@ -187,6 +187,14 @@ const dateTime: fc.Arbitrary<string> = fc
     return iso;
   });
 
+/**
+ * String arbitraries by what decides them (the keywords buildString reads), for every Generator of
+ * the file: fast-check spent most of a conformance walk building `stringMatching`, `emailAddress` and
+ * `webUrl` arbitraries (each builds its strings' bias tables), and an arbitrary is a pure
+ * description, so one per kind draws exactly what a fresh one would.
+ */
+const STRINGS = new Map<string, fc.Arbitrary<string>>();
+
 export class Generator {
   constructor(
     private readonly api: OpenApi,
@@ -268,6 +276,13 @@ export class Generator {
   }
 
   private string(s: Schema, header: boolean): fc.Arbitrary<string> {
+    const key = JSON.stringify([header, s.minLength, s.maxLength, s.format, s.pattern]);
+    let arb = STRINGS.get(key);
+    if (!arb) STRINGS.set(key, (arb = this.buildString(s, header)));
+    return arb;
+  }
+
+  private buildString(s: Schema, header: boolean): fc.Arbitrary<string> {
     const min = s.minLength ?? 0;
     const max = s.maxLength ?? Math.max(min, 64);
     const fits = (v: string) => codePoints(v) >= min && codePoints(v) <= max && (!header || v === v.trim());

@@ -17,7 +17,7 @@ import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
-import { API_PREFIX } from "../../lib/api";
+import { API_PREFIX } from "../../lib/http/api";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { campaignIn } from "../helpers/campaigns";
 import { createTestDatabase, itWithPostgres, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";

@@ -9,7 +9,7 @@
  */
 import type { Counter } from "prom-client";
 import { QueryTypes } from "sequelize";
-import { nodeRegistriesOf } from "../../lib/http-metrics";
+import { nodeRegistriesOf } from "../../lib/observability/http-metrics";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { campaignIn, untilStatus } from "../helpers/campaigns";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";

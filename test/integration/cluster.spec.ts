@@ -6,7 +6,7 @@
  * to the ingress of the tracking node is polled through a gateway node.
  */
 import type { Context } from "moleculer";
-import { API_PREFIX } from "../../lib/api";
+import { API_PREFIX } from "../../lib/http/api";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { messageIn, smsReceiptIn, receiptIn } from "../helpers/builders";

@@ -10,8 +10,8 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { openDatabase, type Database } from "../../lib/db";
-import { openEmbedded } from "../../lib/embedded-db";
+import { openDatabase, type Database } from "../../lib/db/db";
+import { openEmbedded } from "../../lib/db/embedded-db";
 
 const CLIENTS = 8;
 const PER_CLIENT = 60;

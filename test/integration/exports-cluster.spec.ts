@@ -6,7 +6,7 @@
  */
 import type { Readable } from "node:stream";
 import { gunzipSync } from "node:zlib";
-import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/remote-file";
+import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/http/remote-file";
 import { exportedFileUrl } from "../helpers/exports";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";

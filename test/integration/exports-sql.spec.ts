@@ -5,7 +5,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize } from "sequelize";
-import { contactExportSql, messageExportSql } from "../../services/exports/exports.sql";
+import { contactExportSql, messageExportSql } from "../../services/exports/exports.queries";
 import { createTestDatabase, type TestDatabase } from "../helpers/db";
 import { NASTY } from "../helpers/nasty";
 
@@ -84,5 +84,14 @@ describe("the export SQL against a database", () => {
   it("matches % and _ only literally", async () => {
     expect(await rows(await contactExportSql(sequelize, company, { fullName: "%" }))).toEqual([]);
     expect(await rows(await contactExportSql(sequelize, company, { search: "_" }))).toEqual([]);
+  });
+
+  it("keeps a NUL, a backslash and a quote of a filter inside its literal (the statement runs, finds nothing, drops nothing)", async () => {
+    for (const value of ["a\u0000'; DROP TABLE contacts; --", "\\'; DROP TABLE contacts; --", "x\u0000\\\u0000'"]) {
+      for (const filters of [{ fullName: value }, { search: value }, { email: value }]) {
+        expect(await rows(await contactExportSql(sequelize, company, filters))).toEqual([]);
+      }
+    }
+    expect(await tablesLeft()).toBe("3");
   });
 });

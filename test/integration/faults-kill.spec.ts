@@ -17,7 +17,7 @@ import os from "node:os";
 import path from "node:path";
 import { gunzipSync } from "node:zlib";
 import { QueryTypes } from "sequelize";
-import { API_PREFIX } from "../../lib/api";
+import { API_PREFIX } from "../../lib/http/api";
 import { createKey } from "../../services/auth/auth.keys";
 import { defineAuthModels } from "../../services/auth/auth.models";
 import { TEST_SECRETS_KEY, uid } from "../helpers/app";

@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
 import { appendInboxEvents, type InboxEvent } from "../../services/inbox/inbox.events";
 import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
-import { migrate } from "../../lib/db";
+import { migrate } from "../../lib/db/db";
 import { eventsSince } from "../../services/inbox/inbox.live.queries";
 
 let tdb: TestDatabase;
@@ -46,7 +46,7 @@ itWithPostgres("numbers each account's events 1, 2, 3; its writers commit in tur
   const started = Date.now();
   expect(await eventsSince(sequelize, a, { after: 0, limit: 50 })).toEqual({ events: [], more: false, next: 0 });
   expect((await eventsSince(sequelize, b, { after: 0, limit: 50 })).events.map((e) => e.id)).toEqual([1]);
-  expect(Date.now() - started).toBeLessThan(1000);
+  expect(Date.now() - started).toBeLessThan(3000);
   await first.commit();
   await second;
   expect(await ids(a)).toEqual([1, 2, 3]);

@@ -84,8 +84,8 @@ describeOverNats("inbox live view over NATS", () => {
     await write(a, chat, "message.created");
     const [ea] = await onA.waitForEvents(1);
     const [eb] = await onB.waitForEvents(1);
-    // Woken by the broadcast, not found by the 5 s safety poll.
-    expect(Date.now() - started).toBeLessThan(2000);
+    // Woken by the broadcast, not found by the 5 s safety poll (room for a loaded CI machine).
+    expect(Date.now() - started).toBeLessThan(3500);
     expect(eb).toEqual(ea);
     expect(eb).toMatchObject({ event: "message.created", json: { chatId: chat } });
 

@@ -5,7 +5,7 @@
  * message as they were. Migration 0018 counts live-view event ids per account.
  */
 import { QueryTypes } from "sequelize";
-import { migrator, openDatabase, type Database } from "../../lib/db";
+import { migrator, openDatabase, type Database } from "../../lib/db/db";
 import { appendInboxEvents } from "../../services/inbox/inbox.events";
 import { createPgDatabase, TEST_DATABASE_URL } from "../helpers/db";
 

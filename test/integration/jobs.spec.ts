@@ -1,12 +1,12 @@
 /**
- * lib/jobs.ts on a real database (embedded PGlite, or the PostgreSQL at TEST_DATABASE_URL): claims
+ * lib/jobs/jobs.ts on a real database (embedded PGlite, or the PostgreSQL at TEST_DATABASE_URL): claims
  * never hand one row to two holders, renewal answers what is still held, giving back and sweeping
  * end holds as the caller says. That a claim skips a row another transaction has locked needs two
  * sessions: PostgreSQL only.
  */
 import pg from "pg";
 import { QueryTypes } from "sequelize";
-import { Jobs, leaseExpired, type ClaimSpec, type JobTable } from "../../lib/jobs";
+import { Jobs, leaseExpired, type ClaimSpec, type JobTable } from "../../lib/jobs/jobs";
 import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
 
 const PROBES: JobTable = { table: "job_probes", alias: "j", key: "id", keyType: "bigint", owner: "node_id", lease: { until: "leased_until" } };

@@ -2,7 +2,7 @@
  * Media split over real NATS, as operators run them: two gateway nodes (A with auth, B alone) and a
  * media node with a MEDIA_DIR of its own. A file uploaded through gateway A is kept on the media
  * node and read back through gateway B, whole and by range, pulled from the media node range by
- * range (lib/remote-file.ts): no gateway holds the file.
+ * range (lib/http/remote-file.ts): no gateway holds the file.
  *
  * Never held whole in memory, by design: gateway A's busboy part stream is piped (back-pressured)
  * into a spool file, kept under a token while the call runs; the media node pulls it into its temp
@@ -14,7 +14,7 @@ import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
-import { RANGE_BYTES, type RemoteFile } from "../../lib/remote-file";
+import { RANGE_BYTES, type RemoteFile } from "../../lib/http/remote-file";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";

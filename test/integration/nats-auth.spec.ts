@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import net from "node:net";
 import { connect } from "nats";
 import { loadConfig, type Config } from "../../lib/config";
-import { natsOptions } from "../../lib/nats-transporter";
+import { natsOptions } from "../../lib/bus/nats-transporter";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { createTestDatabase, REQUIRE_REAL, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";

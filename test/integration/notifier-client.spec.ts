@@ -7,6 +7,7 @@ import { once } from "node:events";
 import http from "node:http";
 import net, { type AddressInfo } from "node:net";
 import { CallbackClient } from "../../services/notifier/notifier.client";
+import { eventually } from "../helpers/eventually";
 import { RECEIVER_NAME, startReceiver, testCa, type Receiver } from "../helpers/receiver";
 
 let r: Receiver;
@@ -127,7 +128,8 @@ describe("callback client", () => {
   });
 
   it("ends an attempt its caller aborts, before or during the request", async () => {
-    const server = http.createServer(() => undefined); // never answers
+    let received = 0;
+    const server = http.createServer(() => void received++); // never answers
     server.listen(0, "127.0.0.1");
     await once(server, "listening");
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hang`;
@@ -138,7 +140,7 @@ describe("callback client", () => {
       expect(await c.post("acme", url, "{}", early)).toMatchObject({ ok: false, error: "abandoned: the notifier stopped" });
       const late = new AbortController();
       const pending = c.post("acme", url, "{}", late);
-      await new Promise((r) => setTimeout(r, 200));
+      await eventually(() => expect(received).toBe(1)); // the request is at the server: aborted during it
       late.abort();
       const res = await pending;
       expect(res).toMatchObject({ ok: false, httpStatus: null, error: "abandoned: the notifier stopped" });

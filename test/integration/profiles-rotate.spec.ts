@@ -12,16 +12,17 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { QueryTypes, type Sequelize } from "sequelize";
-import { API_PREFIX } from "../../lib/api";
-import { startApp, type App } from "../../lib/app";
+import { API_PREFIX } from "../../lib/http/api";
+import { startApp, type App } from "../../app/start-app";
 import { createKeyAsAdmin } from "../../services/auth/auth.contract";
 import { rotateSecrets } from "../../services/profiles/profiles.contract";
 import { rotateTokens } from "../../services/profiles/profiles.rotate";
-import { keyIdOf, SecretBox } from "../../lib/secrets";
+import { keyIdOf, SecretBox } from "../../lib/security/secrets";
 import { profileAad } from "../../services/profiles/profiles.models";
 import { startTestApp, testConfig, waitForRoutes, type TestApp } from "../helpers/app";
 import { createPgDatabase, createTestDatabase, itWithPostgres } from "../helpers/db";
 import { Http } from "../helpers/http";
+import { seededDataDir } from "../helpers/template-db";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -148,7 +149,7 @@ async function rotationProcedure(where: { dataDir?: string; databaseUrl?: string
 
 describe("npm run admin -- secrets:rotate", () => {
   it("re-encrypts every token under the new key in an embedded DATA_DIR, beside the running service and with nothing running", async () => {
-    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-data-"));
+    const dataDir = await seededDataDir();
     await rotationProcedure({ dataDir }, { DATA_DIR: dataDir }, ["--batch-size", "2"]);
   }, 120000);
 
@@ -200,7 +201,7 @@ describe("secrets:rotate never creates a key", () => {
   });
 
   it("uses the key file an embedded DATA_DIR already holds, leaving it as it is", async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-data-"));
+    const dir = await seededDataDir();
     const file = path.join(dir, "secrets.key");
     fs.writeFileSync(file, b64(OLD), { mode: 0o600 });
     const run = await admin(["secrets:rotate"], { DATA_DIR: dir });

@@ -3,8 +3,7 @@
  * certificate made by its first lines, `npm start` with the variables of its last), then the ```sh
  * blocks between <!-- walk:start --> and <!-- walk:end --> run, as written, in one bash session
  * against it (own ports and DATA_DIR); only API, INGRESS and HOOK_IP (and DATA_DIR, PORT,
- * INTERNAL_PORT) come from the environment. HOOK_IP is 127.0.0.1 unless another test's receiver
- * holds port 8443 there.
+ * INTERNAL_PORT) come from the environment. HOOK_IP is a loopback address of its own (see hookIp).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -37,10 +36,13 @@ function serviceBlock(): { setup: string; env: Record<string, string> } {
   return { setup: lines.join("\n"), env };
 }
 
-/** A loopback address whose port 8443 is free: 127.0.0.1 first. */
+/**
+ * A loopback address whose port 8443 is free, never 127.0.0.1: the other tests' receivers try that
+ * one first, and one of them could take it between this check and the walk's receiver (block 7).
+ */
 async function hookIp(): Promise<string> {
   for (let i = 0; i < 50; i++) {
-    const ip = i === 0 ? "127.0.0.1" : `127.0.${1 + Math.floor(Math.random() * 250)}.${2 + Math.floor(Math.random() * 250)}`;
+    const ip = `127.0.${1 + Math.floor(Math.random() * 250)}.${2 + Math.floor(Math.random() * 250)}`;
     const free = await new Promise<boolean>((resolve) => {
       const s = createServer();
       s.once("error", () => resolve(false));
@@ -103,6 +105,7 @@ describe("README: Five minutes with the API", () => {
       timeout: 150000,
     });
     const out = run.stdout;
+    if (run.status !== 0) process.stderr.write(`README walk failed after block ${(out.match(/::block \d+/g) ?? []).pop()}:\n${run.stderr.slice(-3000)}\n`);
     expect({ status: run.status, stderr: run.stderr.slice(-2000) }).toEqual({ status: 0, stderr: expect.any(String) });
     for (let i = 0; i < blocks.length; i++) expect(out).toContain(`::block ${i}`);
     expect(out).toMatch(/^pgw_\S+$/m);

@@ -1,25 +1,22 @@
 /**
- * `npm run repl` beside a running single-process `npm start`: the REPL joins it over the loopback
- * socket with DATA_DIR's secret (lib/loopback-transporter.ts, lib/repl-link.ts), driven through
- * stdin as a person would; every refusal is one line. Then the socket itself, in-process: nobody
- * without the secret gets a packet to the broker, a hub without the secret is not believed, and
- * calls to local actions never cross it.
+ * `npm run repl` beside a running single-process `npm start`: the REPL joins it over the Unix socket
+ * the service listens on inside DATA_DIR (lib/repl/repl-transporter.ts, lib/repl/repl-link.ts),
+ * driven through stdin as a person would; every refusal is one line. Another user (a process that
+ * shares the machine or its network, not DATA_DIR) cannot connect, and no TCP port is opened for it.
+ * The transporter itself, in-process: test/integration/repl-transporter.spec.ts.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { ServiceBroker } from "moleculer";
-import { brokerOptions } from "../../moleculer.config";
-import { LoopbackClient, LoopbackHub, openLoopback } from "../../lib/loopback-transporter";
-import { replInfoOf } from "../../lib/repl-link";
-import { startTestApp, testConfig, uid, waitForRoutes, type TestApp } from "../helpers/app";
+import { replInfoOf, replSocketOf } from "../../lib/repl/repl-link";
+import { startTestApp, uid, waitForRoutes, type TestApp } from "../helpers/app";
 import { messageIn, smsReceiptIn } from "../helpers/builders";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { freePort } from "../helpers/ports";
+import { seededDataDir } from "../helpers/template-db";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -44,8 +41,8 @@ interface Proc {
 
 const running = new Set<Proc>();
 
-function run(args: string[], env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, args, { cwd: ROOT, env: { ...cleanEnv(), ...env } });
+function run(args: string[], env: Record<string, string>, as: { uid?: number; gid?: number } = {}): Proc {
+  const child = spawn(process.execPath, args, { cwd: ROOT, env: { ...cleanEnv(), ...env }, ...as });
   let out = "";
   let err = "";
   child.stdout.on("data", (d) => (out += String(d).replace(/\u001b\[[0-9;]*m/g, "")));
@@ -97,16 +94,37 @@ afterAll(async () => {
 
 const repl = (env: Record<string, string>) => run([TSX, path.join(ROOT, "scripts/repl.ts")], { LOG_LEVEL: "warn", ...env });
 
+/** Root may act as another user (nobody); the kernel's check is what these tests are about. */
+const NOBODY = 65534;
+
+/** The TCP ports process `pid` listens on (Linux: its socket inodes in /proc/net/tcp and tcp6). */
+function listeningTcpPorts(pid: number): number[] {
+  const inodes = new Set(
+    fs
+      .readdirSync(`/proc/${pid}/fd`)
+      .map((fd) => /^socket:\[(\d+)\]$/.exec(fs.readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1])
+      .filter(Boolean),
+  );
+  return ["/proc/net/tcp", "/proc/net/tcp6"]
+    .flatMap((f) => fs.readFileSync(f, "utf8").split("\n").slice(1))
+    .map((l) => l.trim().split(/\s+/))
+    .filter((c) => c[3] === "0A" && inodes.has(c[9]))
+    .map((c) => parseInt(c[1]!.split(":")[1]!, 16))
+    .sort((x, y) => x - y);
+}
+
 describe("npm run repl beside a running npm start", () => {
   let dir: string;
   let service: Proc;
+  let ports: number[];
   const nodeId = `svc-${process.pid}`;
   let apiKey: string;
 
   beforeAll(async () => {
-    dir = tmpDir();
+    dir = await seededDataDir("pgw-repl-");
     const port = await freePort();
     const internalPort = await freePort();
+    ports = [port, internalPort];
     service = run(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
       DATA_DIR: dir,
       PORT: String(port),
@@ -115,26 +133,27 @@ describe("npm run repl beside a running npm start", () => {
       LOG_LEVEL: "warn",
       HOME: dir,
     });
-    await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
+    await waitForRoutes(`http://127.0.0.1:${port}`, 150000);
     await eventually(() => expect(fs.existsSync(replInfoOf(dir))).toBe(true));
     const admin = run([TSX, path.join(ROOT, "scripts/admin.ts"), "keys:create", "--company", "repl-co", "--operations", "AUTHENTICATION"], { DATA_DIR: dir });
     expect(await admin.exitCode(60000)).toBe(0);
     apiKey = JSON.parse(admin.out()).apiKey;
-  }, 90000);
+  }, 240000);
 
   afterAll(async () => {
     await service?.kill();
   });
 
-  it("keeps its secret in DATA_DIR, readable by its owner only, and listens on 127.0.0.1 only", () => {
-    expect(fs.statSync(path.join(dir, "repl.secret")).mode & 0o777).toBe(0o600);
-    const info = JSON.parse(fs.readFileSync(replInfoOf(dir), "utf8"));
-    expect(info).toMatchObject({ pid: service.child.pid, nodeID: nodeId, port: expect.any(Number) });
-    // Linux: the socket's local address in /proc/net/tcp (hex, little-endian); 0100007F is 127.0.0.1.
-    const tcp = fs.readFileSync("/proc/net/tcp", "utf8");
-    const port = info.port.toString(16).toUpperCase().padStart(4, "0");
-    const listening = tcp.split("\n").filter((l) => l.split(/\s+/)[2]?.endsWith(`:${port}`) && l.split(/\s+/)[4] === "0A");
-    expect(listening.map((l) => l.split(/\s+/)[2])).toEqual([`0100007F:${port}`]);
+  it("listens on a socket of its own user in DATA_DIR, and on no TCP port for the REPL", () => {
+    const socket = replSocketOf(dir);
+    expect(fs.statSync(path.dirname(socket)).mode & 0o777).toBe(0o700);
+    expect(fs.statSync(socket).isSocket()).toBe(true);
+    expect(fs.statSync(socket).mode & 0o777).toBe(0o600);
+    expect(fs.statSync(replInfoOf(dir)).mode & 0o777).toBe(0o600);
+    expect(JSON.parse(fs.readFileSync(replInfoOf(dir), "utf8"))).toMatchObject({ pid: service.child.pid, nodeID: nodeId, socket });
+    // The process listens on its two HTTP ports and the embedded database's loopback port, nothing else.
+    const db = JSON.parse(fs.readFileSync(path.join(dir, "embedded-db.json"), "utf8"));
+    expect(listeningTcpPorts(service.child.pid!)).toEqual([...ports, db.port].sort((x, y) => x - y));
   });
 
   it("joins it through stdin: nodes lists both, call answers from the live service, quit leaves", async () => {
@@ -163,44 +182,47 @@ describe("npm run repl beside a running npm start", () => {
     expect(service.child.exitCode).toBeNull();
   });
 
-  it("refuses, in one line, a REPL whose DATA_DIR holds another secret", async () => {
+  it("refuses, in one line, a REPL whose DATA_DIR names the service but holds no socket of it", async () => {
     const other = tmpDir();
     fs.copyFileSync(replInfoOf(dir), replInfoOf(other));
-    fs.writeFileSync(path.join(other, "repl.secret"), "not-the-secret-of-the-running-service", { mode: 0o600 });
     const r = repl({ DATA_DIR: other, HOME: other });
     expect(await r.exitCode()).toBe(1);
     const lines = r.err().trim().split("\n");
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatch(/refused the REPL: .*repl\.secret is not the secret it started with.*restart the service/);
+    expect(lines[0]).toMatch(/does not answer on .*repl\.sock: if it is stopping, start it again/);
     expect(r.out()).not.toMatch(/mol \$/);
   });
 
-  it("closes a connection that sends packets without the secret, before any reaches the broker", async () => {
-    const { port } = JSON.parse(fs.readFileSync(replInfoOf(dir), "utf8"));
-    const socket = net.connect({ host: "127.0.0.1", port });
-    let closed = false;
-    let answer = "";
-    socket.on("data", (d: Buffer) => (answer += d.toString("latin1")));
-    socket.on("close", () => (closed = true));
-    socket.on("error", () => undefined);
-    // A well-formed packet frame (a DISCOVER) where the proof should be.
-    const topic = Buffer.from("MOL-pgw.DISCOVER");
-    const body = Buffer.concat([Buffer.from([0, topic.length]), topic, Buffer.from(JSON.stringify({ ver: "5", sender: "intruder" }))]);
-    const head = Buffer.alloc(5);
-    head.writeUInt32BE(body.length + 1, 0);
-    head.writeUInt8(5, 4);
-    socket.write(Buffer.concat([head, body]));
-    await eventually(() => expect(closed).toBe(true));
-    expect(answer).toMatch(/the secret does not match/);
-    // A REPL that joins now sees only the service and itself: the intruder never became a node.
-    const r = repl({ DATA_DIR: dir, HOME: dir });
-    await r.waitFor(/mol \$/);
-    r.child.stdin.write("nodes\n");
-    await r.waitFor(/╚/);
-    expect(r.out()).not.toMatch(/intruder/);
-    r.child.stdin.end();
-    expect(await r.exitCode()).toBe(0);
-  });
+  it("lets no other user connect, even when DATA_DIR itself is open to all", async () => {
+    // What the kernel checks on connect: the socket's folder is ours and 0700, the socket 0600.
+    const socket = replSocketOf(dir);
+    const run_ = fs.statSync(path.dirname(socket));
+    expect({ uid: run_.uid, mode: run_.mode & 0o777 }).toEqual({ uid: process.getuid!(), mode: 0o700 });
+    expect(fs.statSync(socket).mode & 0o777).toBe(0o600);
+    // Only root can act as another user here (CI runs as root); others stop at the modes above.
+    if (process.getuid?.() !== 0) return;
+    fs.chmodSync(dir, 0o755);
+    try {
+      // A raw connect, as a sidecar or another local user would try: the kernel refuses it.
+      const probe = `require("net").connect(${JSON.stringify(replSocketOf(dir))}).on("connect", () => { console.log("CONNECTED"); process.exit(0); }).on("error", (e) => { console.log(e.code); process.exit(0); });`;
+      const raw = spawnSync(process.execPath, ["-e", probe], { uid: NOBODY, gid: NOBODY, cwd: "/", encoding: "utf8", env: {} });
+      expect(raw.stdout.trim()).toBe("EACCES");
+      // The REPL, run as that user: one line, nothing joined.
+      const r = run([TSX, path.join(ROOT, "scripts/repl.ts")], { DATA_DIR: dir, HOME: os.tmpdir(), LOG_LEVEL: "warn" }, { uid: NOBODY, gid: NOBODY });
+      expect(await r.exitCode(60000)).toBe(1);
+      expect(r.err().trim().split("\n")).toEqual([expect.stringMatching(/permission denied\. Run the REPL as the user that runs the service/)]);
+      expect(r.out()).not.toMatch(/mol \$/);
+    } finally {
+      fs.chmodSync(dir, 0o700);
+    }
+  }, 70000);
+
+  it("takes the socket away when the service stops", async () => {
+    service.child.kill("SIGTERM");
+    expect(await service.exitCode(30000)).toBe(0);
+    expect(fs.existsSync(replSocketOf(dir))).toBe(false);
+    expect(fs.existsSync(replInfoOf(dir))).toBe(false);
+  }, 40000);
 });
 
 describeOverNats("the operator's commands, on a cluster over NATS", () => {
@@ -261,17 +283,20 @@ describeOverNats("the operator's commands, on a cluster over NATS", () => {
   /** Sends `command` until the output (from `from` on) matches `re`: the registry may still be filling. */
   async function ask(r: Proc, command: string, re: RegExp): Promise<string> {
     const from = r.out().length;
+    // Without a terminal nothing echoes the typed command, so an answer begins on its prompt's line
+    // ("mol $ channel  depth ..."): each prompt is read as a line break, so every answer's first
+    // line starts a line, also when the command was sent again below.
+    const seen = () => r.out().slice(from).replaceAll("mol $ ", "\n");
     r.child.stdin.write(`${command}\n`);
     let tries = 0;
     await eventually(
       () => {
-        const seen = r.out().slice(from);
-        if (!re.test(seen) && ++tries % 20 === 0) r.child.stdin.write(`${command}\n`);
-        expect(seen).toMatch(re);
+        if (!re.test(seen()) && ++tries % 20 === 0) r.child.stdin.write(`${command}\n`);
+        expect(seen()).toMatch(re);
       },
       { timeoutMs: 15000 },
     );
-    return r.out().slice(from);
+    return seen();
   }
 
   it("cluster, outbox, exports, campaigns and keys answer from the live nodes", async () => {
@@ -343,78 +368,9 @@ describe("npm run repl with nothing to join", () => {
 
   it("treats a repl.json left by a process that died as nothing running", async () => {
     const dir = tmpDir();
-    fs.writeFileSync(replInfoOf(dir), JSON.stringify({ pid: 2 ** 22 + 4321, nodeID: "gone", port: 1, startedAt: "x" }));
-    fs.writeFileSync(path.join(dir, "repl.secret"), "whatever", { mode: 0o600 });
+    fs.writeFileSync(replInfoOf(dir), JSON.stringify({ pid: 2 ** 22 + 4321, nodeID: "gone", socket: replSocketOf(dir), startedAt: "x" }));
     const r = repl({ DATA_DIR: dir, HOME: dir });
     expect(await r.exitCode()).toBe(1);
     expect(r.err().trim().split("\n")).toEqual([expect.stringMatching(/^Nothing is running on DATA_DIR/)]);
-  });
-});
-
-describe("the loopback transporter", () => {
-  const config = testConfig({ dataDir: "/nonexistent" });
-  const SECRET = "a-secret-of-this-test-only-0123456789";
-
-  async function pair(secret = SECRET) {
-    let hubPort = 0;
-    const hubTx = new LoopbackHub({ secret: SECRET, onListening: (p) => (hubPort = p) });
-    const hub = new ServiceBroker(brokerOptions(config, { nodeID: "hub", transporter: hubTx as never }));
-    const where = { name: "probe", actions: { where: (ctx: { broker: ServiceBroker }) => ctx.broker.nodeID } };
-    hub.createService(where as never);
-    await hub.start();
-    const link = await openLoopback(hubPort, secret);
-    const client = new ServiceBroker(brokerOptions(config, { nodeID: "client", transporter: new LoopbackClient({ link }) as never }));
-    client.createService({ name: "probe", actions: { where: () => "client" } } as never);
-    await client.start();
-    return { hub, hubTx, hubPort, client };
-  }
-
-  it("carries calls both ways once joined, and keeps a node's calls to its own actions local", async () => {
-    const { hub, hubTx, client } = await pair();
-    try {
-      await eventually(() => expect(hub.registry.nodes.get("client")?.available).toBe(true));
-      const sent: string[] = [];
-      const send = hubTx.send.bind(hubTx);
-      hubTx.send = (topic: string, data: Buffer) => {
-        sent.push(topic);
-        return send(topic, data);
-      };
-      for (let i = 0; i < 20; i++) expect(await hub.call("probe.where")).toBe("hub");
-      expect(sent.filter((t) => /\.(REQ|RES)\./.test(t))).toEqual([]);
-      expect(await client.call("probe.where", {}, { nodeID: "hub" })).toBe("hub");
-      expect(await hub.call("probe.where", {}, { nodeID: "client" })).toBe("client");
-    } finally {
-      await client.stop();
-      await hub.stop();
-    }
-  });
-
-  it("refuses a client with another secret, and a hub that cannot prove the secret", async () => {
-    const { hub, hubPort, client } = await pair();
-    try {
-      await expect(openLoopback(hubPort, "another-secret")).rejects.toMatchObject({ reason: "denied" });
-    } finally {
-      await client.stop();
-      await hub.stop();
-    }
-    // An impostor listening where the REPL looks: it says hello and welcomes anyone, but its proof is not the secret's.
-    const impostor = net.createServer((s) => {
-      const hello = Buffer.alloc(5 + 32);
-      hello.writeUInt32BE(33, 0);
-      hello.writeUInt8(1, 4);
-      s.write(hello);
-      s.once("data", () => {
-        const welcome = Buffer.alloc(5 + 32, 7);
-        welcome.writeUInt32BE(33, 0);
-        welcome.writeUInt8(3, 4);
-        s.write(welcome);
-      });
-    });
-    await new Promise<void>((r) => impostor.listen(0, "127.0.0.1", () => r()));
-    try {
-      await expect(openLoopback((impostor.address() as net.AddressInfo).port, SECRET)).rejects.toMatchObject({ reason: "protocol" });
-    } finally {
-      impostor.close();
-    }
   });
 });

@@ -9,11 +9,14 @@ import os from "node:os";
 import path from "node:path";
 import { QueryTypes } from "sequelize";
 import { migrations } from "../../migrations";
-import { startApp } from "../../lib/app";
-import { migrate, openDatabase } from "../../lib/db";
-import { openEmbedded } from "../../lib/embedded-db";
+import { startApp } from "../../app/start-app";
+import { migrate, openDatabase } from "../../lib/db/db";
+import { openEmbedded } from "../../lib/db/embedded-db";
 import { testConfig, waitForRoutes } from "../helpers/app";
 import { createPgDatabase, itWithPostgres, REQUIRE_REAL, TEST_DATABASE_URL } from "../helpers/db";
+import { eventually } from "../helpers/eventually";
+import { freePort } from "../helpers/ports";
+import { seededDataDir } from "../helpers/template-db";
 import { Http } from "../helpers/http";
 
 const ROOT = path.join(__dirname, "../..");
@@ -56,7 +59,7 @@ async function startEmbedded(dataDir: string) {
 
 describe("embedded mode (PGlite under DATA_DIR)", () => {
   it("keeps its data across a restart", async () => {
-    const dir = tmpDir();
+    const dir = await seededDataDir();
     const created = await admin(["keys:create", "--company", "acme", "--operations", "AUTHENTICATION"], { DATA_DIR: dir });
     expect(created.code).toBe(0);
     const key = JSON.parse(created.stdout).apiKey as string;
@@ -76,7 +79,7 @@ describe("embedded mode (PGlite under DATA_DIR)", () => {
   });
 
   it("admits one service per data directory, and the admin command beside it", async () => {
-    const dir = tmpDir();
+    const dir = await seededDataDir();
     const running = await startEmbedded(dir);
     try {
       await expect(openEmbedded(dir, "service", 1000)).rejects.toThrow(/in use by another running service/);
@@ -99,7 +102,7 @@ describe("embedded mode (PGlite under DATA_DIR)", () => {
   });
 
   it("takes over a data directory left locked by a process that died", async () => {
-    const dir = tmpDir();
+    const dir = await seededDataDir();
     fs.writeFileSync(path.join(dir, "embedded-db.json"), JSON.stringify({ pid: 2 ** 22 + 12345, role: "service", port: 1, startedAt: "x" }));
     // The lock of a holder that died stops being refreshed; once stale it is taken over.
     fs.mkdirSync(path.join(dir, "embedded.lock"));
@@ -113,7 +116,7 @@ describe("embedded mode (PGlite under DATA_DIR)", () => {
 
 describe("stopping", () => {
   it("closes the embedded database and lets go of the data directory on SIGTERM", async () => {
-    const dir = tmpDir();
+    const dir = await seededDataDir();
     const port = 4300 + Math.floor(Math.random() * 400);
     const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_)/.test(k)));
     const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
@@ -130,8 +133,26 @@ describe("stopping", () => {
     expect(await exited).toBe(0);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
     expect(fs.existsSync(path.join(dir, "embedded.lock"))).toBe(false);
-    // The REPL's socket (lib/repl-link.ts) is closed too: nothing left for a REPL to find.
+    // The REPL's socket (lib/repl/repl-link.ts) is closed too: nothing left for a REPL to find.
     expect(fs.existsSync(path.join(dir, "repl.json"))).toBe(false);
+  });
+
+  it("stops gracefully on a SIGTERM that arrives while it is still starting", async () => {
+    const dir = await seededDataDir();
+    const port = await freePort();
+    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_)/.test(k)));
+    const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      cwd: ROOT,
+      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(await freePort()), LOG_LEVEL: "warn" },
+      stdio: "ignore",
+    });
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    // The embedded database is open, the services are on their way: the default action would kill it here (143).
+    await eventually(() => expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true), { timeoutMs: 60_000, intervalMs: 20 });
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
+    expect(fs.existsSync(path.join(dir, "embedded.lock"))).toBe(false);
   });
 });
 

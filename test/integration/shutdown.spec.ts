@@ -5,12 +5,11 @@
  * begins. Embedded defaults (PGlite under DATA_DIR), one process.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import fs from "node:fs";
 import http from "node:http";
-import os from "node:os";
 import path from "node:path";
 import { startTestApp, waitForRoutes } from "../helpers/app";
 import { freePort } from "../helpers/ports";
+import { seededDataDir } from "../helpers/template-db";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -107,7 +106,7 @@ describe("SIGTERM under load", () => {
   });
 
   it("finishes every request in flight, takes no new connection, exits 0, and keeps what it answered", async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-shutdown-"));
+    const dir = await seededDataDir("pgw-shutdown-");
     const svc = await start(dir, { SHUTDOWN_TIMEOUT_MS: "15000" });
     children.push(svc.child);
     const key = await admin(dir);
@@ -151,7 +150,7 @@ describe("SIGTERM under load", () => {
   }, 240000);
 
   it("cuts a request still open after SHUTDOWN_TIMEOUT_MS and exits 0 all the same", async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-shutdown-"));
+    const dir = await seededDataDir("pgw-shutdown-");
     const svc = await start(dir, { SHUTDOWN_TIMEOUT_MS: "1500" });
     children.push(svc.child);
     const key = await admin(dir);

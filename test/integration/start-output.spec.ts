@@ -8,13 +8,17 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { waitForRoutes } from "../helpers/app";
+import { eventually } from "../helpers/eventually";
 import { freePort } from "../helpers/ports";
+import { seededDataDir } from "../helpers/template-db";
 
 const ROOT = path.join(__dirname, "../..");
 
 /** Starts `npm start`'s script with stdout on a pipe, sends one request, stops it; answers its stdout. */
-async function startAndStop(env: Record<string, string>): Promise<{ stdout: string; port: number; internalPort: number; code: number | null }> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-start-out-"));
+async function startAndStop(
+  env: Record<string, string>,
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-start-out-")),
+): Promise<{ stdout: string; port: number; internalPort: number; code: number | null }> {
   const port = await freePort();
   const internalPort = await freePort();
   const clean = Object.fromEntries(
@@ -32,7 +36,8 @@ async function startAndStop(env: Record<string, string>): Promise<{ stdout: stri
   try {
     await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
     await fetch(`http://127.0.0.1:${port}/api/partner-gateway/v1/authentication/me`);
-    await new Promise((r) => setTimeout(r, 500)); // the buffered log is flushed at least every 250 ms
+    // The buffered log is flushed at least every 250 ms: wait for the request's access line.
+    await eventually(() => expect(stdout).toContain("/api/partner-gateway/v1/authentication/me"), { timeoutMs: 5000 });
   } finally {
     child.kill("SIGTERM");
     const timer = setTimeout(() => child.kill("SIGKILL"), 15000);
@@ -47,7 +52,8 @@ describe("npm start's output", () => {
   let pretty: Awaited<ReturnType<typeof startAndStop>>;
 
   beforeAll(async () => {
-    [json, pretty] = await Promise.all([startAndStop({}), startAndStop({ LOG_FORMAT: "pretty" })]);
+    // The JSON one is a first start on an empty DATA_DIR; the pretty one starts where one has run.
+    [json, pretty] = await Promise.all([startAndStop({}), seededDataDir("pgw-start-out-").then((dir) => startAndStop({ LOG_FORMAT: "pretty" }, dir))]);
   }, 120000);
 
   it("is JSON lines when stdout is not a terminal, the banner one record carrying the real ports", () => {

@@ -8,7 +8,7 @@ import { createTestDatabase, type TestDatabase } from "../helpers/db";
 import { historyPage, statusesOf } from "../../services/tracking/tracking.queries";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { writeItems } from "../../services/tracking/tracking.writes";
-import { rawQuery, rawTransaction, type Exec } from "../../lib/db";
+import { inTransaction, queryRows, type Exec } from "../../lib/db/db";
 
 let tdb: TestDatabase;
 let sequelize: Sequelize;
@@ -124,7 +124,7 @@ it("applies receipts and reads (registered or not) without scanning messages", a
     },
     { kind: "read", channel: "RCS", companyId: "co-4", messageId: "m-4", destination: "+351900000004", date: "2026-11-01T00:00:00.000Z" },
   ];
-  await rawTransaction(sequelize, (exec) => {
+  await inTransaction(sequelize, (exec) => {
     const recorded: Exec = (sql, params) => {
       seen.push({ sql, bind: params ?? [] });
       return exec(sql, params);
@@ -148,7 +148,7 @@ it.each([
   const seen: Recorded[] = [];
   const recorded: Exec = (sql, params) => {
     seen.push({ sql, bind: params ?? [] });
-    return rawQuery(sequelize, sql, params);
+    return queryRows(sequelize, sql, params);
   };
   const first = await historyPage(recorded, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 20, ...filter });
   if (first.nextCursor) await historyPage(recorded, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 20, ...filter, cursor: first.nextCursor });

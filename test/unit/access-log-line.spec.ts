@@ -1,11 +1,11 @@
 /**
- * The gateway's access log line is built by hand (lib/logger.ts accessLogWriter): it must be the
+ * The gateway's access log line is built by hand (lib/observability/logger.ts accessLogWriter): it must be the
  * line pino writes for the same fields through the service's logger, byte for byte but the time,
  * escaping included, and follow the log level.
  */
 import { ServiceBroker } from "moleculer";
 import { PassThrough } from "node:stream";
-import { accessLogWriter, loggerOptions } from "../../lib/logger";
+import { accessLogWriter, loggerOptions } from "../../lib/observability/logger";
 import { testConfig } from "../helpers/app";
 
 function brokerWithCapture(logLevel: "info" | "warn") {

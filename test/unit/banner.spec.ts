@@ -1,4 +1,4 @@
-import { bannerMessage, bannerText, startupBanner } from "../../lib/banner";
+import { bannerMessage, bannerText, startupBanner } from "../../app/banner";
 import { loadConfig } from "../../lib/config";
 
 describe("the start-up banner", () => {

@@ -2,7 +2,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { ConfigError, loadConfig } from "../../lib/config";
-import { natsOptions } from "../../lib/nats-transporter";
+import { natsOptions } from "../../lib/bus/nats-transporter";
 
 describe("loadConfig", () => {
   it("has a working default for every variable", () => {

@@ -1,5 +1,5 @@
 import { loadConfig } from "../../lib/config";
-import { DiskBudget, diskFull, DISK_FULL_RETRY_AFTER_S, noRoom } from "../../lib/disk-budget";
+import { DiskBudget, diskFull, DISK_FULL_RETRY_AFTER_S, noRoom } from "../../lib/jobs/disk-budget";
 
 describe("DiskBudget", () => {
   it("never promises more than the node total, however many reservations are taken at once", async () => {

@@ -1,9 +1,9 @@
 /**
- * lib/fast-metrics.ts renders exactly what prom-client's own Counter and Histogram render for the
+ * lib/observability/fast-metrics.ts renders exactly what prom-client's own Counter and Histogram render for the
  * same observations (dashboards, alerts and scrapers read these lines).
  */
 import { Counter, Histogram, Registry } from "prom-client";
-import { FastCounter, FastHistogram } from "../../lib/fast-metrics";
+import { FastCounter, FastHistogram } from "../../lib/observability/fast-metrics";
 
 describe("fast metrics", () => {
   it("render as prom-client's Counter and Histogram", async () => {

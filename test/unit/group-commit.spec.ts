@@ -1,10 +1,10 @@
 /**
- * lib/group-commit.ts on its own: grouping while a write is in flight (and none when idle), the
+ * lib/db/group-commit.ts on its own: grouping while a write is in flight (and none when idle), the
  * group bounds, and failure isolation (halving down to the failing submission; none on an error of
  * the way to the database). The writer here is a plain in-memory store with a commit that takes a
  * few milliseconds, all or nothing per group.
  */
-import { GroupCommitter, isInfrastructureError } from "../../lib/group-commit";
+import { GroupCommitter, isInfrastructureError } from "../../lib/db/group-commit";
 
 interface Call {
   id: string;
@@ -106,6 +106,9 @@ describe("isInfrastructureError", () => {
     [{ original: { code: "57P01" } }, true],
     [{ parent: { code: "08006" } }, true],
     [{ message: "Connection terminated unexpectedly" }, true],
+    // A statement's socket error as Sequelize wraps it (SequelizeDatabaseError, the driver's error kept as `original`).
+    [{ name: "SequelizeDatabaseError", message: "read ECONNRESET", original: { code: "ECONNRESET" } }, true],
+    [{ name: "SequelizeDatabaseError", message: "x", original: { message: "Connection terminated unexpectedly" } }, true],
     [{ original: { code: "22P05" } }, false],
     [{ code: "23505" }, false],
     [{ code: "P0001" }, false],

@@ -1,5 +1,5 @@
-/** The node's heavy-read slots (lib/heavy.ts HeavyGate): per-account share, bounded queue, round-robin hand-over, waits that end. */
-import { HeavyGate, type HeavyLimits } from "../../lib/heavy";
+/** The node's heavy-read slots (lib/db/heavy.ts HeavyGate): per-account share, bounded queue, round-robin hand-over, waits that end. */
+import { HeavyGate, type HeavyLimits } from "../../lib/db/heavy";
 
 const limits = (o: Partial<HeavyLimits> = {}): HeavyLimits => ({
   perAccount: 2,

@@ -10,7 +10,7 @@ import {
   sqlstateOf,
   sweepSql,
   type JobTable,
-} from "../../lib/jobs";
+} from "../../lib/jobs/jobs";
 
 const oneLine = (sql: string) => sql.replace(/\s+/g, " ").replace(/\( /g, "(").replace(/ \)/g, ")").trim();
 

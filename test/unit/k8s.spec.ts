@@ -317,7 +317,7 @@ describe.each(["production", "demo"] as const)("the %s overlay", (overlay) => {
       const c = podSpec(w).containers[0];
       const [cmd, seconds] = c.lifecycle?.preStop?.exec?.command ?? [];
       expect({ w: w.metadata.name, cmd }).toEqual({ w: w.metadata.name, cmd: "sleep" });
-      // SHUTDOWN_TIMEOUT_MS bounds the node's own stop (lib/app.ts).
+      // SHUTDOWN_TIMEOUT_MS bounds the node's own stop (app/start-app.ts).
       const stopMs = Number(seconds) * 1000 + Number(valueIn(objs(), c, "SHUTDOWN_TIMEOUT_MS"));
       const graceMs = Number(podSpec(w).terminationGracePeriodSeconds) * 1000;
       expect({ w: w.metadata.name, longer: graceMs > stopMs + 5000 }).toEqual({ w: w.metadata.name, longer: true });

@@ -1,4 +1,4 @@
-import { describeContent, sniffMagic } from "../../lib/magic";
+import { describeContent, sniffMagic } from "../../lib/messaging/magic";
 import { contentDisposition, notModified, parseRange } from "../../services/media/media.content";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { open } from "node:fs/promises";

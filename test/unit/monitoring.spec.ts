@@ -21,6 +21,7 @@ function registeredNames(): Set<string> {
       else if (p.endsWith(".ts")) for (const m of fs.readFileSync(p, "utf8").matchAll(/\bname: "([a-z_][a-z0-9_]*)",\s*help:/g)) names.add(m[1]!);
     }
   };
+  walk(path.join(ROOT, "app"));
   walk(path.join(ROOT, "lib"));
   walk(path.join(ROOT, "services"));
   const defaults = new Registry();

@@ -1,83 +1,92 @@
 /**
- * The transporter's answer-in-parts framing and its failure handling, without a server: a stub
- * client that enforces a max_payload as the nats client does (a synchronous throw).
+ * The transporter's failure handling, without a server: a stub nats client that enforces a
+ * max_payload as nats.js does (a synchronous throw). Nothing is framed in parts: a packet too large
+ * fails the call it belongs to, with an answer in Moleculer's protocol, and never throws.
  */
-import { SafeNatsTransporter } from "../../lib/nats-transporter";
+import { BusTransporter } from "../../lib/bus/nats-transporter";
 
 interface Stubbed {
-  client: { publish(topic: string, data: Buffer): void; info: { max_payload: number } };
-  announced: number;
-  incomingMessage(cmd: string, data: Buffer): unknown;
+  client: { publish(topic: string, data: Buffer, opts?: { reply?: string }): void; info: { max_payload: number } };
   logger: { warn(): void; error(): void; info(): void; debug(): void };
-  broker: { Promise: PromiseConstructor };
-  transit: unknown;
+  broker: unknown;
+  nodeID: string;
+  recent: unknown;
+  incomingMessage(cmd: string, data: Buffer): unknown;
   send(topic: string, data: Buffer, meta?: unknown): Promise<void>;
-  receive(cmd: string, data: Buffer): unknown;
   serialize(packet: unknown): Buffer;
 }
 
-function transporter(maxPayload: number, maxChunks = 32) {
-  const t = new SafeNatsTransporter({}, 0, maxChunks) as unknown as Stubbed;
-  const published: Buffer[] = [];
-  const received: Buffer[] = [];
-  const errors: unknown[] = [];
-  t.client = {
-    info: { max_payload: maxPayload },
-    publish(_topic, data) {
-      if (data.length > maxPayload) throw Object.assign(new Error("MAX_PAYLOAD_EXCEEDED"), { name: "NatsError", code: "MAX_PAYLOAD_EXCEEDED" });
-      published.push(data);
-    },
-  };
-  t.announced = maxPayload;
-  t.logger = { warn() {}, error() {}, info() {}, debug() {} };
-  t.broker = { Promise };
-  t.incomingMessage = (_cmd, data) => received.push(data);
-  t.serialize = (packet) => Buffer.from(JSON.stringify((packet as { payload: unknown }).payload));
-  t.transit = {
-    pendingRequests: new Map(),
-    removePendingRequest() {},
-    _createPayloadErrorField(err: Error) {
-      errors.push(err);
-      return { name: err.name, message: err.message, code: 500 };
-    },
-  };
-  return { t, published, received, errors };
+interface Answer {
+  id: string;
+  success: boolean;
+  error?: { code: number; type: string; retryable?: boolean };
 }
 
-const res = (id: string) => ({ packet: { type: "RES", target: "node-b", payload: { id } } });
+function transporter(maxPayload: number) {
+  const t = new BusTransporter({}) as unknown as Stubbed;
+  const published: Array<{ topic: string; data: Buffer; reply?: string }> = [];
+  const received: Array<{ cmd: string; answer: Answer }> = [];
+  t.client = {
+    info: { max_payload: maxPayload },
+    publish(topic, data, opts) {
+      if (data.length > maxPayload) throw Object.assign(new Error("MAX_PAYLOAD_EXCEEDED"), { name: "NatsError", code: "MAX_PAYLOAD_EXCEEDED" });
+      published.push({ topic, data, reply: opts?.reply });
+    },
+  };
+  t.logger = { warn() {}, error() {}, info() {}, debug() {} };
+  t.broker = { Promise, options: { requestTimeout: 30000 } };
+  t.nodeID = "node-a";
+  t.incomingMessage = (cmd, data) => received.push({ cmd, answer: JSON.parse(data.toString()) as Answer });
+  t.serialize = (packet) => Buffer.from(JSON.stringify((packet as { payload: unknown }).payload));
+  return { t, published, received };
+}
 
-it("sends an answer larger than max_payload in parts that the receiving side puts together, whatever their order", async () => {
+const packet = (type: string, id: string, target: string | null = "node-b") => ({ packet: { type, target, payload: { id } } });
+
+it("passes packets that fit through untouched", async () => {
   const { t, published, received } = transporter(4096);
-  const answer = Buffer.from(JSON.stringify({ text: "x".repeat(20000) }));
-  await t.send("RES.node-b", answer, res("1"));
-  expect(published.length).toBe(Math.ceil(answer.length / (4096 - 34 - 1024)));
-  for (const p of published) expect(p.length).toBeLessThanOrEqual(4096);
-  for (const p of [...published].reverse()) t.receive("RES", p);
-  t.receive("RES", published[0]!); // a repeat of a part changes nothing
-  expect(received).toHaveLength(1);
-  expect(received[0]!.equals(answer)).toBe(true);
+  const small = Buffer.from('{"id":"1"}');
+  await t.send("MOL.RES.node-b", small, packet("RES", "1"));
+  expect(published).toEqual([{ topic: "MOL.RES.node-b", data: small, reply: undefined }]);
+  expect(received).toEqual([]);
 });
 
-it("passes small packets through untouched", async () => {
-  const { t, published, received } = transporter(4096);
-  const small = Buffer.from('{"id":"2"}');
-  await t.send("RES.node-b", small, res("2"));
-  expect(published).toEqual([small]);
-  t.receive("RES", small);
-  expect(received).toEqual([small]);
-});
-
-it("answers the caller with a small 500 when an answer exceeds its parts, and never throws", async () => {
-  const { t, published, errors } = transporter(4096, 2);
-  await expect(t.send("RES.node-b", Buffer.alloc(20000, 0x61), res("3"))).resolves.toBeUndefined();
-  expect(errors).toHaveLength(1);
-  expect(errors[0]).toMatchObject({ code: 500, type: "TRANSPORT_ERROR" });
+it("answers the caller with a small 500 when an answer exceeds max_payload, and never throws", async () => {
+  const { t, published } = transporter(4096);
+  await expect(t.send("MOL.RES.node-b", Buffer.alloc(20000, 0x61), packet("RES", "3"))).resolves.toBeUndefined();
   expect(published).toHaveLength(1);
-  expect(JSON.parse(published[0]!.toString())).toMatchObject({ id: "3", success: false });
+  expect(published[0]!.topic).toBe("MOL.RES.node-b");
+  expect(JSON.parse(published[0]!.data.toString())).toMatchObject({ id: "3", success: false, error: { code: 500, type: "TRANSPORT_ERROR" } });
+});
+
+it("fails a request over max_payload on its own node (an error answer handed to Moleculer), and never throws", async () => {
+  const { t, published, received } = transporter(4096);
+  await expect(t.send("MOL.REQ.node-b", Buffer.alloc(20000), packet("REQ", "4"))).resolves.toBeUndefined();
+  expect(published).toHaveLength(0);
+  expect(received).toEqual([
+    { cmd: "RES", answer: expect.objectContaining({ id: "4", success: false, error: expect.objectContaining({ code: 500, type: "TRANSPORT_ERROR" }) }) },
+  ]);
 });
 
 it("drops an event or a heartbeat that does not fit, without throwing", async () => {
-  const { t, published } = transporter(4096);
-  await expect(t.send("EVENT", Buffer.alloc(10000), { packet: { type: "EVENT", target: null, payload: {} } })).resolves.toBeUndefined();
+  const { t, published, received } = transporter(4096);
+  await expect(t.send("MOL.EVENT", Buffer.alloc(10000), packet("EVENT", "5", null))).resolves.toBeUndefined();
+  await expect(t.send("MOL.HEARTBEAT", Buffer.alloc(10000), { packet: { type: "HEARTBEAT", target: null, payload: {} } })).resolves.toBeUndefined();
   expect(published).toHaveLength(0);
+  expect(received).toHaveLength(0);
+});
+
+it("answers a request nobody listens for with a retryable 503 NO_RESPONDERS", async () => {
+  const { t, published, received } = transporter(4096);
+  const internals = t as unknown as { noResponders: string; nobodyListened(id: string): void };
+  internals.noResponders = "_INBOX.test";
+  await t.send("MOL.REQ.node-b", Buffer.from("{}"), packet("REQ", "6"));
+  expect(published[0]!.reply).toBe("_INBOX.test.6");
+  internals.nobodyListened("6");
+  expect(received).toEqual([
+    {
+      cmd: "RES",
+      answer: expect.objectContaining({ id: "6", success: false, error: expect.objectContaining({ code: 503, type: "NO_RESPONDERS", retryable: true }) }),
+    },
+  ]);
 });

@@ -4,10 +4,10 @@
  */
 import { Sequelize } from "sequelize";
 import { loadConfig } from "../../lib/config";
-import type { Database } from "../../lib/db";
+import type { Database } from "../../lib/db/db";
 import { ERROR_TYPES } from "../../lib/errors";
-import { buildOpenApi, OPENAPI_TAGS, operationIdOf, problemExample, problemTypesMarkdown, tagOf, type ExposedAction } from "../../lib/openapi";
-import { problemTypeUri } from "../../lib/problem";
+import { buildOpenApi, OPENAPI_TAGS, operationIdOf, problemExample, problemTypesMarkdown, tagOf, type ExposedAction } from "../../lib/http/openapi";
+import { problemTypeUri } from "../../lib/http/problem";
 import { SERVICE_FACTORIES } from "../../services";
 
 /** Every action of every service that is exposed over HTTP, named as the registry names it. */

@@ -1,5 +1,5 @@
 import { coerceValue, mergeParams } from "../../services/gateway/gateway.params";
-import { consistentTotal } from "../../lib/paging";
+import { consistentTotal } from "../../lib/http/paging";
 
 const schema = {
   type: "object",

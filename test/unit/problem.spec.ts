@@ -1,7 +1,7 @@
 import { Errors } from "moleculer";
 import { ConnectionError, ConnectionRefusedError, DatabaseError } from "sequelize";
 import { ApiError, databaseUnavailable, isDatabaseUnavailable } from "../../lib/errors";
-import { toProblem } from "../../lib/problem";
+import { toProblem } from "../../lib/http/problem";
 
 describe("toProblem", () => {
   it("keeps the detail and extensions of a documented error", () => {

@@ -6,7 +6,7 @@
 import { Utils } from "moleculer";
 import { Sequelize } from "sequelize";
 import { loadConfig } from "../../lib/config";
-import type { Database } from "../../lib/db";
+import type { Database } from "../../lib/db/db";
 import { SERVICE_FACTORIES } from "../../services";
 
 it("every action's params, responses and upload reach other nodes unchanged", () => {

@@ -1,6 +1,6 @@
 /**
- * The sealing of secrets at rest (lib/secrets.ts), here social-profile tokens, and key files
- * generated once into DATA_DIR (lib/key-file.ts): what keeps a stored token secret and bound to
+ * The sealing of secrets at rest (lib/security/secrets.ts), here social-profile tokens, and key files
+ * generated once into DATA_DIR (lib/security/key-file.ts): what keeps a stored token secret and bound to
  * its row, and what lets keys rotate.
  */
 import { execFile } from "node:child_process";
@@ -9,9 +9,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createCipheriv } from "node:crypto";
-import { keyFileOnce, readKeyFile } from "../../lib/key-file";
+import { keyFileOnce, readKeyFile } from "../../lib/security/key-file";
 import { signingKey } from "../../services/exports/exports.signing";
-import { keyIdOf, SecretBox, secretBox, SecretUnreadableError, SECRETS_KEY_FILE } from "../../lib/secrets";
+import { keyIdOf, SecretBox, secretBox, SecretUnreadableError, SECRETS_KEY_FILE } from "../../lib/security/secrets";
 import { profileAad } from "../../services/profiles/profiles.models";
 
 const key = () => randomBytes(32);
@@ -214,7 +214,7 @@ describe("keyFileOnce", () => {
     const script = path.join(dir, "race.ts");
     fs.writeFileSync(
       script,
-      `import { keyFileOnce } from ${JSON.stringify(path.join(__dirname, "../../lib/key-file"))};\n` +
+      `import { keyFileOnce } from ${JSON.stringify(path.join(__dirname, "../../lib/security/key-file"))};\n` +
         `process.stdout.write(keyFileOnce(${JSON.stringify(path.join(dir, "data"))}, "secrets.key", () => "key-of-" + process.pid));\n`,
     );
     const tsx = path.join(__dirname, "../../node_modules/tsx/dist/cli.mjs");

@@ -1,5 +1,5 @@
-/** GSM-7 / UCS-2 counting and splitting (lib/sms.ts), as carriers count (3GPP TS 23.038 / 23.040). */
-import { encodingOf, smsInfo, splitSms } from "../../lib/sms";
+/** GSM-7 / UCS-2 counting and splitting (lib/messaging/sms.ts), as carriers count (3GPP TS 23.038 / 23.040). */
+import { encodingOf, smsInfo, splitSms } from "../../lib/messaging/sms";
 
 describe("SMS encoding and parts", () => {
   it.each([

@@ -1,5 +1,5 @@
-/** lib/upstream.ts: a 429's Retry-After read as delay-seconds or an HTTP date, bounded. */
-import { RETRY_AFTER_MAX_MS, retryAfterMs } from "../../lib/upstream";
+/** lib/http/upstream.ts: a 429's Retry-After read as delay-seconds or an HTTP date, bounded. */
+import { RETRY_AFTER_MAX_MS, retryAfterMs } from "../../lib/http/upstream";
 
 describe("retryAfterMs", () => {
   it("reads seconds and HTTP dates, bounds them, and ignores what it cannot read", () => {

@@ -1,7 +1,7 @@
 import { ApiError } from "../../lib/errors";
-import { toProblem } from "../../lib/problem";
-import { checkText } from "../../lib/text";
-import { compileChecker, FULL_REPORT_MAX_VALUES, holdsMoreThan, MAX_FIELD_ERRORS, toFieldErrors } from "../../lib/validator";
+import { toProblem } from "../../lib/http/problem";
+import { checkText } from "../../lib/http/text";
+import { compileChecker, FULL_REPORT_MAX_VALUES, holdsMoreThan, MAX_FIELD_ERRORS, toFieldErrors } from "../../lib/http/validator";
 
 const schema = {
   $id: "ValidatorSpecIn",

@@ -1,0 +1,44 @@
+/**
+ * The contacts service's SQL for a contact's channels as other services report them: what it was
+ * last sent on (lastContactType, lastCampaignType: `contacts.markContacted`, contacts.actions.ts)
+ * and what its number is reachable on (communicationSupported from delivery receipts,
+ * contacts.support.ts). Every statement filters by the account.
+ */
+import type { Sequelize } from "sequelize";
+import type { Channel } from "../../lib/messaging/channels";
+import type { ChannelSupport } from "../tracking/tracking.contract";
+
+/**
+ * lastContactType (and, for a campaign, lastCampaignType) of the account's contacts among `ids`
+ * become `channel`; answers how many changed (those already so are left as they are).
+ */
+export async function markContacted(sequelize: Sequelize, companyId: string, ids: string[], channel: Channel, campaign: boolean): Promise<number> {
+  const [rows] = await sequelize.query(
+    `UPDATE contacts SET last_contact_type = :channel,
+            last_campaign_type = CASE WHEN :campaign THEN :channel ELSE last_campaign_type END, updated_at = now()
+      WHERE company_id = :companyId AND id IN (:ids)
+        AND (last_contact_type IS DISTINCT FROM :channel OR (:campaign AND last_campaign_type IS DISTINCT FROM :channel))
+      RETURNING id`,
+    { replacements: { channel, campaign, companyId, ids } },
+  );
+  return (rows as unknown[]).length;
+}
+
+/**
+ * Applies one channel's reachability changes in one statement (a contact, one number, meets at most
+ * one of them): RCS or WhatsApp is added to the communicationSupported of the account's contacts
+ * with that number when `supported`, else removed; contacts already so are left as they are.
+ */
+export async function applyChannelSupportChanges(sequelize: Sequelize, changes: ChannelSupport[]): Promise<void> {
+  await sequelize.query(
+    `UPDATE contacts AS c
+        SET communication_supported = CASE
+              WHEN x.supported THEN array_append(c.communication_supported, x.channel)
+              ELSE array_remove(c.communication_supported, x.channel) END,
+            updated_at = now()
+       FROM jsonb_to_recordset($1::jsonb) AS x("companyId" text, channel text, destination text, supported boolean)
+      WHERE c.company_id = x."companyId" AND c.phone_number = x.destination
+        AND (x.channel = ANY (c.communication_supported)) IS DISTINCT FROM x.supported`,
+    { bind: [JSON.stringify(changes)] },
+  );
+}

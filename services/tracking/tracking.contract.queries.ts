@@ -1,0 +1,99 @@
+/**
+ * The SQL tracking publishes through tracking.contract.ts (re-exported there, so importers name the
+ * contract): the outbox insert the notifier consumes, the join to a sent message's status, the
+ * history conditions (GET /messages/history and its export), RCS/WhatsApp reachability, and "a
+ * campaign's messages" with their statistics. Builders of SQL text, save `appendOutboxEvents`, which
+ * runs the outbox insert in the caller's transaction.
+ */
+import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
+import { CHANNELS, statusByName, type Channel } from "../../lib/messaging/channels";
+import type { CampaignStatsFilters, HistoryFilters, OutboxEvent } from "./tracking.contract";
+
+/** The insert of outbox rows given as a JSON array in `$1` (set-based, one statement). */
+export const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
+  SELECT x.company_id, x.channel, x.event_type, x.message_id, x.num_part, x.payload, x.message_sent_at
+    FROM jsonb_to_recordset($1::jsonb) AS x(company_id text, channel text, event_type text, message_id text, num_part smallint, payload jsonb, message_sent_at timestamptz)`;
+
+/** Writes outbox rows inside the caller's transaction (one statement). */
+export async function appendOutboxEvents(sequelize: Sequelize, transaction: Transaction, events: readonly OutboxEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  await sequelize.query(OUTBOX_INSERT, { bind: [JSON.stringify(events)], type: QueryTypes.INSERT, transaction });
+}
+
+/**
+ * The tracked status of messages another service sent through the upstream adapter (inbox replies):
+ * `LEFT JOIN messages <alias>` on the account, channel and customerMessageId given as SQL
+ * expressions, one probe of the unique index messages_key per row. `<alias>.status_code` is null
+ * for a message tracking has not heard of yet (UNKNOWN).
+ */
+export function trackedMessageJoin(alias: string, on: { companyId: string; channel: string; customerMessageId: string }): string {
+  return `LEFT JOIN messages ${alias} ON ${alias}.company_id = ${on.companyId} AND ${alias}.channel = ${on.channel} AND ${alias}.customer_message_id = ${on.customerMessageId}`;
+}
+
+/**
+ * The history filters as SQL conditions on `messages m` of one account. `param` places each value:
+ * a bind placeholder for a query, an inlined literal for a COPY (which takes no parameters).
+ */
+export function historyConditions(
+  companyId: string,
+  channels: readonly Channel[],
+  q: HistoryFilters,
+  param: (value: unknown, cast: string) => string,
+): string[] {
+  const where = [`m.company_id = ${param(companyId, "text")}`];
+  const allowed = q.channel ? [q.channel] : channels;
+  if (allowed.length < CHANNELS.length) where.push(`m.channel = ANY (${param(allowed, "text[]")})`);
+  if (q.status) where.push(`m.status_code = ${param(statusByName(q.status)!.code, "smallint")}`);
+  if (q.destination) where.push(`m.destination = ${param(q.destination, "text")}`);
+  if (q.campaignId) where.push(`m.campaign_id = ${param(q.campaignId, "text")}`, "m.campaign_id IS NOT NULL");
+  if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
+  if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
+  return where;
+}
+
+/**
+ * RCS and WhatsApp reachability as the receipts tell it: true when the latest message on `channel`
+ * to the number `phone` (an SQL expression) that got a final receipt was UNSUPPORTED (11) or
+ * DISABLED (10). A number never tried is not refused. One index probe per number
+ * (messages_history_destination). `companyId` is an SQL expression too (a parameter).
+ */
+export function channelRefusedSql(channel: "RCS" | "WHATSAPP", companyId: string, phone: string): string {
+  return `EXISTS (SELECT 1 FROM (SELECT m.status_code FROM messages m
+             WHERE m.company_id = ${companyId} AND m.destination = ${phone} AND m.sent_at IS NOT NULL
+               AND m.channel = '${channel === "RCS" ? "RCS" : "WHATSAPP"}' AND m.status_code NOT IN (0, 1)
+             ORDER BY m.sent_at DESC, m.id DESC LIMIT 1) last
+           WHERE last.status_code IN (10, 11))`;
+}
+
+/**
+ * "A campaign's messages" as SQL conditions on `messages m`: sent for a campaign, not simulated,
+ * within the filters (the partial index messages_history_campaign serves them). Parameters $1
+ * (account), then the filters given, in order.
+ */
+export function campaignMessageConditions(companyId: string, q: CampaignStatsFilters): { where: string[]; params: unknown[] } {
+  const params: unknown[] = [companyId];
+  const p = (v: unknown) => `$${params.push(v)}`;
+  const where = ["m.company_id = $1", "m.campaign_id IS NOT NULL", "m.sent_at IS NOT NULL", "NOT m.simulation"];
+  // Campaign ids are stored as the campaigns service makes them (lower case); one asked in upper case is the same campaign.
+  if (q.campaignId) where.push(`m.campaign_id = ${p(q.campaignId.toLowerCase())}`);
+  if (q.channel) where.push(`m.channel = ${p(q.channel)}`);
+  if (q.from) where.push(`m.sent_at >= ${p(new Date(q.from).toISOString())}::timestamptz`);
+  if (q.to) where.push(`m.sent_at < ${p(new Date(q.to).toISOString())}::timestamptz`);
+  return { where, params };
+}
+
+/**
+ * Campaign statistics from the tracked statuses: one row per status code with the messages, reads,
+ * SMS parts and summed SMS prices. Only messages sent for a campaign and not simulated are counted,
+ * through the partial index messages_history_campaign (company, campaign, sentAt): never a scan of
+ * every message of the account. Parameters $1 (account), then the filters given, in order.
+ */
+export function campaignStatsSql(companyId: string, q: CampaignStatsFilters): { sql: string; params: unknown[] } {
+  const { where, params } = campaignMessageConditions(companyId, q);
+  return {
+    sql: `SELECT m.status_code AS code, count(*)::bigint AS messages, count(m.read_at)::bigint AS reads,
+                 coalesce(sum(m.total_parts), 0)::bigint AS parts, coalesce(sum(m.price), 0)::float8 AS price
+            FROM messages m WHERE ${where.join(" AND ")} GROUP BY m.status_code`,
+    params,
+  };
+}
