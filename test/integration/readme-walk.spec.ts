@@ -94,7 +94,8 @@ describe("README: Five minutes with the API", () => {
     expect({ status: setup.status, stderr: setup.stderr }).toEqual({ status: 0, stderr: "" });
     child = spawn("npm", ["start"], { cwd: root, env: { ...env, ...service.env }, detached: true, stdio: "ignore" });
     const api = `http://localhost:${port}/api/partner-gateway/v1`;
-    await waitUp(`${api}/authentication/me`, child, 45000);
+    // A first start on an empty DATA_DIR (initdb and every migration) took more than 45 s in a busy CI run.
+    await waitUp(`${api}/authentication/me`, child, 120000);
 
     // A block that fails leaves no background job (the webhook receiver) behind.
     const script = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT", ...blocks.map((b, i) => `echo "::block ${i}"\n${b}`)].join("\n");
@@ -126,5 +127,5 @@ describe("README: Five minutes with the API", () => {
     expect(out).toContain('{"accepted":1}');
     expect(out).toMatch(/"id":"inbox-[0-9a-f-]+","direction":"OUTBOUND","messageType":"TEXT","text":"Yes: it arrives tomorrow."/);
     expect(out).toMatch(/"text":"Is my order on its way\?"/);
-  }, 240000);
+  }, 300000);
 });
