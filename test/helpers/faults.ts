@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import readline from "node:readline";
 import { freePort } from "./ports";
+import { productScript } from "./product-build";
 
 export const NATS_SERVER = "/usr/sbin/nats-server";
 export const canRunNatsServer = () => existsSync(NATS_SERVER);
@@ -134,7 +135,7 @@ export class PgProxy {
 }
 
 /**
- * A product node as an OS process: `npm start` (scripts/start.ts under tsx) with these variables.
+ * A product node as an OS process, as the image runs it (scripts/start.ts compiled: product-build.ts) with these variables.
  * With `logs`, its JSON log records are collected there.
  */
 export function startNode(env: Record<string, string>, children: ChildProcess[], logs?: Array<Record<string, unknown>>): ChildProcess {
@@ -143,7 +144,7 @@ export function startNode(env: Record<string, string>, children: ChildProcess[],
       ([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|HOST|NODE_ID|TEST_|LOG_|NOTIFIER_|CAMPAIGN_|UPSTREAM_|SIMULATOR_)/.test(k),
     ),
   );
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+  const child = spawn(process.execPath, productScript("start"), {
     cwd: ROOT,
     env: { ...clean, HOST: "127.0.0.1", PORT: "0", INTERNAL_PORT: "0", LOG_LEVEL: "warn", ...env },
     // TEST_NODE_OUTPUT=1 shows the nodes' logs (LOG_LEVEL warn) while debugging a run.

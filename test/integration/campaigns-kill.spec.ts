@@ -1,6 +1,6 @@
 /**
- * Exactly once across a crash: a real campaigns process (`npm start`: gateway, auth, contacts and
- * campaigns, UPSTREAM_MODE=http) is SIGKILLed in the middle of a send, a fresh process takes the
+ * Exactly once across a crash: a real campaigns process (`npm start`'s script, compiled as the
+ * image runs it: gateway, auth, contacts and campaigns, UPSTREAM_MODE=http) is SIGKILLed in the middle of a send, a fresh process takes the
  * recipients over when the dead one's leases end, and the test counts what the upstream received:
  * a local HTTP upstream records every request with its Idempotency-Key before any deduplication
  * (the messages table cannot tell: its unique index folds repeats into one row). The kill lands
@@ -24,6 +24,7 @@ import { createTestDatabase, itWithPostgres, TEST_DATABASE_URL, type TestDatabas
 import { eventually } from "../helpers/eventually";
 import { Http } from "../helpers/http";
 import { startUpstreamServer, type UpstreamServer } from "../helpers/upstream-server";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
 const LEASE_MS = 2000;
@@ -59,7 +60,7 @@ async function node(port: number): Promise<ChildProcess> {
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|CAMPAIGN_|SIMULATOR_|UPSTREAM_)/.test(k)),
   );
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+  const child = spawn(process.execPath, productScript("start"), {
     cwd: ROOT,
     env: {
       ...clean,

@@ -1,5 +1,5 @@
 /**
- * Nodes killed under load lose nothing: the product runs as OS processes (`npm start` per node) over
+ * Nodes killed under load lose nothing: the product runs as OS processes (`npm start`'s script per node, compiled as the image runs it) over
  * a NATS server of this file's own and the real PostgreSQL: two gateways (auth), the rest (tracking's
  * ingress, contacts, inbox), two notifiers, a campaigns node and an exports node. The machine's shared NATS serves other test
  * files (and CI) at the same time and is never touched (test/helpers/faults.ts). Each node is

@@ -1,14 +1,15 @@
 /**
- * Outages, survived for real: the product as OS processes (`npm start`'s script with SERVICES) over
- * NATS and PostgreSQL, a gateway node (gateway, auth) and a contacts node (then exports nodes and a
- * second gateway), while the parts they need fail: the only contacts node killed, NATS restarted,
- * PostgreSQL stopped, an exports node killed mid-export, a gateway killed under load. (A notifier
- * killed mid-delivery: notifier-kill.spec.ts; a campaigns node killed mid-send: campaigns-kill.spec.ts.) During an outage a request fails fast and honestly (a 503 problem with Retry-After,
- * never a 500, never a 404 "no route", never a wait to the request time-out), readiness says so,
- * and everything recovers by itself when the part is back, with no process exiting.
+ * Outages, survived for real: the product as OS processes (`npm start`'s script with SERVICES,
+ * compiled as the image runs it: product-build.ts) over NATS and PostgreSQL, a gateway node
+ * (gateway, auth) and a contacts node (then exports nodes and a second gateway), while the parts
+ * they need fail: the only contacts node killed, NATS restarted, PostgreSQL stopped, an exports node
+ * killed mid-export, a gateway killed under load. (A notifier killed mid-delivery:
+ * notifier-kill.spec.ts; a campaigns node killed mid-send: campaigns-kill.spec.ts.) During an outage
+ * a request fails fast and honestly (a 503 problem with Retry-After, never a 500, never a 404 "no
+ * route", never a wait to the request time-out), readiness says so, and everything recovers by
+ * itself when the part is back, with no process exiting.
  *
- * Each process is one Node process (`node --import tsx`, not tsx's CLI, whose child would outlive
- * a SIGKILL of its parent).
+ * Each process is one Node process (not tsx's CLI, whose child would outlive a SIGKILL of its parent).
  *
  * The machine's NATS and PostgreSQL serve every other test file at the same time, so they are never
  * stopped here: this file runs a NATS server of its own (killed and started again on the same port
@@ -24,6 +25,7 @@ import pg from "pg";
 import { createPgDatabase, itWithPostgres, TEST_DATABASE_URL } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { freePort } from "../helpers/ports";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
 const NATS_SERVER = "/usr/sbin/nats-server";
@@ -164,7 +166,7 @@ describe("outages answered fast and honestly, and survived", () => {
   };
 
   const startContacts = async () => {
-    contacts = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+    contacts = start(productScript("start"), {
       ...env,
       SERVICES: "contacts",
       PORT: String(contactsPort),
@@ -194,13 +196,13 @@ describe("outages answered fast and honestly, and survived", () => {
       RATE_LIMIT_RPS: "100000",
       REQUEST_TIMEOUT_MS: "20000",
     };
-    gateway = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+    gateway = start(productScript("start"), {
       ...env,
       SERVICES: "gateway,auth",
       PORT: String(gwPort),
       NODE_ID: "faults-gateway",
     });
-    const admin = start(["--import", "tsx", path.join(ROOT, "scripts/admin.ts"), "keys:create", "--company", "faults", "--operations", "ALL"], {
+    const admin = start([...productScript("admin"), "keys:create", "--company", "faults", "--operations", "ALL"], {
       DATABASE_URL: env.DATABASE_URL!,
     });
     await new Promise((r) => admin.child.once("exit", r));
@@ -290,7 +292,7 @@ describe("outages answered fast and honestly, and survived", () => {
              FROM generate_series(1, $1::int) g`,
           [ROWS],
         );
-        const first = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+        const first = start(productScript("start"), {
           ...exportsEnv,
           PORT: String(await freePort()),
           NODE_ID: "faults-exports-a",
@@ -313,7 +315,7 @@ describe("outages answered fast and honestly, and survived", () => {
         );
         await stop(first, "SIGKILL");
         expect((await db.query(`SELECT status FROM export_jobs WHERE id = $1`, [exportId])).rows[0].status).toBe("PROCESSING");
-        start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], { ...exportsEnv, PORT: String(await freePort()), NODE_ID: "faults-exports-b" });
+        start(productScript("start"), { ...exportsEnv, PORT: String(await freePort()), NODE_ID: "faults-exports-b" });
         await eventually(
           async () => {
             const { rows } = await db.query(`SELECT status, node_id, row_count::int AS rows FROM export_jobs WHERE id = $1`, [exportId]);
@@ -349,7 +351,7 @@ describe("outages answered fast and honestly, and survived", () => {
     "a gateway SIGKILLed behind round-robin under load: the other serves on, no 5xx",
     async () => {
       const secondPort = await freePort();
-      const second = start(["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      const second = start(productScript("start"), {
         ...env,
         SERVICES: "gateway",
         PORT: String(secondPort),

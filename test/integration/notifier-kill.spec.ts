@@ -2,7 +2,7 @@
  * The schedule is durable: a notifier process killed with SIGKILL in the middle of an attempt
  * loses no event (another process takes it when the claim's lease ends and it arrives, at least
  * once), and a notifier stopped with SIGTERM hands its attempts in flight back at once. Real
- * processes (`npm start` with SERVICES=notifier) on the real PostgreSQL.
+ * processes (`npm start`'s script, compiled as the image runs it, with SERVICES=notifier) on the real PostgreSQL.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
@@ -12,6 +12,7 @@ import { inboundIn, messageIn, smsReceiptIn } from "../helpers/builders";
 import { createTestDatabase, itWithPostgres, TEST_DATABASE_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { startReceiver, testCa, type Receiver } from "../helpers/receiver";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
 const LEASE_MS = 10_000;
@@ -40,7 +41,7 @@ async function notifier(env: Record<string, string> = {}): Promise<ChildProcess>
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|NOTIFIER_)/.test(k)),
   );
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+  const child = spawn(process.execPath, productScript("start"), {
     cwd: ROOT,
     env: {
       ...clean,

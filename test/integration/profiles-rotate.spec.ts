@@ -23,9 +23,9 @@ import { startTestApp, testConfig, waitForRoutes, type TestApp } from "../helper
 import { createPgDatabase, createTestDatabase, itWithPostgres } from "../helpers/db";
 import { Http } from "../helpers/http";
 import { seededDataDir } from "../helpers/template-db";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
-const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
 const OLD = randomBytes(32);
 const NEW = randomBytes(32);
 const b64 = (k: Buffer) => k.toString("base64");
@@ -42,7 +42,7 @@ function admin(args: string[], env: Record<string, string>): Promise<Run> {
     const clean = Object.fromEntries(
       Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_|SECRETS_)/.test(k)),
     );
-    const child = spawn(process.execPath, [TSX, path.join(ROOT, "scripts/admin.ts"), ...args], { cwd: ROOT, env: { ...clean, LOG_LEVEL: "warn", ...env } });
+    const child = spawn(process.execPath, [...productScript("admin"), ...args], { cwd: ROOT, env: { ...clean, LOG_LEVEL: "warn", ...env } });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));

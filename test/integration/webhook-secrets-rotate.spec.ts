@@ -16,6 +16,7 @@ import { rotateSigningSecrets } from "../../services/notifier/notifier.contract"
 import { newSigningSecret, signingAad } from "../../services/notifier/notifier.signing";
 import { uid } from "../helpers/app";
 import { createPgDatabase, createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
 const OLD = randomBytes(32);
@@ -101,7 +102,7 @@ describe("webhook signing secrets under a SECRETS_KEY rotation", () => {
         const w = await webhook(db.sequelize, OLD, OLD);
         const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
           const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TEST_|LOG_|SECRETS_)/.test(k)));
-          const child = spawn(process.execPath, [path.join(ROOT, "node_modules/tsx/dist/cli.mjs"), path.join(ROOT, "scripts/admin.ts"), "secrets:rotate"], {
+          const child = spawn(process.execPath, [...productScript("admin"), "secrets:rotate"], {
             cwd: ROOT,
             env: { ...clean, LOG_LEVEL: "warn", DATABASE_URL: pgdb.url, SECRETS_KEY: b64(NEW), SECRETS_KEY_PREVIOUS: b64(OLD) },
           });
