@@ -40,10 +40,14 @@ let child: ChildProcess | null = null;
 beforeAll(async () => {
   expect((await run(NODE, ["--version"])).stdout.trim()).toMatch(/^v22\./);
   dist = fs.mkdtempSync(path.join(ROOT, ".dist-test-"));
-  // The build script itself, with only the output directory moved.
+  // The build script itself, with only the output directory moved and its type check skipped
+  // (--noCheck: the same files, byte for byte, in half the CPU; `npx tsc --noEmit` checks the types
+  // before the tests in CI).
   const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8"));
   expect(pkg.scripts.build).toBe("tsc -p tsconfig.build.json");
-  await run(NODE, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json"), "--outDir", dist], { cwd: ROOT });
+  await run(NODE, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json"), "--outDir", dist, "--noCheck"], {
+    cwd: ROOT,
+  });
 }, 180_000);
 
 afterAll(async () => {
