@@ -54,6 +54,8 @@ module.exports = {
   // A worker whose heap passed 1 GB after a file is replaced by a fresh one: an app's brokers and
   // embedded PGlite instances leave memory behind, and four workers that keep it reached 4-5 GB each.
   workerIdleMemoryLimit: "1GB",
+  // The longest files first, also on a fresh clone (test/helpers/sequencer.js).
+  testSequencer: "<rootDir>/test/helpers/sequencer.js",
   // Each file starts its own brokers and database; a file left running must not hold the run.
   forceExit: true,
   // Migrates once per run into a template (PostgreSQL) and a snapshot (PGlite) that each file copies.
