@@ -17,6 +17,7 @@ import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase 
 import { eventually } from "../helpers/eventually";
 import { freePort } from "../helpers/ports";
 import { seededDataDir } from "../helpers/template-db";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -135,7 +136,8 @@ describe("npm run repl beside a running npm start", () => {
     });
     await waitForRoutes(`http://127.0.0.1:${port}`, 150000);
     await eventually(() => expect(fs.existsSync(replInfoOf(dir))).toBe(true));
-    const admin = run([TSX, path.join(ROOT, "scripts/admin.ts"), "keys:create", "--company", "repl-co", "--operations", "AUTHENTICATION"], { DATA_DIR: dir });
+    // The key is the setup, not the subject: the admin command compiled (product-build.ts).
+    const admin = run([...productScript("admin"), "keys:create", "--company", "repl-co", "--operations", "AUTHENTICATION"], { DATA_DIR: dir });
     expect(await admin.exitCode(60000)).toBe(0);
     apiKey = JSON.parse(admin.out()).apiKey;
   }, 240000);

@@ -10,6 +10,7 @@ import path from "node:path";
 import { startTestApp, waitForRoutes } from "../helpers/app";
 import { freePort } from "../helpers/ports";
 import { seededDataDir } from "../helpers/template-db";
+import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -40,9 +41,10 @@ async function start(dir: string, env: Record<string, string> = {}): Promise<Ser
   return { child, port, exited };
 }
 
+/** A key for the test (the admin command, compiled: product-build.ts; its own behaviour is running.spec's subject). */
 function admin(dir: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [TSX, path.join(ROOT, "scripts/admin.ts"), "keys:create", "--company", "acme", "--operations", "ALL"], {
+    const child = spawn(process.execPath, [...productScript("admin"), "keys:create", "--company", "acme", "--operations", "ALL"], {
       cwd: ROOT,
       env: { ...clean(), DATA_DIR: dir, LOG_LEVEL: "warn" },
     });
