@@ -16,7 +16,8 @@
  *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--max-old-space-mb 96]
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  *
- * Targets (issue 17): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle.
+ * Targets (issues 17 and 33): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle. The
+ * last line is `RESULT registrations_vs_floor=<x> status_p99_ratio=<y>`.
  */
 import autocannon from "autocannon";
 import { readFileSync } from "node:fs";
@@ -205,6 +206,9 @@ async function main() {
     console.log(
       `${oneProcess ? "the service process (all services)" : "the campaigns process"}: RSS ${(baseKb / 1024).toFixed(0)} MiB before confirm, peak sampled ${(peakKb / 1024).toFixed(0)} MiB, VmHWM ${(hwmKb / 1024).toFixed(0)} MiB; numbers with more than one message: ${perNumber.length}`,
     );
+    // The one line issue 33 asks for last: registrations/s against the batched floor, and the status
+    // poll's p99 during the send against idle.
+    console.log(`RESULT registrations_vs_floor=${(rate / floorRate).toFixed(2)} status_p99_ratio=${(duringP99 / Math.max(idleP99, 1)).toFixed(2)}`);
   } finally {
     await db.end();
     if (campaigns !== svc) await campaigns.stop();
