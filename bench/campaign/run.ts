@@ -13,7 +13,7 @@
  *   gateway p99:        GET /messages/status with 100 ids, 10 connections, idle vs during the send;
  *   peak RSS:           of the campaigns process (VmHWM at the end, and VmRSS sampled during the send).
  *
- *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--max-old-space-mb 96]
+ *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--max-old-space-mb 96] [--table-stats]
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  *
  * Targets (issues 17 and 33): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle. The
@@ -21,8 +21,10 @@
  */
 import autocannon from "autocannon";
 import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import pg from "pg";
+import { cpu, machineCpu } from "../cpu";
 import { createBenchDatabase } from "../database";
 import { startService, type BenchService } from "../service";
 
@@ -33,6 +35,7 @@ const { values } = parseArgs({
     concurrency: { type: "string" },
     batch: { type: "string" },
     "max-old-space-mb": { type: "string" },
+    "table-stats": { type: "boolean", default: false },
   },
 });
 const N = Number(values.contacts);
@@ -44,6 +47,18 @@ const COMPANY = "bench-campaign";
 /** A process's resident memory (kB) from /proc: now (VmRSS) or its peak so far (VmHWM); 0 when unreadable. */
 const memKb = (pid: number, field: "VmRSS" | "VmHWM") => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
 const rssKb = (pid: number) => memKb(pid, "VmRSS");
+
+/** Rows inserted, updated (of them HOT) and deleted so far, per table (the statistics collector's, flushed first). */
+async function tableStats(db: pg.Client): Promise<Record<string, { ins: number; upd: number; hot: number; del: number }>> {
+  // This connection's own counts (the history it inserted) are flushed at its next statement's end;
+  // other backends report theirs at most once a second.
+  await db.query("SELECT pg_stat_force_next_flush()");
+  await new Promise((r) => setTimeout(r, 1100));
+  const { rows } = await db.query(
+    `SELECT relname, n_tup_ins::float8 AS ins, n_tup_upd::float8 AS upd, n_tup_hot_upd::float8 AS hot, n_tup_del::float8 AS del FROM pg_stat_user_tables`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.relname as string, { ins: r.ins, upd: r.upd, hot: r.hot, del: r.del }]));
+}
 
 async function p99(url: string, key: string, seconds: number): Promise<number> {
   const r = await autocannon({ url, connections: 10, duration: seconds, headers: { "x-api-key": key } });
@@ -159,6 +174,8 @@ async function main() {
     const created = (await (await fetch(`${api}/campaigns`, { method: "POST", headers, body: JSON.stringify(body) })).json()) as { id: string };
     const baseKb = rssKb(campaigns.pid);
     let peakKb = baseKb;
+    const tables0 = values["table-stats"] ? await tableStats(db) : null;
+    const cpu0 = { campaigns: cpu(campaigns.pid), core: cpu(svc.pid), pg: cpu(null, "postgres"), bench: cpu(process.pid), all: machineCpu() };
     const t0 = performance.now();
     const confirm = await fetch(`${api}/campaigns/${created.id}/confirm`, { method: "PUT", headers });
     if (confirm.status !== 202) throw new Error(`confirm: ${confirm.status} ${await confirm.text()}`);
@@ -181,6 +198,15 @@ async function main() {
       if (now > 1800) throw new Error(`not done after 30 min: ${JSON.stringify(rows[0])}`);
       await new Promise((r) => setTimeout(r, 200));
     }
+    // The send's CPU, confirm -> every receipt ingested (registrations and receipts overlap).
+    const used = {
+      campaigns: cpu(campaigns.pid) - cpu0.campaigns,
+      core: cpu(svc.pid) - cpu0.core,
+      pg: cpu(null, "postgres") - cpu0.pg,
+      bench: cpu(process.pid) - cpu0.bench,
+      all: machineCpu() - cpu0.all,
+    };
+    const tables1 = tables0 ? await tableStats(db) : null;
     const duringP99 = await busyP99;
     clearInterval(sampler);
     const hwmKb = memKb(campaigns.pid, "VmHWM");
@@ -200,6 +226,10 @@ async function main() {
     console.log(
       `ratio (registrations + receipts of the campaign / floor): ${((2 * N) / receiptsS / floorRate).toFixed(2)}x; registrations alone vs floor: ${(rate / floorRate).toFixed(2)}x (target >= 0.5x)`,
     );
+    const per1000 = (s: number) => ((s * 1000) / N).toFixed(3);
+    console.log(
+      `CPU per 1000 messages, confirm to the last receipt: ${oneProcess ? "" : `campaigns ${per1000(used.campaigns)} s, `}${oneProcess ? "the service" : "core node (gateway, tracking, simulator)"} ${per1000(used.core)} s, PostgreSQL ${per1000(used.pg)} s, this bench (status polls) ${per1000(used.bench)} s, the rest ${per1000(used.all - used.pg - used.bench - used.core - (oneProcess ? 0 : used.campaigns))} s; the machine busy ${((100 * used.all) / (availableParallelism() * receiptsS)).toFixed(0)} % of ${availableParallelism()} cores`,
+    );
     console.log(
       `gateway GET /messages/status p99: idle ${idleP99} ms, during the send ${duringP99} ms (${(duringP99 / Math.max(idleP99, 1)).toFixed(2)}x; target < 2x)`,
     );
@@ -208,6 +238,17 @@ async function main() {
     );
     // The one line issue 33 asks for last: registrations/s against the batched floor, and the status
     // poll's p99 during the send against idle.
+    if (tables0 && tables1) {
+      console.log("rows written per message, confirm to the last receipt (--table-stats; pg_stat_user_tables, HOT updates among the updates):");
+      for (const [t, b] of Object.entries(tables1)) {
+        const a = tables0[t] ?? { ins: 0, upd: 0, hot: 0, del: 0 };
+        const d = { ins: b.ins - a.ins, upd: b.upd - a.upd, hot: b.hot - a.hot, del: b.del - a.del };
+        if (d.ins + d.upd + d.del === 0) continue;
+        console.log(
+          `  ${t.padEnd(28)} inserted ${(d.ins / N).toFixed(2)}  updated ${(d.upd / N).toFixed(2)} (HOT ${(d.hot / N).toFixed(2)})  deleted ${(d.del / N).toFixed(2)}`,
+        );
+      }
+    }
     console.log(`RESULT registrations_vs_floor=${(rate / floorRate).toFixed(2)} status_p99_ratio=${(duringP99 / Math.max(idleP99, 1)).toFixed(2)}`);
   } finally {
     await db.end();

@@ -16,12 +16,12 @@
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { promisify } from "node:util";
 import pg from "pg";
 import { startReceiver, testCa } from "../../test/helpers/receiver";
+import { cpu, machineCpu } from "../cpu";
 import { createBenchDatabase } from "../database";
 import { inArrays, post } from "../ingress";
 import { ROOT, startService } from "../service";
@@ -35,31 +35,6 @@ const RATE = Number(values.rate);
 const SECONDS = Number(values.seconds);
 const CONNECTIONS = 16;
 const COMPANY = "bench-co";
-
-/** CPU seconds (user + system) used so far by the process `pid`, or by every process named `comm`. */
-function cpu(pid: number | null, comm?: string): number {
-  const HZ = 100;
-  const pids = pid !== null ? [String(pid)] : readdirSync("/proc").filter((d) => /^\d+$/.test(d));
-  let ticks = 0;
-  for (const p of pids) {
-    try {
-      const stat = readFileSync(`/proc/${p}/stat`, "utf8");
-      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      if (comm && name !== comm) continue;
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      ticks += Number(f[11]) + Number(f[12]);
-    } catch {
-      /* gone */
-    }
-  }
-  return ticks / HZ;
-}
-
-/** CPU seconds of the whole machine (every core) so far. */
-function machineCpu(): number {
-  const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-  return (f[0]! + f[1]! + f[2]! + f[5]! + f[6]!) / 100;
-}
 
 const pct = (xs: number[], p: number) => xs[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
