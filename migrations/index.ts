@@ -24,6 +24,7 @@ import * as m0018 from "./20261128-0018-inbox-event-ids";
 import * as m0019 from "./20261128-0019-opt-outs";
 import * as m0020 from "./20261128-0020-webhook-signing";
 import * as m0021 from "./20261128-0021-campaign-skipped";
+import * as m0022 from "./20261129-0022-webhook-accounts";
 
 export interface Migration {
   name: string;
@@ -53,4 +54,5 @@ export const migrations: Migration[] = [
   { name: "20261128-0019-opt-outs", ...m0019 },
   { name: "20261128-0020-webhook-signing", ...m0020 },
   { name: "20261128-0021-campaign-skipped", ...m0021 },
+  { name: "20261129-0022-webhook-accounts", ...m0022 },
 ];

@@ -55,7 +55,8 @@ const receipt = (co: string, i: number) => ({
 async function startIngress(dbUrl: string) {
   const port = 3980 + Math.floor(Math.random() * 9);
   const internalPort = port + 10;
-  const svc = await startService(dbUrl, port, { INTERNAL_PORT: String(internalPort) });
+  // No notifier: the events stay in the outbox, to be counted at the end.
+  const svc = await startService(dbUrl, port, { INTERNAL_PORT: String(internalPort), SERVICES: "gateway,auth,tracking" });
   return { ...svc, ingress: `http://127.0.0.1:${internalPort}/internal/v1` };
 }
 
@@ -180,6 +181,9 @@ async function main() {
   try {
     const svc = await startIngress(benchDb.url);
     await db.connect();
+    // Both accounts have a webhook, so that every receipt writes its event as for a partner that
+    // listens (tracking writes none for an account without one).
+    await db.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ('co-a', 'https://127.0.0.1:8443/a'), ('co-b', 'https://127.0.0.1:8443/b')`);
     await db.query("CREATE TABLE floor_batched (LIKE messages INCLUDING ALL)");
     await db.query("CREATE TABLE floor_single (LIKE messages INCLUDING ALL)");
     if (PHASES.has("a") || PHASES.has("b"))

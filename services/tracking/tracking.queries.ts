@@ -10,7 +10,7 @@ import type { Exec } from "../../lib/db/db";
 import { badRequest } from "../../lib/errors";
 import { MESSAGE_STATUS_EVENTS_SQL, type StatusChangeKey } from "../inbox/inbox.contract";
 import type { OutboxEvent } from "./tracking.contract";
-import { historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
+import { historyConditions, LISTENED, OUTBOX_INSERT } from "./tracking.contract.queries";
 import type { MessageState } from "./tracking.fold";
 import {
   MESSAGE_COLUMNS,
@@ -227,8 +227,9 @@ export interface FirstReceiptRecord {
 
 /**
  * The common receipt in one statement: the first receipt of a registered single-part message still
- * in flight sets its status and writes its DELIVERY event (not for a simulated one). The UPDATE
- * re-checks "in flight" under the row lock, so a repeat or a concurrent receipt does not match.
+ * in flight sets its status and writes its DELIVERY event (not for a simulated one, nor for an
+ * account without a webhook). The UPDATE re-checks "in flight" under the row lock, so a repeat or a
+ * concurrent receipt does not match.
  * Answers the receipts applied, each with its message's `simulation` and the events written in all.
  */
 export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Promise<Array<{ i: number; simulation: boolean; events: string }>> {
@@ -244,7 +245,7 @@ export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Prom
        RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload),
      ev AS (
        INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
-       SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation ORDER BY i
+       SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation AND ${LISTENED("c")} ORDER BY i
        RETURNING 1)
      SELECT i, simulation, (SELECT count(*) FROM ev) AS events FROM upd`,
     [JSON.stringify(rows)],

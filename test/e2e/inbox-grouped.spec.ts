@@ -9,7 +9,7 @@
 import type { Service, ServiceSchema } from "moleculer";
 import { QueryTypes } from "sequelize";
 import type { GroupCommitter } from "../../lib/db/group-commit";
-import { startTestApp, uid, type TestApp } from "../helpers/app";
+import { listening, startTestApp, uid, type TestApp } from "../helpers/app";
 import { inboundIn, phone } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 
@@ -63,8 +63,15 @@ async function holdings(companyId: string) {
   };
 }
 
-it("keeps one conversation with every message when concurrent requests bring a new number's first messages, in fewer transactions than requests", async () => {
+/** A new account id with a registered webhook (events are written only for such accounts). */
+async function listeningId(): Promise<string> {
   const companyId = uid();
+  await listening(t.db, companyId);
+  return companyId;
+}
+
+it("keeps one conversation with every message when concurrent requests bring a new number's first messages, in fewer transactions than requests", async () => {
+  const companyId = await listeningId();
   const source = phone();
   const before = { ...committerOf(t).stats };
   // 40 requests at once through the ingress: single objects and arrays of 3, all for one new number.
@@ -88,7 +95,7 @@ it("keeps one conversation with every message when concurrent requests bring a n
 it("keeps one conversation when two inbox nodes (committers of their own) store a new number's first messages at the same moment", async () => {
   const other = await startTestApp({ services: ["inbox"], db: t.db });
   try {
-    const companyId = uid();
+    const companyId = await listeningId();
     const source = phone();
     const calls = Array.from({ length: 20 }, (_, i) => ingest(i % 2 ? other : t, "RCS", [inboundIn(companyId, { source, destination: "agent-x" })]));
     expect((await Promise.all(calls)).map((a) => a.created)).toEqual(calls.map(() => 1));
@@ -117,7 +124,7 @@ describe("a group with a call the database refuses", () => {
   });
 
   it("commits the others of the group and fails only that call, nothing of it stored", async () => {
-    const companyId = uid();
+    const companyId = await listeningId();
     const shared = phone();
     const before = { ...committerOf(t).stats };
     // Twelve calls at once: the first two take the committer's two slots, the other ten queue and go
@@ -154,7 +161,7 @@ describe("a group with a call the database refuses", () => {
 });
 
 it("stores a messageId once when several calls of one group carry it, answering each call what was new in it", async () => {
-  const companyId = uid();
+  const companyId = await listeningId();
   const source = phone();
   const m = (id: string) => inboundIn(companyId, { source, messageId: id, receivedDate: "2026-11-20T10:00:00.000Z" });
   const before = { ...committerOf(t).stats };

@@ -39,6 +39,7 @@ beforeAll(async () => {
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   t = await startTestApp({
     services: ["gateway", "auth", "tracking", "inbox", "media"],
+    listening: true,
     config: {
       upstreamMode: "http",
       upstreamSmsUrl: `${base}/sms`,

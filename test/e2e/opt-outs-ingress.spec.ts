@@ -26,6 +26,7 @@ beforeAll(async () => {
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   t = await startTestApp({
     services: ["gateway", "auth", "contacts", "tracking", "inbox"],
+    listening: true,
     config: {
       upstreamMode: "http",
       upstreamSmsUrl: `${base}/sms`,

@@ -3,7 +3,7 @@
  * upstreams post becomes statuses partners poll, and exactly the outbox events the spec names.
  */
 import { QueryTypes } from "sequelize";
-import { startTestApp, uid, type Account, type TestApp } from "../helpers/app";
+import { listening, startTestApp, uid, type Account, type TestApp } from "../helpers/app";
 import { messageIn, phone, receiptIn, smsReceiptIn, uniqueId, type Sent } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
@@ -12,7 +12,7 @@ import { applyChannelSupport } from "../../services/contacts/contacts.support";
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking", "inbox"] });
+  t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking", "inbox"], listening: true });
 });
 afterAll(() => t?.stop());
 
@@ -49,6 +49,13 @@ const register = async (companyId: string, over: Record<string, unknown> = {}) =
 const smsReceipt = (companyId: string, m: Omit<Sent, "companyId">, over: Record<string, unknown> = {}) =>
   smsReceiptIn({ companyId, ...m }, { DELIVERY_DATE: "2026-11-20T10:00:05Z", ...over });
 
+/** A new account id with a registered webhook (events are written only for such accounts). */
+async function listeningId(): Promise<string> {
+  const companyId = uid();
+  await listening(t.db, companyId);
+  return companyId;
+}
+
 describe("registration", () => {
   it("registers an SMS as ACCEPTED and an RCS or WhatsApp message as UNKNOWN, answering 202 once stored", async () => {
     const a = await t.newAccount(["SMS", "RCS", "WHATSAPP"]);
@@ -78,7 +85,7 @@ describe("registration", () => {
   });
 
   it("answers 202 with the count and an X-Request-Id, and a repeat changes nothing", async () => {
-    const companyId = uid();
+    const companyId = await listeningId();
     const body = [1, 2, 3].map(() => ({ companyId, channel: "SMS", customerMessageId: mid(), destination: phone() }));
     const res = await t.ingress.post("/messages", body, { headers: { "x-request-id": "upstream-batch-1" } });
     expect(res.status).toBe(202);
@@ -352,9 +359,59 @@ describe("simulation", () => {
   });
 });
 
+describe("events only where somebody listens", () => {
+  it("writes no event for an account without a webhook: its receipts, reads and inbound messages are stored all the same", async () => {
+    const companyId = uid(); // no webhook (the accounts of this file's other cases have one)
+    const sms = await register(companyId);
+    const rcs = await register(companyId, { channel: "RCS" });
+    expect((await t.ingress.post("/receipts/sms", smsReceipt(companyId, sms))).status).toBe(202);
+    expect((await t.ingress.post("/receipts/rcs", receiptIn(rcs, { statusCode: 3, eventDate: "2026-11-20T10:01:00Z" }))).status).toBe(202);
+    const read = (m: Sent & { companyId: string }) => ({
+      companyId: m.companyId,
+      messageId: m.customerMessageId,
+      destination: m.destination,
+      eventDate: "2026-11-20T10:05:00Z",
+    });
+    expect((await t.ingress.post("/reads/rcs", read(rcs))).status).toBe(202);
+    const inbound = {
+      companyId,
+      messageId: mid(),
+      source: phone(),
+      destination: "+351210000000",
+      receivedDate: "2026-11-20T11:00:00Z",
+      messageType: "TEXT",
+      text: "Hi!",
+    };
+    expect((await t.ingress.post("/inbound/whatsapp", inbound)).status).toBe(202);
+    const stored = await t.db.sequelize.query<{ customer_message_id: string; status_code: number; read: boolean }>(
+      `SELECT customer_message_id, status_code, read_at IS NOT NULL AS read FROM messages WHERE company_id = $1 ORDER BY channel`,
+      { bind: [companyId], type: QueryTypes.SELECT },
+    );
+    expect(stored).toEqual([
+      { customer_message_id: rcs.customerMessageId, status_code: 3, read: true },
+      { customer_message_id: sms.customerMessageId, status_code: 3, read: false },
+    ]);
+    const [held] = await t.db.sequelize.query<{ n: number }>(`SELECT count(*)::int AS n FROM conversation_messages WHERE company_id = $1`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    });
+    expect(held).toEqual({ n: 1 });
+    expect(await eventsOf(companyId)).toEqual([]);
+    // The same changes for an account with a webhook write their four events (DELIVERY, DELIVERY, READ, INBOUND).
+    const listened = await listeningId();
+    const sms2 = await register(listened);
+    const rcs2 = await register(listened, { channel: "RCS" });
+    await t.ingress.post("/receipts/sms", smsReceipt(listened, sms2));
+    await t.ingress.post("/receipts/rcs", receiptIn(rcs2, { statusCode: 3, eventDate: "2026-11-20T10:01:00Z" }));
+    await t.ingress.post("/reads/rcs", read(rcs2));
+    await t.ingress.post("/inbound/whatsapp", { ...inbound, companyId: listened, messageId: mid() });
+    expect((await eventsOf(listened)).map((e) => e.event_type)).toEqual(["DELIVERY", "DELIVERY", "READ", "INBOUND"]);
+  });
+});
+
 describe("inbound", () => {
   it("stores an inbound message once and writes one INBOUND event with the fields given", async () => {
-    const companyId = uid();
+    const companyId = await listeningId();
     const body = {
       companyId,
       messageId: mid(),
@@ -390,7 +447,7 @@ describe("inbound", () => {
   it("answers 503 (retryable) when no inbox node runs, storing nothing", async () => {
     const alone = await startTestApp({ services: ["tracking"] });
     try {
-      const companyId = uid();
+      const companyId = await listeningId();
       const res = await alone.ingress.post("/inbound/rcs", {
         companyId,
         messageId: mid(),
@@ -414,7 +471,7 @@ describe("inbound", () => {
 
 describe("grouped writes", () => {
   it("stores 60 concurrent single-object posts, each answered once committed, with one event per receipt", async () => {
-    const companyId = uid();
+    const companyId = await listeningId();
     const ms = Array.from({ length: 60 }, () => ({ customerMessageId: mid(), destination: phone() }));
     const regs = await Promise.all(ms.map((m) => t.ingress.post("/messages", { companyId, channel: "SMS", ...m })));
     expect(regs.every((r) => r.status === 202)).toBe(true);
@@ -431,7 +488,7 @@ describe("grouped writes", () => {
 
 describe("races", () => {
   it("makes exactly one event per part when parts and their repeats of many messages arrive at once", async () => {
-    const companyId = uid();
+    const companyId = await listeningId();
     const ms = Array.from({ length: 20 }, () => ({ customerMessageId: mid(), destination: phone() }));
     await t.ingress.post(
       "/messages",
@@ -452,7 +509,7 @@ describe("races", () => {
   });
 
   it("ends with one row, the registration's data and one event when registrations and receipts race", async () => {
-    const companyId = uid();
+    const companyId = await listeningId();
     const ms = Array.from({ length: 30 }, () => ({ customerMessageId: mid(), destination: phone() }));
     const posts = ms.flatMap((m) => [
       () => t.ingress.post("/messages", { companyId, channel: "SMS", text: "hi", sentAt: "2026-11-20T09:00:00Z", ...m }),

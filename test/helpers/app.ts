@@ -47,6 +47,12 @@ export interface TestAppOptions {
   extraServices?: ServiceSchema[];
   /** Use this database instead of a fresh one (cross-node tests share one). */
   db?: Database;
+  /**
+   * Every account newAccount makes has a registered webhook (a row of the notifier's `webhooks`),
+   * so that its status changes and inbound messages write events (the product writes none for an
+   * account without one). For apps that run no notifier: the events stay in the outbox to be read.
+   */
+  listening?: boolean;
 }
 
 /** One key for every node of a test cluster (as operators set EXPORT_SIGNING_KEY). */
@@ -75,6 +81,14 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
       ...overrides,
     },
   );
+}
+
+/**
+ * Gives the account a registered webhook (a row of the notifier's `webhooks`, which no test app
+ * without the notifier delivers to), so that its status changes and inbound messages write events.
+ */
+export async function listening(db: Database, companyId: string): Promise<void> {
+  await db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, 'https://127.0.0.1:8443/hook')`, { bind: [companyId] });
 }
 
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
@@ -109,6 +123,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
             : operations,
         trafficType: o.trafficType ?? "TRANSACTIONAL",
       });
+      if (opts.listening) await listening(db, companyId);
       return { companyId, key, api: new Http(base + API_PREFIX, { "x-api-key": key.apiKey }) };
     },
     async stop() {
