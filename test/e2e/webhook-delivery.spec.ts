@@ -9,7 +9,7 @@ import { startApp, type App } from "../../app/start-app";
 import { nodeRegistriesOf } from "../../lib/observability/http-metrics";
 import { startTestApp, testConfig, uid, type Account, type TestApp } from "../helpers/app";
 import { messageIn, receiptIn, smsReceiptIn, inboundIn, readIn } from "../helpers/builders";
-import { itWithPostgres } from "../helpers/db";
+import { describeOncePerRun, itWithPostgres } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { startReceiver, testCa, type Receiver } from "../helpers/receiver";
@@ -184,7 +184,7 @@ describe("what is sent", () => {
   });
 });
 
-describe("retries", () => {
+describeOncePerRun("retries", () => {
   it("retries after a 500 with the SMS gap doubling, then delivers; the log shows each attempt", async () => {
     const { a, r } = await subscribed();
     const times: number[] = [];
@@ -360,7 +360,7 @@ describe("isolation", () => {
   });
 });
 
-describe("the replica's own limit", () => {
+describeOncePerRun("the replica's own limit", () => {
   let small: TestApp;
   afterAll(async () => small?.stop());
 
@@ -414,7 +414,7 @@ describe("the replica's own limit", () => {
   }, 45000);
 });
 
-describe("attempts log", () => {
+describeOncePerRun("attempts log", () => {
   it("pages newest first, filters by message and outcome, and shows only the caller's account", async () => {
     const { a, r } = await subscribed();
     r.behave((_req, n) => (n === 1 ? { status: 500 } : { status: 200 }));
@@ -444,16 +444,25 @@ describe("attempts log", () => {
   });
 });
 
-describe("accounts without a webhook, metrics", () => {
-  it("sends nothing for an account without a webhook and clears its events", async () => {
+describeOncePerRun("accounts without a webhook, metrics", () => {
+  it("writes no event for an account without a webhook, and clears the events left when a webhook is deleted", async () => {
+    const count = (companyId: string) =>
+      t.db.sequelize.query(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [companyId], plain: true, type: QueryTypes.SELECT });
+    // Nobody to send to: the receipt changes the status and writes no event.
     const a = await t.newAccount(["SMS"]);
-    await smsSentAndDelivered(a.companyId);
-    const count = () =>
-      t.db.sequelize.query(`SELECT count(*)::int AS n FROM outbox_events WHERE company_id = $1`, { bind: [a.companyId], plain: true, type: QueryTypes.SELECT });
-    expect(await count()).toEqual({ n: 1 });
+    const { id } = await smsSentAndDelivered(a.companyId);
+    expect((await a.api.get(`/messages/status/${id}?channel=SMS`)).body).toMatchObject({ customerMessageId: id, statusCode: 3 });
+    expect(await count(a.companyId)).toEqual({ n: 0 });
+    // An event waiting for its retry when its account's webhook is deleted is cleared by the housekeeping.
+    const { a: b, r } = await subscribed();
+    r.behave(() => ({ status: 500 }));
+    await smsSentAndDelivered(b.companyId);
+    await attemptsUntil(b, (rows) => rows.length === 1);
+    expect(await count(b.companyId)).toEqual({ n: 1 });
+    expect((await b.api.delete("/webhooks/delivery-status")).status).toBe(204);
     const swept = await t.app.broker.call<{ orphans: number }>("notifier.housekeep");
     expect(swept.orphans).toBeGreaterThanOrEqual(1);
-    expect(await count()).toEqual({ n: 0 });
+    expect(await count(b.companyId)).toEqual({ n: 0 });
   });
 
   it("exports attempts by outcome, delivery latency, outbox depth and oldest due age", async () => {

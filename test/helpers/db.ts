@@ -29,6 +29,17 @@ export function itWithPostgres(name: string, fn: () => unknown, timeout?: number
 }
 
 /**
+ * A group whose subject is the same SQL and the same code on either engine (a schedule, a log's
+ * query, a limit kept in memory), in a file the e2e-embedded project runs again on PGlite for its
+ * other groups: that second pass leaves it out, visibly (a todo), and the main project runs it (on
+ * PGlite too wherever TEST_DATABASE_URL is unset, as `npm test` on a fresh clone).
+ */
+export function describeOncePerRun(name: string, fn: () => void): void {
+  if (EMBEDDED_PROJECT) it.todo(`${name} (run by the main project: the same on PGlite)`);
+  else describe(name, fn);
+}
+
+/**
  * Cross-node tests over the real NATS at TEST_NATS_URL: without it they list themselves as a todo,
  * and under REQUIRE_REAL_SERVICES=1 its absence is a failure, never a silent skip.
  */

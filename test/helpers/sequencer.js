@@ -12,7 +12,6 @@ const ROOT = path.join(__dirname, "../..");
 const SECONDS = {
   "main test/integration/faults.spec.ts": 54,
   "main test/integration/faults-kill.spec.ts": 50,
-  "e2e-embedded test/e2e/webhook-delivery.spec.ts": 44,
   "main test/e2e/webhook-delivery.spec.ts": 39,
   "main test/e2e/conformance.spec.ts": 39,
   "e2e-embedded test/e2e/api-walk.spec.ts": 37,
