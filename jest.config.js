@@ -20,11 +20,13 @@ if (process.env.TEST_DATABASE_URL) {
     // time there. What is the same SQL on the same schema needs no second pass; these files do:
     // every operation once (api-walk), the gate's embedded branch (campaigns-preview), and what holds
     // a transaction or a claim while others wait: the sender (send, consent, restart), imports and
-    // exports from their worker threads, the notifier's attempts (not its retry schedule, its log or
-    // its in-memory limits: describeOncePerRun in test/helpers/db.ts), the inbox's live stream, the
+    // exports from their worker threads, the notifier's attempts, the inbox's live stream, the
     // ingress's group commit, media references, concurrent Idempotency-Keys. The other 35 e2e files
     // ran here too until jest had to fit 300 s (they were a third of the suite's time); they run on
-    // PGlite on every machine without TEST_DATABASE_URL, as `npm test` does on a fresh clone.
+    // PGlite on every machine without TEST_DATABASE_URL, as `npm test` does on a fresh clone. Within
+    // these files, the groups whose subject is the same on either engine (the notifier's retry
+    // schedule, upload refusals and zip bombs, download URLs, slow SSE clients...) are left to the
+    // main project: describeOncePerRun (test/helpers/db.ts).
     testMatch: [
       "api-walk",
       "campaigns-preview",

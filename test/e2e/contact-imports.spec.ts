@@ -8,6 +8,7 @@ import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { zip, type ZipPart } from "../helpers/zip";
+import { describeOncePerRun } from "../helpers/db";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -341,7 +342,7 @@ describe("contact imports: XLSX and vCard", () => {
   });
 });
 
-describe("contact imports: refused uploads", () => {
+describeOncePerRun("contact imports: refused uploads", () => {
   const png = Buffer.from(
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7d6a00000000049454e44ae426082",
     "hex",
@@ -482,7 +483,7 @@ describe("contact imports: refused uploads", () => {
   });
 });
 
-describe("contact imports: hostile cells and the time budget", () => {
+describeOncePerRun("contact imports: hostile cells and the time budget", () => {
   it("refuses a 1 MiB NUMBER cell promptly as that row's error and imports the rest", async () => {
     const a = await t.newAccount(["CONTACTS"]);
     await a.api.post("/contacts/custom-fields", { key: "score", type: "NUMBER" });
@@ -515,7 +516,7 @@ describe("contact imports: hostile cells and the time budget", () => {
   });
 });
 
-describe("contact imports: XLSX zip bombs", () => {
+describeOncePerRun("contact imports: XLSX zip bombs", () => {
   const cell = (ref: string, text: string) => `<c r="${ref}" t="inlineStr"><is><t>${text}</t></is></c>`;
   /** A minimal workbook whose one sheet holds `rows`, `padding` bytes of blanks between them; the sheet may come first in the zip. */
   function workbook(rows: string[][], opts: { padding?: number; declareSheet?: number; sheetFirst?: boolean } = {}): Buffer {

@@ -17,6 +17,7 @@ import { contactIn } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 import { HISTORY_HEADER } from "../helpers/exports";
 import { expectProblem } from "../helpers/expect";
+import { describeOncePerRun } from "../helpers/db";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -448,7 +449,7 @@ describe("POST /exports/contacts", () => {
   });
 });
 
-describe("GET /exports, GET /exports/{exportId}", () => {
+describeOncePerRun("GET /exports, GET /exports/{exportId}", () => {
   it("pages the account's jobs newest first; limit over 1000 or a negative page is a 400", async () => {
     const a = await t.newAccount(["EXPORTS"]);
     const made: string[] = [];
@@ -507,7 +508,7 @@ describe("GET /exports, GET /exports/{exportId}", () => {
   });
 });
 
-describe("the signed download URL", () => {
+describeOncePerRun("the signed download URL", () => {
   let a: Account;
   let url: string;
   let exportId: string;
@@ -608,7 +609,7 @@ describe("the signed download URL", () => {
   });
 });
 
-describe("expiry and the sweeper", () => {
+describeOncePerRun("expiry and the sweeper", () => {
   it("an expired export reads EXPIRED, not available, 409 on GET, 403 on its URL, and its file is deleted", async () => {
     const a = await t.newAccount(["EXPORTS"]);
     const { job, link } = await exportAndDownload(a, "/messages/history/export");

@@ -15,6 +15,7 @@ import { receiptIn, readIn } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { SseClient } from "../helpers/sse";
+import { describeOncePerRun } from "../helpers/db";
 
 let t: TestApp;
 const HEARTBEAT_MS = 100;
@@ -273,7 +274,7 @@ describe("events", () => {
   });
 });
 
-describe("slow clients and limits", () => {
+describeOncePerRun("slow clients and limits", () => {
   it("never lets a client that does not read block other requests; it gets every event, in order, once it reads again", async () => {
     const a = await t.newAccount(["INBOX"]);
     const chat = await conversation(a);
@@ -346,7 +347,7 @@ describe("slow clients and limits", () => {
   });
 });
 
-describe("a long stream", () => {
+describeOncePerRun("a long stream", () => {
   const { lines, stream: logStream } = capturedLogs();
   let own: TestApp;
   beforeAll(async () => {
@@ -388,7 +389,7 @@ describe("a long stream", () => {
   });
 });
 
-describe("gateway stop", () => {
+describeOncePerRun("gateway stop", () => {
   it("ends open streams cleanly when the gateway stops", async () => {
     const own = await startTestApp({ services: ["gateway", "auth", "inbox"] });
     try {

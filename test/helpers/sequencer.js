@@ -24,13 +24,12 @@ const SECONDS = {
   "main test/integration/repl.spec.ts": 19,
   "main test/e2e/exports.spec.ts": 19,
   "e2e-embedded test/e2e/exports.spec.ts": 19,
-  "e2e-embedded test/e2e/contact-imports.spec.ts": 19,
+  "e2e-embedded test/e2e/contact-imports.spec.ts": 11,
   "main test/integration/notifier-kill.spec.ts": 18,
   "main test/integration/shutdown.spec.ts": 17,
   "e2e-embedded test/e2e/campaigns-preview.spec.ts": 17,
   "main test/e2e/campaigns-consent.spec.ts": 16,
   "main test/integration/readme-walk.spec.ts": 15,
-  "e2e-embedded test/e2e/inbox-live.spec.ts": 15,
   "e2e-embedded test/e2e/campaigns-send.spec.ts": 15,
 };
 
