@@ -120,7 +120,9 @@ async function main() {
     svc = campaigns = await startService(bdb.url, port, env);
   } else {
     const cluster = { TRANSPORTER: NATS, BENCH_NAMESPACE: `bench-campaign-${process.pid}`, INTERNAL_TOKEN_DISABLED: "true" };
-    svc = await startService(bdb.url, port, { ...env, ...cluster, SERVICES: "gateway,auth,contacts,tracking,simulator" }, { node: true });
+    // BENCH_CORE_NODE_OPTIONS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the core node.
+    const coreOptions: Record<string, string> = process.env.BENCH_CORE_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_CORE_NODE_OPTIONS } : {};
+    svc = await startService(bdb.url, port, { ...env, ...cluster, ...coreOptions, SERVICES: "gateway,auth,contacts,tracking,simulator" }, { node: true });
     // --max-old-space-mb: a heap limit for the campaigns process alone (memory that grows with the
     // audience would end it; memory V8 merely has not collected yet is collected sooner).
     const heap: Record<string, string> = values["max-old-space-mb"] ? { NODE_OPTIONS: `--max-old-space-size=${values["max-old-space-mb"]}` } : {};
