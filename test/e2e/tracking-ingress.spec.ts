@@ -359,6 +359,17 @@ describe("simulation", () => {
   });
 });
 
+/** An inbound text message of `companyId` (a fresh messageId and sender). */
+const textIn = (companyId: string) => ({
+  companyId,
+  messageId: mid(),
+  source: phone(),
+  destination: "+351210000000",
+  receivedDate: "2026-11-20T11:00:00Z",
+  messageType: "TEXT",
+  text: "Hi!",
+});
+
 describe("events only where somebody listens", () => {
   it("writes no event for an account without a webhook: its receipts, reads and inbound messages are stored all the same", async () => {
     const companyId = uid(); // no webhook (the accounts of this file's other cases have one)
@@ -373,15 +384,7 @@ describe("events only where somebody listens", () => {
       eventDate: "2026-11-20T10:05:00Z",
     });
     expect((await t.ingress.post("/reads/rcs", read(rcs))).status).toBe(202);
-    const inbound = {
-      companyId,
-      messageId: mid(),
-      source: phone(),
-      destination: "+351210000000",
-      receivedDate: "2026-11-20T11:00:00Z",
-      messageType: "TEXT",
-      text: "Hi!",
-    };
+    const inbound = textIn(companyId);
     expect((await t.ingress.post("/inbound/whatsapp", inbound)).status).toBe(202);
     const stored = await t.db.sequelize.query<{ customer_message_id: string; status_code: number; read: boolean }>(
       `SELECT customer_message_id, status_code, read_at IS NOT NULL AS read FROM messages WHERE company_id = $1 ORDER BY channel`,
@@ -412,15 +415,7 @@ describe("events only where somebody listens", () => {
 describe("inbound", () => {
   it("stores an inbound message once and writes one INBOUND event with the fields given", async () => {
     const companyId = await listeningId();
-    const body = {
-      companyId,
-      messageId: mid(),
-      source: phone(),
-      destination: "+351210000000",
-      receivedDate: "2026-11-20T11:00:00Z",
-      messageType: "TEXT",
-      text: "Hi!",
-    };
+    const body = textIn(companyId);
     expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
     expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
     const events = await eventsOf(companyId);
