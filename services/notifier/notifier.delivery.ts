@@ -15,7 +15,8 @@
  *   base * 2^(n-1) + 0-20 % jitter after attempt n failed, base per channel. Every attempt is logged
  *   in webhook_attempts.
  * Housekeeping (any replica, bounded batches): attempts older than 7 days, events of accounts that
- * have no webhook (nobody to send them to), and signing secrets whose rotation overlap is over.
+ * have no webhook any more (written while they had one: tracking and inbox write none for an account
+ * without one), and signing secrets whose rotation overlap is over.
  */
 import { randomBytes } from "node:crypto";
 import type { Service } from "moleculer";

@@ -195,7 +195,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         },
       },
 
-      /** Housekeeping now (the REPL; it also runs every minute): attempts past 7 days, events of accounts without a webhook. */
+      /** Housekeeping now (the REPL; it also runs every minute): attempts past 7 days, events of accounts whose webhook was deleted. */
       housekeep: {
         visibility: "public",
         params: housekeepIn,

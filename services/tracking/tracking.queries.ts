@@ -278,23 +278,29 @@ export async function insertPlaceholders(exec: Exec, fresh: MessageState[]): Pro
   return Number(inserted[0]!.n);
 }
 
-/** Writes the folded states of `changed` (by id) and the outbox rows `events` in one statement (one round trip). */
-export async function updateStatesWithEvents(exec: Exec, changed: MessageState[], events: OutboxEvent[]): Promise<void> {
-  await exec(
+/**
+ * Writes the folded states of `changed` (by id) and the outbox rows `events` in one statement (one
+ * round trip); answers how many events were written (those of accounts with a webhook).
+ */
+export async function updateStatesWithEvents(exec: Exec, changed: MessageState[], events: OutboxEvent[]): Promise<number> {
+  const [row] = await exec<{ n: number }>(
     `WITH upd AS (
        UPDATE messages AS m
           SET status_code = x.status_code, delivery_date = x.delivery_date, read_at = x.read_at, price = x.price,
               part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
          FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, ${STATE_COLUMNS})
-        WHERE m.id = x.id)
-     ${OUTBOX_INSERT.replace("$1", "$2")}`,
+        WHERE m.id = x.id),
+     ev AS (${OUTBOX_INSERT.replace("$1", "$2")} RETURNING 1)
+     SELECT count(*)::int AS n FROM ev`,
     [JSON.stringify(changed.map((s) => ({ id: s.id, ...stateJson(s) }))), JSON.stringify(events)],
   );
+  return Number(row?.n ?? 0);
 }
 
-/** Writes outbox rows (one statement). */
-export async function insertOutboxEvents(exec: Exec, events: OutboxEvent[]): Promise<void> {
-  await exec(OUTBOX_INSERT, [JSON.stringify(events)]);
+/** Writes outbox rows (one statement); answers how many were written (those of accounts with a webhook). */
+export async function insertOutboxEvents(exec: Exec, events: OutboxEvent[]): Promise<number> {
+  const [row] = await exec<{ n: number }>(`WITH ev AS (${OUTBOX_INSERT} RETURNING 1) SELECT count(*)::int AS n FROM ev`, [JSON.stringify(events)]);
+  return Number(row?.n ?? 0);
 }
 
 /** The inbox's `message.status` events for the inbox replies among `keys` (inbox.contract.ts); answers the accounts that got events. */

@@ -146,16 +146,16 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     if (changed.length > 0) {
       // The updates, and the outbox rows of what came so far, in one statement (one round trip).
       const pending = events;
-      eventCount += pending.length;
       events = [];
-      await updateStatesWithEvents(exec, changed, pending);
+      eventCount += await updateStatesWithEvents(exec, changed, pending);
     }
   }
 
   // 3. The outbox: the events of exactly these changes (those not written with the updates above).
-  if (events.length > 0) await insertOutboxEvents(exec, events);
+  if (events.length > 0) eventCount += await insertOutboxEvents(exec, events);
 
   // 4. The inbox's live view: a `message.status` event for each inbox reply among the changed messages (inbox.contract.ts).
   const inbox = statusChanged.length > 0 ? await writeReplyStatusEvents(exec, statusChanged) : [];
-  return { events: eventCount + events.length, support, inboxCompanies: inbox.map((r) => r.company_id) };
+  // The events written (an account without a webhook gets none): the notifiers are woken only for them.
+  return { events: eventCount, support, inboxCompanies: inbox.map((r) => r.company_id) };
 }

@@ -9,6 +9,9 @@ import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { Http } from "../helpers/http";
 import { applyChannelSupport } from "../../services/contacts/contacts.support";
+import { inTransaction } from "../../lib/db/db";
+import type { IngestItem } from "../../services/tracking/tracking.fold";
+import { writeItems } from "../../services/tracking/tracking.writes";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -410,6 +413,25 @@ describe("events only where somebody listens", () => {
     await t.ingress.post("/inbound/whatsapp", { ...inbound, companyId: listened, messageId: mid() });
     expect((await eventsOf(listened)).map((e) => e.event_type)).toEqual(["DELIVERY", "DELIVERY", "READ", "INBOUND"]);
   });
+
+  it("counts as written, for the notifiers' wake-up, only the events of accounts with a webhook", async () => {
+    const deaf = uid();
+    const heard = await listeningId();
+    const [a, b] = [await register(deaf, { channel: "RCS" }), await register(heard, { channel: "RCS" })];
+    // Reads take the general path (the states folded, then one statement for the updates and the events).
+    const read = (m: Sent & { companyId: string }): IngestItem => ({
+      kind: "read",
+      channel: "RCS",
+      companyId: m.companyId,
+      messageId: m.customerMessageId,
+      destination: m.destination,
+      date: "2026-11-20T10:05:00.000Z",
+    });
+    const effects = await inTransaction(t.db.sequelize, (exec) => writeItems(exec, [read(a), read(b)]));
+    expect(effects.events).toBe(1);
+    expect(await eventsOf(deaf)).toEqual([]);
+    expect((await eventsOf(heard)).map((e) => e.event_type)).toEqual(["READ"]);
+  });
 });
 
 describe("inbound", () => {
@@ -442,7 +464,9 @@ describe("inbound", () => {
   it("answers 503 (retryable) when no inbox node runs, storing nothing", async () => {
     const alone = await startTestApp({ services: ["tracking"] });
     try {
-      const companyId = await listeningId();
+      // A webhook in this app's own database: were the message stored, its INBOUND event would be too.
+      const companyId = uid();
+      await listening(alone.db, companyId);
       const res = await alone.ingress.post("/inbound/rcs", {
         companyId,
         messageId: mid(),

@@ -457,7 +457,8 @@ describeOncePerRun("accounts without a webhook, metrics", () => {
     const { a: b, r } = await subscribed();
     r.behave(() => ({ status: 500 }));
     await smsSentAndDelivered(b.companyId);
-    await attemptsUntil(b, (rows) => rows.length === 1);
+    // Its first attempt failed (retries follow every 200 ms or so: the event stays until the fifth).
+    await attemptsUntil(b, (rows) => rows.length >= 1);
     expect(await count(b.companyId)).toEqual({ n: 1 });
     expect((await b.api.delete("/webhooks/delivery-status")).status).toBe(204);
     const swept = await t.app.broker.call<{ orphans: number }>("notifier.housekeep");

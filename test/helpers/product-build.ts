@@ -22,7 +22,11 @@ import path from "node:path";
 const ROOT = path.join(__dirname, "../..");
 const BUILDS = path.join(ROOT, "node_modules/.cache/pgw-test-build");
 /** What tsconfig.build.json compiles (its `include`, less what it excludes). */
-const SOURCE_DIRS = ["app", "lib", "services", "migrations", "scripts", "types"];
+const SOURCE_DIRS = ["app", "lib", "mixins", "services", "migrations", "scripts", "types"];
+/** jest.config.js's options for @swc/jest, so that these processes run the code the in-process tests run. */
+const SWC_OPTIONS = { jsc: { target: "es2023", parser: { syntax: "typescript" } }, module: { type: "commonjs" }, sourceMaps: "inline", swcrc: false } as const;
+/** A build (or a half-written one, `build-*`, of a run that was killed) unused this long is removed. */
+const STALE_MS = 3600_000;
 const EXCLUDED = new Set(["scripts/openapi.ts", "scripts/openapi-client.ts"]);
 
 function sources(): string[] {
@@ -38,28 +42,36 @@ function sources(): string[] {
 
 let built: string | null = null;
 
+function touch(dir: string): void {
+  try {
+    const now = new Date();
+    fs.utimesSync(dir, now, now);
+  } catch {
+    /* removed meanwhile: the next call builds it again */
+  }
+}
+
 /** The directory of the compiled product (mirroring the source tree), built first when missing. */
 export function productBuild(): string {
   if (built && fs.existsSync(built)) return built;
   const files = sources();
-  const h = createHash("sha256").update(swcVersion);
+  // The compiler, its options and this file are part of what a build is made of.
+  const h = createHash("sha256").update(swcVersion).update(JSON.stringify(SWC_OPTIONS)).update(fs.readFileSync(__filename));
   for (const f of files)
     h.update(f)
       .update("\0")
       .update(fs.readFileSync(path.join(ROOT, f)))
       .update("\0");
   const dir = path.join(BUILDS, h.digest("hex").slice(0, 16));
-  if (fs.existsSync(dir)) return (built = dir);
+  if (fs.existsSync(dir)) {
+    touch(dir); // in use: not stale for another run's clean-up
+    return (built = dir);
+  }
   fs.mkdirSync(BUILDS, { recursive: true });
   const tmp = fs.mkdtempSync(path.join(BUILDS, "build-"));
   try {
     for (const f of files) {
-      const { code } = transformFileSync(path.join(ROOT, f), {
-        jsc: { target: "es2023", parser: { syntax: "typescript" } },
-        module: { type: "commonjs" },
-        sourceMaps: "inline",
-        swcrc: false,
-      });
+      const { code } = transformFileSync(path.join(ROOT, f), SWC_OPTIONS);
       const out = path.join(tmp, f.replace(/\.ts$/, ".js"));
       fs.mkdirSync(path.dirname(out), { recursive: true });
       fs.writeFileSync(out, code);
@@ -73,10 +85,14 @@ export function productBuild(): string {
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
-  // Builds of older sources are left to the next `npm install` (node_modules/.cache) or removed here.
+  // Builds of older sources, and half-written ones of killed runs, unused for an hour.
   for (const old of fs.readdirSync(BUILDS)) {
     const p = path.join(BUILDS, old);
-    if (p !== dir && !old.startsWith("build-") && Date.now() - fs.statSync(p).mtimeMs > 3600_000) fs.rmSync(p, { recursive: true, force: true });
+    try {
+      if (p !== dir && Date.now() - fs.statSync(p).mtimeMs > STALE_MS) fs.rmSync(p, { recursive: true, force: true });
+    } catch {
+      /* removed meanwhile by another run */
+    }
   }
   return (built = dir);
 }
