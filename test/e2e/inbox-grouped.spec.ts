@@ -63,15 +63,8 @@ async function holdings(companyId: string) {
   };
 }
 
-/** A new account id with a registered webhook (events are written only for such accounts). */
-async function listeningId(): Promise<string> {
-  const companyId = uid();
-  await listening(t.db, companyId);
-  return companyId;
-}
-
 it("keeps one conversation with every message when concurrent requests bring a new number's first messages, in fewer transactions than requests", async () => {
-  const companyId = await listeningId();
+  const companyId = await listening(t.db);
   const source = phone();
   const before = { ...committerOf(t).stats };
   // 40 requests at once through the ingress: single objects and arrays of 3, all for one new number.
@@ -95,7 +88,7 @@ it("keeps one conversation with every message when concurrent requests bring a n
 it("keeps one conversation when two inbox nodes (committers of their own) store a new number's first messages at the same moment", async () => {
   const other = await startTestApp({ services: ["inbox"], db: t.db });
   try {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const source = phone();
     const calls = Array.from({ length: 20 }, (_, i) => ingest(i % 2 ? other : t, "RCS", [inboundIn(companyId, { source, destination: "agent-x" })]));
     expect((await Promise.all(calls)).map((a) => a.created)).toEqual(calls.map(() => 1));
@@ -124,7 +117,7 @@ describe("a group with a call the database refuses", () => {
   });
 
   it("commits the others of the group and fails only that call, nothing of it stored", async () => {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const shared = phone();
     const before = { ...committerOf(t).stats };
     // Twelve calls at once: the first two take the committer's two slots, the other ten queue and go
@@ -161,7 +154,7 @@ describe("a group with a call the database refuses", () => {
 });
 
 it("stores a messageId once when several calls of one group carry it, answering each call what was new in it", async () => {
-  const companyId = await listeningId();
+  const companyId = await listening(t.db);
   const source = phone();
   const m = (id: string) => inboundIn(companyId, { source, messageId: id, receivedDate: "2026-11-20T10:00:00.000Z" });
   const before = { ...committerOf(t).stats };

@@ -52,13 +52,6 @@ const register = async (companyId: string, over: Record<string, unknown> = {}) =
 const smsReceipt = (companyId: string, m: Omit<Sent, "companyId">, over: Record<string, unknown> = {}) =>
   smsReceiptIn({ companyId, ...m }, { DELIVERY_DATE: "2026-11-20T10:00:05Z", ...over });
 
-/** A new account id with a registered webhook (events are written only for such accounts). */
-async function listeningId(): Promise<string> {
-  const companyId = uid();
-  await listening(t.db, companyId);
-  return companyId;
-}
-
 describe("registration", () => {
   it("registers an SMS as ACCEPTED and an RCS or WhatsApp message as UNKNOWN, answering 202 once stored", async () => {
     const a = await t.newAccount(["SMS", "RCS", "WHATSAPP"]);
@@ -88,7 +81,7 @@ describe("registration", () => {
   });
 
   it("answers 202 with the count and an X-Request-Id, and a repeat changes nothing", async () => {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const body = [1, 2, 3].map(() => ({ companyId, channel: "SMS", customerMessageId: mid(), destination: phone() }));
     const res = await t.ingress.post("/messages", body, { headers: { "x-request-id": "upstream-batch-1" } });
     expect(res.status).toBe(202);
@@ -404,7 +397,7 @@ describe("events only where somebody listens", () => {
     expect(held).toEqual({ n: 1 });
     expect(await eventsOf(companyId)).toEqual([]);
     // The same changes for an account with a webhook write their four events (DELIVERY, DELIVERY, READ, INBOUND).
-    const listened = await listeningId();
+    const listened = await listening(t.db);
     const sms2 = await register(listened);
     const rcs2 = await register(listened, { channel: "RCS" });
     await t.ingress.post("/receipts/sms", smsReceipt(listened, sms2));
@@ -416,7 +409,7 @@ describe("events only where somebody listens", () => {
 
   it("counts as written, for the notifiers' wake-up, only the events of accounts with a webhook", async () => {
     const deaf = uid();
-    const heard = await listeningId();
+    const heard = await listening(t.db);
     const [a, b] = [await register(deaf, { channel: "RCS" }), await register(heard, { channel: "RCS" })];
     // Reads take the general path (the states folded, then one statement for the updates and the events).
     const read = (m: Sent & { companyId: string }): IngestItem => ({
@@ -436,7 +429,7 @@ describe("events only where somebody listens", () => {
 
 describe("inbound", () => {
   it("stores an inbound message once and writes one INBOUND event with the fields given", async () => {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const body = textIn(companyId);
     expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
     expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
@@ -465,8 +458,7 @@ describe("inbound", () => {
     const alone = await startTestApp({ services: ["tracking"] });
     try {
       // A webhook in this app's own database: were the message stored, its INBOUND event would be too.
-      const companyId = uid();
-      await listening(alone.db, companyId);
+      const companyId = await listening(alone.db);
       const res = await alone.ingress.post("/inbound/rcs", {
         companyId,
         messageId: mid(),
@@ -490,7 +482,7 @@ describe("inbound", () => {
 
 describe("grouped writes", () => {
   it("stores 60 concurrent single-object posts, each answered once committed, with one event per receipt", async () => {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const ms = Array.from({ length: 60 }, () => ({ customerMessageId: mid(), destination: phone() }));
     const regs = await Promise.all(ms.map((m) => t.ingress.post("/messages", { companyId, channel: "SMS", ...m })));
     expect(regs.every((r) => r.status === 202)).toBe(true);
@@ -507,7 +499,7 @@ describe("grouped writes", () => {
 
 describe("races", () => {
   it("makes exactly one event per part when parts and their repeats of many messages arrive at once", async () => {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const ms = Array.from({ length: 20 }, () => ({ customerMessageId: mid(), destination: phone() }));
     await t.ingress.post(
       "/messages",
@@ -528,7 +520,7 @@ describe("races", () => {
   });
 
   it("ends with one row, the registration's data and one event when registrations and receipts race", async () => {
-    const companyId = await listeningId();
+    const companyId = await listening(t.db);
     const ms = Array.from({ length: 30 }, () => ({ customerMessageId: mid(), destination: phone() }));
     const posts = ms.flatMap((m) => [
       () => t.ingress.post("/messages", { companyId, channel: "SMS", text: "hi", sentAt: "2026-11-20T09:00:00Z", ...m }),

@@ -85,10 +85,12 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
 
 /**
  * Gives the account a registered webhook (a row of the notifier's `webhooks`, which no test app
- * without the notifier delivers to), so that its status changes and inbound messages write events.
+ * without the notifier delivers to), so that its status changes and inbound messages write events;
+ * answers the account (a new one when none is given).
  */
-export async function listening(db: Database, companyId: string): Promise<void> {
+export async function listening(db: Database, companyId: string = uid()): Promise<string> {
   await db.sequelize.query(`INSERT INTO webhooks (company_id, callback_url) VALUES ($1, 'https://127.0.0.1:8443/hook')`, { bind: [companyId] });
+  return companyId;
 }
 
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
