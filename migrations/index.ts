@@ -25,6 +25,7 @@ import * as m0019 from "./20261128-0019-opt-outs";
 import * as m0020 from "./20261128-0020-webhook-signing";
 import * as m0021 from "./20261128-0021-campaign-skipped";
 import * as m0022 from "./20261129-0022-webhook-accounts";
+import * as m0023 from "./20261130-0023-message-partitions";
 
 export interface Migration {
   name: string;
@@ -55,4 +56,5 @@ export const migrations: Migration[] = [
   { name: "20261128-0020-webhook-signing", ...m0020 },
   { name: "20261128-0021-campaign-skipped", ...m0021 },
   { name: "20261129-0022-webhook-accounts", ...m0022 },
+  { name: "20261130-0023-message-partitions", ...m0023 },
 ];

@@ -75,7 +75,8 @@ export const MESSAGE_STATUS_EVENTS_SQL = `WITH k AS (
     SELECT cm.company_id, cm.conversation_id, cm.message_id AS reply_id, m.status_code, m.read_at, m.delivery_date
       FROM k
       JOIN conversation_messages cm ON cm.company_id = k.c AND cm.channel = k.ch AND cm.direction = 'OUTBOUND' AND cm.message_id = k.id
-      JOIN messages m ON m.company_id = k.c AND m.channel = k.ch AND m.customer_message_id = k.id),
+      JOIN message_keys mk ON mk.company_id = k.c AND mk.channel = k.ch AND mk.customer_message_id = k.id
+      JOIN messages m ON m.company_id = mk.company_id AND m.id = mk.id),
   ${drawEventIdsSql("hit", "company_id")},
   ins AS (
     INSERT INTO inbox_events (company_id, id, conversation_id, type, data)

@@ -36,11 +36,13 @@ export async function appendOutboxEvents(sequelize: Sequelize, transaction: Tran
 /**
  * The tracked status of messages another service sent through the upstream adapter (inbox replies):
  * `LEFT JOIN messages <alias>` on the account, channel and customerMessageId given as SQL
- * expressions, one probe of the unique index messages_key per row. `<alias>.status_code` is null
- * for a message tracking has not heard of yet (UNKNOWN).
+ * expressions: one probe of `message_keys`' primary key per row (as `<alias>_key`), then of the
+ * message's day by its id. `<alias>.status_code` is null for a message tracking has not heard of
+ * yet (UNKNOWN).
  */
 export function trackedMessageJoin(alias: string, on: { companyId: string; channel: string; customerMessageId: string }): string {
-  return `LEFT JOIN messages ${alias} ON ${alias}.company_id = ${on.companyId} AND ${alias}.channel = ${on.channel} AND ${alias}.customer_message_id = ${on.customerMessageId}`;
+  return `LEFT JOIN message_keys ${alias}_key ON ${alias}_key.company_id = ${on.companyId} AND ${alias}_key.channel = ${on.channel} AND ${alias}_key.customer_message_id = ${on.customerMessageId}
+          LEFT JOIN messages ${alias} ON ${alias}.company_id = ${alias}_key.company_id AND ${alias}.id = ${alias}_key.id`;
 }
 
 /**

@@ -27,22 +27,51 @@ import type { HistoryIn, HistoryOut, MessageStatusOut } from "./tracking.schemas
 /** Ids per lookup statement: a bulk poll of 1000 runs as up to 4 statements side by side. */
 const STATUS_CHUNK = 250;
 
+const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
+
+/** The day (since 1970, UTC) of a message id: its partition (migration 0023: `ms << 22 | n`). */
+export const dayOfMessageId = (id: string): bigint => (BigInt(id) >> 22n) / 86_400_000n;
+
 /**
- * The statuses of `ids` (in the order given, repeats answered again): indexed lookups on the
- * unique key. Over a large table each id costs an index descent and a heap page, mostly outside
- * PostgreSQL's buffers, so a bulk poll is split into chunks run on separate connections at once.
+ * The messages of `ids` (one account's) as one statement: a branch per day, each `id = ANY` of that
+ * day's ids, so that the planner prunes each branch to its one partition and probes only its ids
+ * (one `id = ANY` of every id would probe each touched partition with all of them). `bind` holds
+ * $1 (the account); the arrays are appended.
+ */
+export function byDaySql(columns: string, ids: string[], bind: unknown[], extra = ""): string {
+  const days = new Map<bigint, string[]>();
+  for (const id of ids) {
+    const d = dayOfMessageId(id);
+    const list = days.get(d);
+    if (list) list.push(id);
+    else days.set(d, [id]);
+  }
+  return [...days.values()]
+    .map((list) => `SELECT ${columns} FROM messages m WHERE m.company_id = $1 AND m.id = ANY ($${bind.push(list)}::bigint[])${extra}`)
+    .join(" UNION ALL ");
+}
+
+/**
+ * The statuses of `ids` (in the order given, repeats answered again): the key's id from
+ * `message_keys` (its primary key), then the rows by id, pruned to their days' partitions. Over a
+ * large table each id costs two index descents and a heap page, mostly outside PostgreSQL's
+ * buffers, so a bulk poll is split into chunks run on separate connections at once.
  */
 export async function statusesOf(sequelize: Sequelize, companyId: string, channel: Channel, ids: string[]): Promise<MessageStatusOut[]> {
   const distinct = [...new Set(ids)];
   const chunks: string[][] = [];
   for (let i = 0; i < distinct.length; i += STATUS_CHUNK) chunks.push(distinct.slice(i, i + STATUS_CHUNK));
   const results = await Promise.all(
-    chunks.map((chunk) =>
-      sequelize.query<StatusRow>(`SELECT ${STATUS_COLUMNS} FROM messages WHERE company_id = $1 AND channel = $2 AND customer_message_id = ANY ($3::text[])`, {
-        bind: [companyId, channel, chunk],
-        type: QueryTypes.SELECT,
-      }),
-    ),
+    chunks.map(async (chunk) => {
+      const found = await sequelize.query<{ id: string }>(
+        `SELECT id FROM message_keys WHERE company_id = $1 AND channel = $2 AND customer_message_id = ANY ($3::text[])`,
+        { bind: [companyId, channel, chunk], type: QueryTypes.SELECT },
+      );
+      if (found.length === 0) return [];
+      const bind: unknown[] = [companyId];
+      const sql = byDaySql(STATUS_COLUMNS.split(", ").map((c) => `m.${c}`).join(", "), found.map((r) => String(r.id)), bind);
+      return sequelize.query<StatusRow>(sql, { bind, type: QueryTypes.SELECT });
+    }),
   );
   const byId = new Map(results.flat().map((r) => [r.customer_message_id, toStatusOut(r)]));
   return ids.map((id) => byId.get(id) ?? unknownStatus(id, channel));
@@ -119,31 +148,58 @@ export async function historyPage(exec: Exec, companyId: string, channels: Chann
 }
 
 /**
- * Removes messages created before `cutoff`, `batchSize` rows per statement,
- * each its own short transaction, skipping rows another writer holds; returns how many went.
+ * Retention by whole days (migration 0023): the keys of every message of a day before `cutoff`'s
+ * go first, `batchSize` rows per statement (the BRIN index on their id finds them), each its own
+ * short transaction skipping rows another writer holds; then each such day's partition is dropped at
+ * once. Keys go first so that no key ever names a message that is gone: a receipt for a retired
+ * message meanwhile finds no key and is stored as a new message. Answers the keys removed, the
+ * batches and the days dropped.
  */
 export async function purgeBefore(
   sequelize: Sequelize,
   cutoff: Date,
   batchSize: number,
   maxBatches = Infinity,
-): Promise<{ messages: number; batches: number }> {
-  const out = { messages: 0, batches: 0 };
-  for (const [table, field] of [["messages", "messages"]] as const) {
-    for (;;) {
-      if (out.batches >= maxBatches) return out;
-      const [row] = await sequelize.query<{ n: string }>(
-        `WITH gone AS (DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1)
-         SELECT count(*) AS n FROM gone`,
-        { bind: [cutoff.toISOString(), batchSize], type: QueryTypes.SELECT },
-      );
-      const n = Number(row!.n);
-      out.batches++;
-      out[field] += n;
-      if (n < batchSize) break;
-    }
+): Promise<{ messages: number; batches: number; days: string[] }> {
+  const out = { messages: 0, batches: 0, days: [] as string[] };
+  const day = cutoff.toISOString().slice(0, 10);
+  for (;;) {
+    if (out.batches >= maxBatches) return out;
+    const [row] = await sequelize.query<{ n: string }>(
+      `WITH gone AS (
+         DELETE FROM message_keys WHERE (company_id, channel, customer_message_id) IN (
+           SELECT company_id, channel, customer_message_id FROM message_keys
+            WHERE id < message_id_floor($1::date::timestamp AT TIME ZONE 'UTC') LIMIT $2 FOR UPDATE SKIP LOCKED)
+         RETURNING 1)
+       SELECT count(*) AS n FROM gone`,
+      { bind: [day, batchSize], type: QueryTypes.SELECT },
+    );
+    const n = Number(row!.n);
+    out.batches++;
+    out.messages += n;
+    if (n < batchSize) break;
+  }
+  const parts = await sequelize.query<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = 'messages'::regclass AND c.relname ~ '^messages_p[0-9]{8}$' AND to_date(substr(c.relname, 11), 'YYYYMMDD') < $1::date
+      ORDER BY c.relname`,
+    { bind: [day], type: QueryTypes.SELECT },
+  );
+  for (const { name } of parts) {
+    // The name is one this service made (the pattern above): quoted all the same.
+    await sequelize.query(`DROP TABLE IF EXISTS "${name}"`);
+    out.days.push(`${name.slice(10, 14)}-${name.slice(14, 16)}-${name.slice(16, 18)}`);
   }
   return out;
+}
+
+/** Makes the daily partitions of `messages` from `first` to `last` (UTC days) that are missing; answers how many it made. */
+export async function ensurePartitions(sequelize: Sequelize, first: Date, last: Date): Promise<number> {
+  const [row] = await sequelize.query<{ made: number }>(`SELECT ensure_message_partitions($1::date, $2::date) AS made`, {
+    bind: [first.toISOString().slice(0, 10), last.toISOString().slice(0, 10)],
+    type: QueryTypes.SELECT,
+  });
+  return Number(row?.made ?? 0);
 }
 
 // --- ingestion's writes (tracking.writes.ts): set-based, in the transaction `exec` runs in
@@ -183,24 +239,69 @@ export interface LateSimulation {
   created_at: Date;
 }
 
+/** A message's key as the statements read it from their JSON arrays. */
+export interface KeyRecord {
+  c: string;
+  ch: string;
+  id: string;
+}
+
+/** The ids `message_keys` holds for `keys` (those it has): one probe of its primary key each. */
+export function idsOf(exec: Exec, keys: KeyRecord[]): Promise<Array<KeyRecord & { mid: string }>> {
+  return exec<KeyRecord & { mid: string }>(
+    `SELECT k.company_id AS c, k.channel AS ch, k.customer_message_id AS id, k.id::text AS mid
+       FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text)
+       JOIN message_keys k ON k.company_id = x.c AND k.channel = x.ch AND k.customer_message_id = x.id`,
+    [JSON.stringify(keys)],
+  );
+}
+
+/** The columns a registration sets, as its JSON record carries them. */
+const REGISTRATION_RECORD = `c text, ch text, id text, d text, s timestamptz, p smallint, tx text, cp text, sim boolean, st smallint`;
+
 /**
  * Inserts the registrations; a placeholder made by an early receipt (no sentAt yet) gets the
  * registration's data and keeps its status, a repeat changes nothing. Answers the simulated messages
  * among the placeholders completed (their events must never go out).
+ *
+ * The common case is one statement: the keys new to `message_keys` (ON CONFLICT DO NOTHING, which
+ * waits for a concurrent writer of the same key and then skips it) and their rows under the ids they
+ * drew. The rest, keys already there, are then found by id (a new statement sees what the concurrent
+ * writer committed) and completed when they are placeholders.
  */
-export function upsertRegistrations(exec: Exec, rows: RegistrationRecord[]): Promise<LateSimulation[]> {
+export async function upsertRegistrations(exec: Exec, rows: RegistrationRecord[]): Promise<LateSimulation[]> {
+  const inserted = await exec<KeyRecord>(
+    `WITH x AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(${REGISTRATION_RECORD})),
+     k AS (
+       INSERT INTO message_keys (company_id, channel, customer_message_id) SELECT c, ch, id FROM x
+       ON CONFLICT (company_id, channel, customer_message_id) DO NOTHING
+       RETURNING company_id, channel, customer_message_id, id)
+     INSERT INTO messages (id, company_id, channel, customer_message_id, destination, sent_at, total_parts, text, campaign_id, simulation, status_code)
+     SELECT k.id, x.c, x.ch, x.id, x.d, COALESCE(x.s, date_trunc('milliseconds', now())), x.p, x.tx, x.cp, x.sim, x.st
+       FROM k JOIN x ON x.c = k.company_id AND x.ch = k.channel AND x.id = k.customer_message_id
+     RETURNING company_id AS c, channel AS ch, customer_message_id AS id`,
+    [JSON.stringify(rows)],
+  );
+  if (inserted.length === rows.length) return [];
+  const done = new Set(inserted.map((r) => keyOf(r.c, r.ch, r.id)));
+  const rest = rows.filter((r) => !done.has(keyOf(r.c, r.ch, r.id)));
+  const ids = new Map((await idsOf(exec, rest)).map((r) => [keyOf(r.c, r.ch, r.id), r.mid]));
+  const known = rest.flatMap((r) => {
+    const mid = ids.get(keyOf(r.c, r.ch, r.id));
+    return mid ? [{ ...r, mid }] : [];
+  });
+  if (known.length === 0) return [];
+  const bind: unknown[] = [JSON.stringify(known)];
   return exec<LateSimulation>(
     `WITH up AS (
-       INSERT INTO messages AS m (company_id, channel, customer_message_id, destination, sent_at, total_parts, text, campaign_id, simulation, status_code)
-       SELECT x.c, x.ch, x.id, x.d, COALESCE(x.s, date_trunc('milliseconds', now())), x.p, x.tx, x.cp, x.sim, x.st
-         FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, s timestamptz, p smallint, tx text, cp text, sim boolean, st smallint)
-       ON CONFLICT (company_id, channel, customer_message_id) DO UPDATE
-          SET sent_at = EXCLUDED.sent_at, text = EXCLUDED.text, campaign_id = EXCLUDED.campaign_id,
-              simulation = EXCLUDED.simulation, destination = EXCLUDED.destination, updated_at = now()
-        WHERE m.sent_at IS NULL
-       RETURNING m.company_id, m.channel, m.customer_message_id, m.created_at, (m.simulation AND NOT (m.xmax = 0)) AS late_simulation)
-     SELECT company_id, channel, customer_message_id, created_at FROM up WHERE late_simulation`,
-    [JSON.stringify(rows)],
+       UPDATE messages AS m
+          SET sent_at = COALESCE(x.s, date_trunc('milliseconds', now())), text = x.tx, campaign_id = x.cp,
+              simulation = x.sim, destination = x.d, updated_at = now()
+         FROM jsonb_to_recordset($1::jsonb) AS x(mid bigint, ${REGISTRATION_RECORD})
+        WHERE m.company_id = x.c AND m.id = x.mid AND m.id = ANY ($${bind.push(known.map((r) => r.mid))}::bigint[]) AND m.sent_at IS NULL
+       RETURNING m.company_id, m.channel, m.customer_message_id, m.created_at, m.simulation)
+     SELECT company_id, channel, customer_message_id, created_at FROM up WHERE simulation`,
+    bind,
   );
 }
 
@@ -213,9 +314,10 @@ export async function deleteLateSimulationEvents(exec: Exec, late: LateSimulatio
   );
 }
 
-/** A first receipt of a single-part message, as the one-statement update reads it (`i`: its place in the batch). */
+/** A first receipt of a single-part message, as the one-statement update reads it (`i`: its place in the batch; `mid`: its message's id). */
 export interface FirstReceiptRecord {
   i: number;
+  mid: string;
   c: string;
   ch: string;
   id: string;
@@ -229,18 +331,19 @@ export interface FirstReceiptRecord {
  * The common receipt in one statement: the first receipt of a registered single-part message still
  * in flight sets its status and writes its DELIVERY event (not for a simulated one, nor for an
  * account without a webhook). The UPDATE re-checks "in flight" under the row lock, so a repeat or a
- * concurrent receipt does not match.
+ * concurrent receipt does not match. The ids are given twice: as the join's and as an array the
+ * planner prunes the partitions by.
  * Answers the receipts applied, each with its message's `simulation` and the events written in all.
  */
 export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Promise<Array<{ i: number; simulation: boolean; events: string }>> {
   return exec<{ i: number; simulation: boolean; events: string }>(
     `WITH x AS (
-       SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, mid bigint, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
      upd AS (
        UPDATE messages AS m
           SET status_code = x.code, delivery_date = x.d, price = CASE WHEN x.p IS NULL THEN m.price ELSE COALESCE(m.price, 0) + x.p END, updated_at = now()
          FROM x
-        WHERE m.company_id = x.c AND m.channel = x.ch AND m.customer_message_id = x.id
+        WHERE m.company_id = x.c AND m.id = x.mid AND m.id = ANY ($2::bigint[])
           AND m.status_code IN (0, 1) AND m.total_parts = 1
        RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload),
      ev AS (
@@ -248,29 +351,38 @@ export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Prom
        SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation AND ${LISTENED("c")} ORDER BY i
        RETURNING 1)
      SELECT i, simulation, (SELECT count(*) FROM ev) AS events FROM upd`,
-    [JSON.stringify(rows)],
+    [JSON.stringify(rows), rows.map((r) => r.mid)],
   );
 }
 
-/** The messages of `keys` (account, channel, customerMessageId), locked FOR UPDATE in id order. */
-export function lockMessages(exec: Exec, keys: Array<{ c: string; ch: string; id: string }>): Promise<MessageRow[]> {
+/**
+ * The messages of `keys` (account and id), locked FOR UPDATE in id order: probes of the days'
+ * `(company_id, id)` keys, pruned by the ids. (An id is unique over all accounts, so pairing every
+ * account with every id finds exactly the messages asked for.)
+ */
+export function lockMessages(exec: Exec, keys: Array<{ c: string; mid: string }>): Promise<MessageRow[]> {
   return exec<MessageRow>(
-    `SELECT ${MESSAGE_COLUMNS}
-       FROM jsonb_to_recordset($1::jsonb) AS k(c text, ch text, id text)
-       JOIN messages m ON m.company_id = k.c AND m.channel = k.ch AND m.customer_message_id = k.id
-      ORDER BY m.id FOR UPDATE OF m`,
-    [JSON.stringify(keys)],
+    `SELECT ${MESSAGE_COLUMNS} FROM messages m WHERE m.company_id = ANY ($1::text[]) AND m.id = ANY ($2::bigint[]) ORDER BY m.id FOR UPDATE OF m`,
+    [[...new Set(keys.map((k) => k.c))], keys.map((k) => k.mid)],
   );
 }
 
-/** Inserts messages first heard of through a receipt or read (no registration yet); answers how many were inserted (fewer: a concurrent writer made one). */
+/**
+ * Inserts messages first heard of through a receipt or read (no registration yet): their keys, then
+ * their rows under the ids drawn, in one statement; answers how many were inserted (fewer: a
+ * concurrent writer made one).
+ */
 export async function insertPlaceholders(exec: Exec, fresh: MessageState[]): Promise<number> {
   const inserted = await exec<{ n: string }>(
-    `WITH ins AS (
-       INSERT INTO messages (company_id, channel, customer_message_id, destination, total_parts, status_code, delivery_date, read_at, price, part_codes, last_part_date)
-       SELECT x.c, x.ch, x.id, x.d, x.total_parts, x.status_code, x.delivery_date, x.read_at, x.price, x.part_codes, x.last_part_date
-         FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, ${STATE_COLUMNS})
+    `WITH x AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, d text, ${STATE_COLUMNS})),
+     k AS (
+       INSERT INTO message_keys (company_id, channel, customer_message_id) SELECT c, ch, id FROM x
        ON CONFLICT (company_id, channel, customer_message_id) DO NOTHING
+       RETURNING company_id, channel, customer_message_id, id),
+     ins AS (
+       INSERT INTO messages (id, company_id, channel, customer_message_id, destination, total_parts, status_code, delivery_date, read_at, price, part_codes, last_part_date)
+       SELECT k.id, x.c, x.ch, x.id, x.d, x.total_parts, x.status_code, x.delivery_date, x.read_at, x.price, x.part_codes, x.last_part_date
+         FROM k JOIN x ON x.c = k.company_id AND x.ch = k.channel AND x.id = k.customer_message_id
        RETURNING 1)
      SELECT count(*) AS n FROM ins`,
     [JSON.stringify(fresh.map((s) => ({ c: s.companyId, ch: s.channel, id: s.customerMessageId, d: s.destination, ...stateJson(s) })))],
@@ -288,11 +400,11 @@ export async function updateStatesWithEvents(exec: Exec, changed: MessageState[]
        UPDATE messages AS m
           SET status_code = x.status_code, delivery_date = x.delivery_date, read_at = x.read_at, price = x.price,
               part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
-         FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, ${STATE_COLUMNS})
-        WHERE m.id = x.id),
+         FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, c text, ${STATE_COLUMNS})
+        WHERE m.company_id = x.c AND m.id = x.id AND m.id = ANY ($3::bigint[])),
      ev AS (${OUTBOX_INSERT.replace("$1", "$2")} RETURNING 1)
      SELECT count(*)::int AS n FROM ev`,
-    [JSON.stringify(changed.map((s) => ({ id: s.id, ...stateJson(s) }))), JSON.stringify(events)],
+    [JSON.stringify(changed.map((s) => ({ id: s.id, c: s.companyId, ...stateJson(s) }))), JSON.stringify(events), changed.map((s) => s.id)],
   );
   return Number(row?.n ?? 0);
 }

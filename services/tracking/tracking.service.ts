@@ -4,7 +4,7 @@
  * (tracking.ingress.ts; inbound messages are validated there and handed to `inbox.ingest`, which owns them, and opt-out reports
  * to `contacts.applyOptOuts`); partners poll statuses and page through their message history through the
  * gateway. Every event a status change produces is written to the outbox in the same transaction.
- * Old messages are removed in bounded batches (MESSAGE_RETENTION_DAYS).
+ * Messages live in daily partitions made ahead hourly; retention (MESSAGE_RETENTION_DAYS) drops whole days.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { apiAction, type ApiServiceSettings, type AuthMeta } from "../../lib/http/api";
@@ -21,7 +21,7 @@ import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
-import { historyPage, purgeBefore, statusesOf } from "./tracking.queries";
+import { ensurePartitions, historyPage, purgeBefore, statusesOf } from "./tracking.queries";
 import {
   historyIn,
   historyOut,
@@ -52,6 +52,7 @@ interface TrackingVars {
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
   loops: Loops;
   purgeOld(): Promise<void>;
+  ensureDays(): Promise<void>;
 }
 type TrackingThis = Service<ApiServiceSettings> & TrackingVars;
 
@@ -59,6 +60,9 @@ const PURGE_BATCH = 5000;
 /** Moleculer's errors for a service no node serves, or that did not answer. */
 const UNREACHABLE = new Set(["ServiceNotFoundError", "ServiceNotAvailableError", "RequestTimeoutError", "RequestRejectedError"]);
 const PURGE_EVERY_MS = 3600_000;
+/** `messages`' daily partitions exist from yesterday to this many days ahead (made at start, then hourly). */
+const PARTITION_DAYS_AHEAD = 7;
+const DAY_MS = 86_400_000;
 
 export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, TrackingVars> {
   const { config, db } = deps;
@@ -138,7 +142,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         },
       }),
 
-      /** Retention: removes messages older than MESSAGE_RETENTION_DAYS (or `olderThanDays`) in bounded batches. */
+      /** Retention: removes the days of messages older than MESSAGE_RETENTION_DAYS (or `olderThanDays`): their keys in bounded batches, then each day's partition. */
       purge: {
         visibility: "public",
         params: purgeIn,
@@ -183,10 +187,16 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         return { accepted: items.length };
       },
 
+      /** The partitions of `messages` from yesterday to a week ahead (migration 0023; idempotent, any node may run it). */
+      async ensureDays(this: TrackingThis) {
+        const made = await ensurePartitions(sequelize, new Date(Date.now() - DAY_MS), new Date(Date.now() + PARTITION_DAYS_AHEAD * DAY_MS));
+        if (made > 0) this.logger.info({ made }, "message partitions made");
+      },
+
       /** One retention run (its failure is logged by the loop that runs it). */
       async purgeOld(this: TrackingThis) {
         const out = await this.actions.purge({});
-        if (out.messages > 0) this.logger.info(out, "old messages removed");
+        if (out.messages > 0 || out.days.length > 0) this.logger.info(out, "old messages removed");
       },
     },
 
@@ -220,9 +230,12 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       );
     },
 
-    started(this: TrackingThis) {
-      // First a minute after start, then hourly; each run deletes in short batches of its own.
+    async started(this: TrackingThis) {
+      // Today's partition before the first write; then the days ahead, hourly.
+      await this.ensureDays();
       this.loops = new Loops(this.logger);
+      this.loops.every(PURGE_EVERY_MS, "message partitions", () => this.ensureDays(), { firstAfterMs: PURGE_EVERY_MS });
+      // Retention first a minute after start, then hourly; each run deletes keys in short batches of its own, then drops whole days.
       this.loops.every(PURGE_EVERY_MS, "message retention", () => this.purgeOld(), { firstAfterMs: 60_000 });
     },
 

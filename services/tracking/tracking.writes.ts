@@ -24,6 +24,7 @@ import { stateOf } from "./tracking.models";
 import {
   applyFirstReceipts,
   deleteLateSimulationEvents,
+  idsOf,
   insertOutboxEvents,
   insertPlaceholders,
   lockMessages,
@@ -88,6 +89,13 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   //     still in flight. The UPDATE's own condition re-checks "in flight" under the row lock, so a
   //     repeat or a concurrent receipt simply does not match; whatever does not match goes to 2b.
   let updates = items.filter((it): it is ReceiptItem | ReadItem => it.kind === "receipt" || it.kind === "read");
+  // The ids of the messages they concern (message_keys), once for both steps; none yet: a placeholder in 2b.
+  const ids = new Map<string, string>();
+  if (updates.length > 0) {
+    const keys = new Map<string, { c: string; ch: string; id: string }>();
+    for (const u of updates) keys.set(keyOf(u.companyId, u.channel, u.messageId), { c: u.companyId, ch: u.channel, id: u.messageId });
+    for (const r of await idsOf(exec, [...keys.values()])) ids.set(keyOf(r.c, r.ch, r.id), r.mid);
+  }
   if (updates.length > 0) {
     const firstOf = new Map<string, number>();
     updates.forEach((u, i) => {
@@ -97,12 +105,17 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     const fast = updates
       .map((u, i) => ({ u, i }))
       .filter(
-        ({ u, i }) => u.kind === "receipt" && (u.totalParts ?? 1) === 1 && u.numPart === 1 && firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i,
+        ({ u, i }) =>
+          u.kind === "receipt" &&
+          (u.totalParts ?? 1) === 1 &&
+          u.numPart === 1 &&
+          firstOf.get(keyOf(u.companyId, u.channel, u.messageId)) === i &&
+          ids.has(keyOf(u.companyId, u.channel, u.messageId)),
       )
       .map(({ u, i }) => ({ i, r: u as ReceiptItem }));
     if (fast.length > 0) {
       const rows = fast.map(({ i, r }) => {
-        return { i, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload: deliveryPayload(r, 1, 1) };
+        return { i, mid: ids.get(keyOf(r.companyId, r.channel, r.messageId))!, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload: deliveryPayload(r, 1, 1) };
       });
       const applied = await applyFirstReceipts(exec, rows);
       const done = new Set(applied.map((a) => Number(a.i)));
@@ -121,9 +134,12 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   // 2b. Everything else (multi-part SMS, reads, messages not yet registered, repeats), folded in
   //     arrival order into the rows they concern, locked in id order.
   if (updates.length > 0) {
-    const keys = new Map<string, { c: string; ch: string; id: string }>();
-    for (const u of updates) keys.set(keyOf(u.companyId, u.channel, u.messageId), { c: u.companyId, ch: u.channel, id: u.messageId });
-    const found = await lockMessages(exec, [...keys.values()]);
+    const toLock = new Map<string, { c: string; mid: string }>();
+    for (const u of updates) {
+      const mid = ids.get(keyOf(u.companyId, u.channel, u.messageId));
+      if (mid) toLock.set(mid, { c: u.companyId, mid });
+    }
+    const found = toLock.size > 0 ? await lockMessages(exec, [...toLock.values()]) : [];
     const states = new Map<string, MessageState>();
     for (const r of found) states.set(keyOf(r.company_id, r.channel, r.customer_message_id), stateOf(r));
     for (const u of updates) {

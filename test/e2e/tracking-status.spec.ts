@@ -262,22 +262,61 @@ describe("GET /messages/history", () => {
 });
 
 describe("retention", () => {
-  it("removes messages older than the retention in bounded batches and keeps the rest", async () => {
+  it("drops whole days older than the retention, their keys first in bounded batches, and keeps the rest", async () => {
     const companyId = uid();
     await post(
       "/messages",
       Array.from({ length: 7 }, (_, i) => ({ companyId, channel: "SMS", customerMessageId: `r-${i}`, destination: "+351911000099" })),
     );
-    await t.db.sequelize.query(`UPDATE messages SET created_at = now() - interval '401 days' WHERE company_id = $1 AND customer_message_id <> 'r-6'`, {
-      bind: [companyId],
-    });
-    const out = (await t.app.broker.call("tracking.purge", { batchSize: 2 })) as { messages: number; batches: number };
+    // Six of them as if stored 401 days ago: moved (row movement) into that day's partition, their keys with them.
+    const old = new Date(Date.now() - 401 * 86400_000).toISOString().slice(0, 10);
+    await t.db.sequelize.query(`SELECT ensure_message_partitions($1::date, $1::date)`, { bind: [old] });
+    await t.db.sequelize.query(
+      `WITH moved AS (
+         UPDATE messages SET id = message_id_floor($2::date::timestamp AT TIME ZONE 'UTC') | (id & 4194303)
+          WHERE company_id = $1 AND customer_message_id <> 'r-6' RETURNING company_id, channel, customer_message_id, id)
+       UPDATE message_keys k SET id = moved.id FROM moved
+        WHERE k.company_id = moved.company_id AND k.channel = moved.channel AND k.customer_message_id = moved.customer_message_id`,
+      { bind: [companyId, old] },
+    );
+    const partition = `messages_p${old.replaceAll("-", "")}`;
+    const out = (await t.app.broker.call("tracking.purge", { batchSize: 2 })) as { messages: number; batches: number; days: string[] };
     expect(out.messages).toBeGreaterThanOrEqual(6);
-    expect(out.batches).toBeGreaterThanOrEqual(4); // 6 rows at 2 per statement, and the last, short one
+    expect(out.batches).toBeGreaterThanOrEqual(4); // 6 keys at 2 per statement, and the last, short one
+    expect(out.days).toContain(old);
+    const [gone] = await t.db.sequelize.query<{ t: string | null }>(`SELECT to_regclass($1) AS t`, { bind: [partition], type: QueryTypes.SELECT });
+    expect(gone!.t).toBeNull();
     const left = await t.db.sequelize.query<{ customer_message_id: string }>(`SELECT customer_message_id FROM messages WHERE company_id = $1`, {
       bind: [companyId],
       type: QueryTypes.SELECT,
     });
     expect(left.map((r) => r.customer_message_id)).toEqual(["r-6"]);
+    const keys = await t.db.sequelize.query<{ customer_message_id: string }>(`SELECT customer_message_id FROM message_keys WHERE company_id = $1`, {
+      bind: [companyId],
+      type: QueryTypes.SELECT,
+    });
+    expect(keys.map((r) => r.customer_message_id)).toEqual(["r-6"]);
+    // A late receipt for a retired message is stored as a message first heard of by its receipt.
+    await post("/receipts/sms", { companyId, MESSAGE_ID: "r-0", DESTINATION: "+351911000099", DELIVERY_STATUS: 3, DELIVERY_DATE: new Date().toISOString() });
+    const [row] = await t.db.sequelize.query<{ status_code: number; sent_at: Date | null }>(
+      `SELECT status_code, sent_at FROM messages WHERE company_id = $1 AND customer_message_id = 'r-0'`,
+      { bind: [companyId], type: QueryTypes.SELECT },
+    );
+    expect(row).toEqual({ status_code: 3, sent_at: null });
+  });
+
+  it("keeps the days from yesterday to a week ahead made (idempotently)", async () => {
+    const day = (n: number) => `messages_p${new Date(Date.now() + n * 86400_000).toISOString().slice(0, 10).replaceAll("-", "")}`;
+    const names = [day(-1), day(0), day(7)];
+    const rows = await t.db.sequelize.query<{ t: string | null }>(`SELECT to_regclass(n) AS t FROM unnest($1::text[]) n`, {
+      bind: [names],
+      type: QueryTypes.SELECT,
+    });
+    expect(rows.map((r) => r.t)).toEqual(names);
+    const [again] = await t.db.sequelize.query<{ made: number }>(
+      `SELECT ensure_message_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7) AS made`,
+      { type: QueryTypes.SELECT },
+    );
+    expect(again!.made).toBe(0);
   });
 });

@@ -95,14 +95,26 @@ export async function createPgDatabase(template?: string): Promise<{ url: string
  * A migrated database of the caller's own: a copy of the migrated template (PostgreSQL) or of the
  * migrated snapshot (PGlite), on which openDatabase's own `migrate` then finds nothing pending.
  */
+/**
+ * The template or snapshot may be days old: `messages`' partitions from yesterday to a week ahead,
+ * as tracking makes them at start, for tests that write messages without a tracking node.
+ */
+async function todaysPartitions(db: { sequelize: { query(sql: string): Promise<unknown> } }): Promise<void> {
+  await db.sequelize.query(
+    `SELECT ensure_message_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7)`,
+  );
+}
+
 export async function createTestDatabase(): Promise<TestDatabase> {
   if (!TEST_DATABASE_URL) {
     if (REQUIRE_REAL) throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set");
     const db = await openDatabase({ databaseUrl: null, dataDir: null, embeddedSnapshot: await pgliteSnapshot() });
+    await todaysPartitions(db);
     return { url: null, db, drop: async () => undefined };
   }
   const pgdb = await createPgDatabase(await pgTemplate(TEST_DATABASE_URL));
   const db = await openDatabase({ databaseUrl: pgdb.url, dataDir: null });
+  await todaysPartitions(db);
   return {
     url: pgdb.url,
     db,
