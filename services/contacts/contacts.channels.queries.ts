@@ -27,18 +27,26 @@ export async function markContacted(sequelize: Sequelize, companyId: string, ids
 /**
  * Applies one channel's reachability changes in one statement (a contact, one number, meets at most
  * one of them): RCS or WhatsApp is added to the communicationSupported of the account's contacts
- * with that number when `supported`, else removed; contacts already so are left as they are.
+ * with that number and taken off their refused channels when `supported`, else the reverse (the
+ * campaign audience skips refused channels, contacts.contract.queries.ts); contacts already so are
+ * left as they are.
  */
 export async function applyChannelSupportChanges(sequelize: Sequelize, changes: ChannelSupport[]): Promise<void> {
   await sequelize.query(
     `UPDATE contacts AS c
         SET communication_supported = CASE
-              WHEN x.supported THEN array_append(c.communication_supported, x.channel)
-              ELSE array_remove(c.communication_supported, x.channel) END,
+              WHEN NOT x.supported THEN array_remove(c.communication_supported, x.channel)
+              WHEN x.channel = ANY (c.communication_supported) THEN c.communication_supported
+              ELSE array_append(c.communication_supported, x.channel) END,
+            communication_refused = CASE
+              WHEN x.supported THEN array_remove(c.communication_refused, x.channel)
+              WHEN x.channel = ANY (c.communication_refused) THEN c.communication_refused
+              ELSE array_append(c.communication_refused, x.channel) END,
             updated_at = now()
        FROM jsonb_to_recordset($1::jsonb) AS x("companyId" text, channel text, destination text, supported boolean)
       WHERE c.company_id = x."companyId" AND c.phone_number = x.destination
-        AND (x.channel = ANY (c.communication_supported)) IS DISTINCT FROM x.supported`,
+        AND ((x.channel = ANY (c.communication_supported)) IS DISTINCT FROM x.supported
+          OR (x.channel = ANY (c.communication_refused)) IS DISTINCT FROM NOT x.supported)`,
     { bind: [JSON.stringify(changes)] },
   );
 }

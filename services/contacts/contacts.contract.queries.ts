@@ -8,7 +8,6 @@
  */
 import { CHANNELS, type Channel } from "../../lib/messaging/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
-import { channelRefusedSql } from "../tracking/tracking.contract";
 import type { ContactFilters, ContactSort, CustomFieldType } from "./contacts.contract";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
 
@@ -139,14 +138,15 @@ export function contactOrder(sortBy: ContactSort, sortOrder: "asc" | "desc"): st
 /**
  * A campaign's audience, defined here once: the distinct valid contacts of the account's live
  * (not deleted) lists among `listIds` that are reachable on `channel`: every channel needs a phone
- * number, and RCS and WhatsApp skip numbers whose latest receipt on that channel was UNSUPPORTED or
- * DISABLED (tracking's rule). One row per contact: `contact_id`, `destination`, `vars` (first and
+ * number, and RCS and WhatsApp skip contacts whose number's latest word on that channel was an
+ * UNSUPPORTED or DISABLED receipt (their own `communication_refused`, from tracking's
+ * `tracking.channelSupportChanged`). One row per contact: `contact_id`, `destination`, `vars` (first and
  * last name and the custom fields named by `customKeys`, for placeholders) and `simulation` (true
  * when every list that brings the contact is a test list). `companyId`, `listIds` (bigint[]) and
  * `customKeys` (text[]) are SQL expressions (parameters of the caller's statement).
  */
 export function audienceSql(o: { companyId: string; listIds: string; customKeys: string; channel: Channel }): string {
-  const refused = o.channel === "SMS" ? "" : `AND NOT ${channelRefusedSql(o.channel, "c.company_id", "c.phone_number")}`;
+  const refused = o.channel === "SMS" ? "" : `AND NOT ('${o.channel === "RCS" ? "RCS" : "WHATSAPP"}' = ANY (c.communication_refused))`;
   return `SELECT c.id AS contact_id, c.phone_number AS destination,
                  jsonb_build_object('firstName', c.first_name, 'lastName', c.last_name, 'customFields',
                    (SELECT coalesce(jsonb_object_agg(k, c.custom_fields -> k), '{}'::jsonb) FROM unnest(${o.customKeys}::text[]) k WHERE jsonb_exists(c.custom_fields, k))) AS vars,

@@ -1,7 +1,7 @@
 /**
  * The SQL tracking publishes through tracking.contract.ts (re-exported there, so importers name the
  * contract): the outbox insert the notifier consumes, the join to a sent message's status, the
- * history conditions (GET /messages/history and its export), RCS/WhatsApp reachability, and "a
+ * history conditions (GET /messages/history and its export), and "a
  * campaign's messages" with their statistics. Builders of SQL text, save `appendOutboxEvents`, which
  * runs the outbox insert in the caller's transaction.
  */
@@ -64,20 +64,6 @@ export function historyConditions(
   if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
   if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
   return where;
-}
-
-/**
- * RCS and WhatsApp reachability as the receipts tell it: true when the latest message on `channel`
- * to the number `phone` (an SQL expression) that got a final receipt was UNSUPPORTED (11) or
- * DISABLED (10). A number never tried is not refused. One index probe per number
- * (messages_history_destination). `companyId` is an SQL expression too (a parameter).
- */
-export function channelRefusedSql(channel: "RCS" | "WHATSAPP", companyId: string, phone: string): string {
-  return `EXISTS (SELECT 1 FROM (SELECT m.status_code FROM messages m
-             WHERE m.company_id = ${companyId} AND m.destination = ${phone} AND m.sent_at IS NOT NULL
-               AND m.channel = '${channel === "RCS" ? "RCS" : "WHATSAPP"}' AND m.status_code NOT IN (0, 1)
-             ORDER BY m.sent_at DESC, m.id DESC LIMIT 1) last
-           WHERE last.status_code IN (10, 11))`;
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * What other services may import from tracking: the payload of the events it emits and the history
  * filters (schema, range check, SQL conditions) that the exports of messages reuse. The SQL it
- * publishes (the outbox insert, `trackedMessageJoin`, `historyConditions`, `channelRefusedSql`,
+ * publishes (the outbox insert, `trackedMessageJoin`, `historyConditions`,
  * `campaignMessageConditions`, `campaignStatsSql`) is written in tracking.contract.queries.ts and
  * re-exported here.
  */
@@ -18,7 +18,6 @@ export {
   appendOutboxEvents,
   campaignMessageConditions,
   campaignStatsSql,
-  channelRefusedSql,
   historyConditions,
   OUTBOX_INSERT,
   trackedMessageJoin,

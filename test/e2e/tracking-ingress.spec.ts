@@ -300,10 +300,24 @@ describe("RCS and WhatsApp receipts and reads", () => {
       await t.ingress.post("/receipts/rcs", receiptIn(m, { statusCode: code, eventDate: "2026-11-20T10:01:00Z" }));
     };
     const supported = async () => (await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported;
+    // The channels a campaign's audience skips for the contact (not in the API: the contact's own row).
+    const refused = async () =>
+      (
+        await t.db.sequelize.query<{ r: string[] }>(`SELECT communication_refused AS r FROM contacts WHERE id = $1`, {
+          bind: [c.body.id],
+          type: QueryTypes.SELECT,
+        })
+      )[0]!.r;
     await receipt(3);
     await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
+    expect(await refused()).toEqual([]);
     await receipt(11);
     await eventually(async () => expect(await supported()).toEqual(["SMS"]));
+    expect(await refused()).toEqual(["RCS"]);
+    await receipt(11);
+    await receipt(3);
+    await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
+    expect(await refused()).toEqual([]);
   });
 });
 
