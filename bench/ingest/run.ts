@@ -165,7 +165,9 @@ async function fillForStatus(db: pg.Client, rows: number) {
     );
   }
   // Their keys (migration 0023: polling finds a message through message_keys, then its day by id).
-  await db.query(`INSERT INTO message_keys (company_id, channel, customer_message_id, id) SELECT company_id, channel, customer_message_id, id FROM messages WHERE company_id LIKE 'bulk-%'`);
+  await db.query(
+    `INSERT INTO message_keys (company_id, channel, customer_message_id, id) SELECT company_id, channel, customer_message_id, id FROM messages WHERE company_id LIKE 'bulk-%'`,
+  );
   for (const i of idx) await db.query(i.indexdef);
   await db.query("VACUUM ANALYZE messages");
   await db.query("VACUUM ANALYZE message_keys");

@@ -29,7 +29,7 @@ import { Sequelize } from "sequelize";
 import { createBenchDatabase } from "../database";
 import { inArrays } from "../ingress";
 import { startService } from "../service";
-import { purgeBefore } from "../../services/tracking/tracking.queries";
+import { purgeBefore } from "../../services/tracking/tracking.days";
 
 const { values } = parseArgs({
   options: {
@@ -106,7 +106,10 @@ async function main() {
     const api = `http://127.0.0.1:${port}/api/partner-gateway/v1`;
     const ingress = `http://127.0.0.1:${port + 20}/internal/v1`;
     await db.connect();
-    await db.query(`SELECT ensure_message_partitions($1::date, $2::date)`, [new Date(dayStart(0)).toISOString().slice(0, 10), new Date(TODAY).toISOString().slice(0, 10)]);
+    await db.query(`SELECT ensure_message_partitions($1::date, $2::date)`, [
+      new Date(dayStart(0)).toISOString().slice(0, 10),
+      new Date(TODAY).toISOString().slice(0, 10),
+    ]);
     const key = svc.adminKey("scale-3", "SMS");
     const sequelize = new Sequelize(benchDb.url, { logging: false, dialect: "postgres" });
     console.log(`bench/scale: sizes ${SIZES.map((s) => s.toLocaleString()).join(", ")}, ${DAYS} daily partitions, ${ACCOUNTS} accounts`);
@@ -133,8 +136,18 @@ async function main() {
       const n = 20_000;
       const co = `ingest-${ingested++}`;
       const i0 = performance.now();
-      await inArrays(`${ingress}/messages`, n, (i) => ({ companyId: co, channel: "SMS", customerMessageId: `i-${i}`, destination: "+4930000000", text: "code 1234" }), 500);
-      await inArrays(`${ingress}/receipts/sms`, n, (i) => ({ companyId: co, MESSAGE_ID: `i-${i}`, DESTINATION: "+4930000000", DELIVERY_STATUS: 3, DELIVERY_DATE: new Date().toISOString() }), 500);
+      await inArrays(
+        `${ingress}/messages`,
+        n,
+        (i) => ({ companyId: co, channel: "SMS", customerMessageId: `i-${i}`, destination: "+4930000000", text: "code 1234" }),
+        500,
+      );
+      await inArrays(
+        `${ingress}/receipts/sms`,
+        n,
+        (i) => ({ companyId: co, MESSAGE_ID: `i-${i}`, DESTINATION: "+4930000000", DELIVERY_STATUS: 3, DELIVERY_DATE: new Date().toISOString() }),
+        500,
+      );
       const ingest = (2 * n) / ((performance.now() - i0) / 1000);
 
       // Polling: account scale-3 owns the rows j = 3 (mod ACCOUNTS) of every day.
@@ -188,7 +201,9 @@ async function main() {
       console.log(`GET /messages/status, 1000 ids over every day:     p50 ${ms(spread.p50)} ms, p99 ${ms(spread.p99)} ms`);
       console.log(`GET /messages/history, first page:                 p50 ${ms(first.p50)} ms, p99 ${ms(first.p99)} ms`);
       console.log(`GET /messages/history, a cursor mid-history:       p50 ${ms(deep.p50)} ms, p99 ${ms(deep.p99)} ms`);
-      console.log(`retiring a day of ${perDay.toLocaleString()}: ${ms(retireMs)} ms (keys ${out.batches} batches, then the drop); batched DELETE of a day: ${ms(batchedMs)} ms`);
+      console.log(
+        `retiring a day of ${perDay.toLocaleString()}: ${ms(retireMs)} ms (keys ${out.batches} batches, then the drop); batched DELETE of a day: ${ms(batchedMs)} ms`,
+      );
       console.log(
         `RESULT rows=${rows} ingest_per_s=${Math.round(ingest)} status_recent_p99_ms=${ms(recent.p99)} status_spread_p99_ms=${ms(spread.p99)} history_first_p99_ms=${ms(first.p99)} history_deep_p99_ms=${ms(deep.p99)} retire_day_ms=${ms(retireMs)} batched_delete_day_ms=${ms(batchedMs)}`,
       );

@@ -21,7 +21,8 @@ import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
-import { ensurePartitions, historyPage, purgeBefore, statusesOf } from "./tracking.queries";
+import { ensurePartitions, purgeBefore } from "./tracking.days";
+import { historyPage, statusesOf } from "./tracking.queries";
 import {
   historyIn,
   historyOut,

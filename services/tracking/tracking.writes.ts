@@ -115,7 +115,17 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       .map(({ u, i }) => ({ i, r: u as ReceiptItem }));
     if (fast.length > 0) {
       const rows = fast.map(({ i, r }) => {
-        return { i, mid: ids.get(keyOf(r.companyId, r.channel, r.messageId))!, c: r.companyId, ch: r.channel, id: r.messageId, code: r.code, d: r.date, p: r.price ?? null, payload: deliveryPayload(r, 1, 1) };
+        return {
+          i,
+          mid: ids.get(keyOf(r.companyId, r.channel, r.messageId))!,
+          c: r.companyId,
+          ch: r.channel,
+          id: r.messageId,
+          code: r.code,
+          d: r.date,
+          p: r.price ?? null,
+          payload: deliveryPayload(r, 1, 1),
+        };
       });
       const applied = await applyFirstReceipts(exec, rows);
       const done = new Set(applied.map((a) => Number(a.i)));

@@ -100,9 +100,7 @@ export async function createPgDatabase(template?: string): Promise<{ url: string
  * as tracking makes them at start, for tests that write messages without a tracking node.
  */
 async function todaysPartitions(db: { sequelize: { query(sql: string): Promise<unknown> } }): Promise<void> {
-  await db.sequelize.query(
-    `SELECT ensure_message_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7)`,
-  );
+  await db.sequelize.query(`SELECT ensure_message_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7)`);
 }
 
 export async function createTestDatabase(): Promise<TestDatabase> {

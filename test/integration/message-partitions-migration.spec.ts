@@ -84,11 +84,15 @@ it("moves every message into its creation day's partition with its key, and back
 
   await migrator(db).down({ to: "20261130-0023-message-partitions" });
   expect(await q(`SELECT to_regclass('message_keys') AS t`)).toEqual([{ t: null }]);
-  const down = await q<Record<string, unknown>>(`SELECT ${COLUMNS} FROM messages WHERE customer_message_id <> 'a-3' ORDER BY company_id, channel, customer_message_id`);
-  expect(down).toEqual(before.map((r) => (r.customer_message_id === "a-2" && r.channel === "SMS" ? { ...r, text: "late registration", sent_at: expect.any(Date), updated_at: expect.any(Date) } : r)));
-  const [dup] = await q<{ ok: boolean }>(
-    `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE tablename = 'messages' AND indexname = 'messages_key') AS ok`,
+  const down = await q<Record<string, unknown>>(
+    `SELECT ${COLUMNS} FROM messages WHERE customer_message_id <> 'a-3' ORDER BY company_id, channel, customer_message_id`,
   );
+  expect(down).toEqual(
+    before.map((r) =>
+      r.customer_message_id === "a-2" && r.channel === "SMS" ? { ...r, text: "late registration", sent_at: expect.any(Date), updated_at: expect.any(Date) } : r,
+    ),
+  );
+  const [dup] = await q<{ ok: boolean }>(`SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE tablename = 'messages' AND indexname = 'messages_key') AS ok`);
   expect(dup!.ok).toBe(true);
 });
 

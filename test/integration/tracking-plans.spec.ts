@@ -27,7 +27,9 @@ beforeAll(async () => {
            '+3519' || lpad((g % 50000)::text, 8, '0'), timestamptz '2026-10-01' + (g || ' seconds')::interval * 20,
            'text ' || g, CASE WHEN g % 7 = 0 THEN 'camp-' || (g % 21) END, CASE WHEN g % 3 = 0 THEN 1 ELSE 0 END
       FROM generate_series(1, 120000) AS g`);
-  await sequelize.query(`INSERT INTO message_keys (company_id, channel, customer_message_id, id) SELECT company_id, channel, customer_message_id, id FROM messages`);
+  await sequelize.query(
+    `INSERT INTO message_keys (company_id, channel, customer_message_id, id) SELECT company_id, channel, customer_message_id, id FROM messages`,
+  );
   await sequelize.query(`ANALYZE messages; ANALYZE message_keys`);
 }, 120_000);
 afterAll(() => tdb?.drop());
