@@ -54,7 +54,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       channel             text NOT NULL,
       customer_message_id text NOT NULL,
       id                  bigint NOT NULL DEFAULT next_message_id(),
-      PRIMARY KEY (company_id, channel, customer_message_id)
+      PRIMARY KEY (company_id, channel, customer_message_id) INCLUDE (id)
     );
     CREATE INDEX message_keys_id ON message_keys USING brin (id);
 

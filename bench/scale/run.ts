@@ -55,17 +55,17 @@ const fmt = (t: number[]) => {
 };
 
 /**
- * Rows [from, to) of every day: row j of day d is account j % ACCOUNTS, customerMessageId `s-d-j`,
+ * Rows [from, to) of every day not retired yet: row j of day d is account j % ACCOUNTS, customerMessageId `s-d-j`,
  * sent at the day's start plus j x 300 ms (so 288,000 a day fit in order), stored under the id of
  * that instant, its key beside it. Indexes are dropped for the load and built again after it.
  */
-async function fill(db: pg.Client, from: number, to: number) {
+async function fill(db: pg.Client, from: number, to: number, firstDay: number) {
   const { rows: idx } = await db.query<{ indexdef: string; indexname: string }>(
     `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' AND indexname LIKE 'messages_history%'`,
   );
   for (const i of idx) await db.query(`DROP INDEX ${i.indexname}`);
   await db.query(`ALTER TABLE message_keys DROP CONSTRAINT message_keys_pkey`);
-  for (let d = 0; d < DAYS; d++) {
+  for (let d = firstDay; d < DAYS; d++) {
     const start = new Date(dayStart(d)).toISOString();
     await db.query(
       `WITH ins AS (
@@ -80,7 +80,7 @@ async function fill(db: pg.Client, from: number, to: number) {
       [start, from, to, ACCOUNTS, d],
     );
   }
-  await db.query(`ALTER TABLE message_keys ADD PRIMARY KEY (company_id, channel, customer_message_id)`);
+  await db.query(`ALTER TABLE message_keys ADD PRIMARY KEY (company_id, channel, customer_message_id) INCLUDE (id)`);
   for (const i of idx) await db.query(i.indexdef);
   await db.query("VACUUM ANALYZE messages");
   await db.query("VACUUM ANALYZE message_keys");
@@ -120,14 +120,13 @@ async function main() {
     for (const size of SIZES) {
       const want = Math.ceil(size / DAYS);
       const f0 = performance.now();
-      await fill(db, perDay, want);
+      await fill(db, perDay, want, retired);
       perDay = want;
-      const { rows: sz } = await db.query<{ rows: string; bytes: string }>(
-        `SELECT (SELECT count(*) FROM message_keys) AS rows,
-                (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'messages'::regclass)
+      const { rows: sz } = await db.query<{ bytes: string }>(
+        `SELECT (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'messages'::regclass)
                 + pg_total_relation_size('message_keys') AS bytes`,
       );
-      const rows = Number(sz[0]!.rows);
+      const rows = perDay * (DAYS - retired);
       console.log(
         `\n${rows.toLocaleString()} messages (${perDay.toLocaleString()} a day), ${(Number(sz[0]!.bytes) / 2 ** 30).toFixed(1)} GiB with indexes and keys, filled in ${((performance.now() - f0) / 1000).toFixed(0)} s`,
       );
