@@ -8,8 +8,9 @@ import type { Sequelize } from "sequelize";
  * the number's latest receipt in `messages` per contact, which over 400 daily partitions is 400
  * index probes per contact and, besides, a read of another service's table.
  *
- * Filled here from what `messages` holds: the channels whose latest final receipt (by sentAt) to
- * the contact's number was UNSUPPORTED (11) or DISABLED (10), the rule the audience applied so far.
+ * Filled here from what `messages` holds, by the rule the event applies: of the receipts that speak
+ * to reachability (DELIVERED, DISABLED, UNSUPPORTED) of messages really sent (not simulated), the
+ * latest (by sentAt) to the contact's number on that channel was DISABLED (10) or UNSUPPORTED (11).
  */
 export async function up(sequelize: Sequelize): Promise<void> {
   await sequelize.query(`
@@ -18,7 +19,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       FROM (SELECT company_id, destination, array_agg(channel ORDER BY channel) AS channels
               FROM (SELECT DISTINCT ON (company_id, channel, destination) company_id, channel, destination, status_code
                       FROM messages
-                     WHERE channel IN ('RCS', 'WHATSAPP') AND sent_at IS NOT NULL AND status_code NOT IN (0, 1)
+                     WHERE channel IN ('RCS', 'WHATSAPP') AND sent_at IS NOT NULL AND status_code IN (3, 10, 11) AND NOT simulation
                      ORDER BY company_id, channel, destination, sent_at DESC, id DESC) latest
              WHERE status_code IN (10, 11)
              GROUP BY company_id, destination) r

@@ -27,6 +27,7 @@ import * as m0021 from "./20261128-0021-campaign-skipped";
 import * as m0022 from "./20261129-0022-webhook-accounts";
 import * as m0023 from "./20261130-0023-message-partitions";
 import * as m0024 from "./20261130-0024-contact-channel-refusals";
+import * as m0025 from "./20261130-0025-day-partitions";
 
 export interface Migration {
   name: string;
@@ -59,4 +60,5 @@ export const migrations: Migration[] = [
   { name: "20261129-0022-webhook-accounts", ...m0022 },
   { name: "20261130-0023-message-partitions", ...m0023 },
   { name: "20261130-0024-contact-channel-refusals", ...m0024 },
+  { name: "20261130-0025-day-partitions", ...m0025 },
 ];

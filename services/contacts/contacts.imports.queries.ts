@@ -186,6 +186,7 @@ export async function updateImportedContacts(sequelize: Sequelize, companyId: st
           WHEN u.phone IS NULL THEN '{}'::text[]
           WHEN c.phone_number IS DISTINCT FROM u.phone THEN ARRAY['SMS']
           ELSE c.communication_supported END,
+        communication_refused = CASE WHEN c.phone_number IS DISTINCT FROM u.phone THEN '{}'::text[] ELSE c.communication_refused END,
         phone_number = u.phone,
         email = u.email,
         custom_fields = c.custom_fields || u.custom_fields,

@@ -124,6 +124,7 @@ export async function writeContactRow(
                    WHEN CAST(:phone AS text) IS NULL THEN '{}'::text[]
                    WHEN phone_number IS DISTINCT FROM CAST(:phone AS text) THEN ARRAY['SMS']
                    ELSE communication_supported END,
+                 communication_refused = CASE WHEN phone_number IS DISTINCT FROM CAST(:phone AS text) THEN '{}'::text[] ELSE communication_refused END,
                  phone_number = :phone
                WHERE company_id = :companyId AND id = :id
              RETURNING ${CONTACT_COLUMNS}`;

@@ -1,6 +1,7 @@
 /** SQL of the live view: where a stream starts, pages of events, windows closed, retention. */
 import type { Sequelize } from "sequelize";
 import { queryRows } from "../../lib/db/db";
+import { dropDaysBefore } from "../../lib/db/partitions";
 import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.contract.queries";
 import { appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
@@ -32,8 +33,12 @@ export async function accountHorizon(sequelize: Sequelize, companyId: string): P
  * and about PAGE_BYTES of data (at least one), in id order, with where the next read starts (see
  * EventsSinceOut). One statement, so one snapshot: the horizon it reads and every event up to it.
  */
-export async function eventsSince(sequelize: Sequelize, companyId: string, o: { chatId?: string; after: number; limit: number }): Promise<EventsSinceOut> {
-  const params: unknown[] = [companyId, o.after, o.limit];
+export async function eventsSince(
+  sequelize: Sequelize,
+  companyId: string,
+  o: { chatId?: string; after: number; limit: number; keptHours: number },
+): Promise<EventsSinceOut> {
+  const params: unknown[] = [companyId, o.after, o.limit, o.keptHours];
   if (o.chatId) params.push(o.chatId);
   const rows = await queryRows<{ horizon: string; id: string | null; chat_id: string; type: string; data: string; bytes: string }>(
     sequelize,
@@ -42,7 +47,7 @@ export async function eventsSince(sequelize: Sequelize, companyId: string, o: { 
        SELECT e.id, e.conversation_id AS chat_id, e.type, e.data, sum(octet_length(e.data)) OVER (ORDER BY e.id) AS bytes
          FROM (SELECT id, conversation_id, type, (jsonb_build_object('chatId', conversation_id) || data)::text AS data
                  FROM inbox_events
-                WHERE company_id = $1 AND id > $2 AND id <= h.horizon ${o.chatId ? "AND conversation_id = $4" : ""}
+                WHERE company_id = $1 AND id > $2 AND id <= h.horizon AND created_at >= now() - make_interval(hours => $4) ${o.chatId ? "AND conversation_id = $5" : ""}
                 ORDER BY id LIMIT $3) e) e ON true
       ORDER BY e.id`,
     params,
@@ -111,21 +116,11 @@ export async function closeWindows(sequelize: Sequelize, batch: number): Promise
   }
 }
 
-/** Deletes events older than `hours`, `batch` rows a statement, at most `batches` statements; answers how many went. */
-export async function purgeEvents(sequelize: Sequelize, hours: number, batch: number, batches: number): Promise<number> {
-  let purged = 0;
-  for (let i = 0; i < batches; i++) {
-    const [row] = await queryRows<{ n: number }>(
-      sequelize,
-      `WITH gone AS (
-         DELETE FROM inbox_events WHERE (company_id, id) IN (
-           SELECT company_id, id FROM inbox_events WHERE created_at < now() - make_interval(hours => $1) LIMIT $2)
-         RETURNING 1)
-       SELECT count(*)::int AS n FROM gone`,
-      [hours, batch],
-    );
-    purged += Number(row?.n ?? 0);
-    if (Number(row?.n ?? 0) < batch) break;
-  }
-  return purged;
+/**
+ * Retention of the live-view events (migration 0025: daily partitions): the days wholly older than
+ * `hours` are dropped; readers skip the older events of the day that remains (eventsSince). Answers
+ * the days dropped.
+ */
+export function purgeEvents(sequelize: Sequelize, hours: number): Promise<string[]> {
+  return dropDaysBefore(sequelize, "inbox_events", new Date(Date.now() - hours * 3600_000));
 }

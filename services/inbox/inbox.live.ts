@@ -12,6 +12,7 @@ import { ApiError } from "../../lib/errors";
 import { Loops } from "../../lib/jobs/jobs";
 import { announceInboxEvents } from "./inbox.events";
 import { accountHorizon, closeWindows, conversationExists, eventsSince, purgeEvents } from "./inbox.live.queries";
+import { ensureDays } from "../../lib/db/partitions";
 import {
   accountEventsIn,
   conversationEventsIn,
@@ -44,7 +45,7 @@ const resumeHeader = {
 interface LiveVars {
   liveLoops: Loops;
   closeWindows(): Promise<number>;
-  purgeEvents(): Promise<number>;
+  purgeEvents(): Promise<string[]>;
 }
 type LiveThis = Service & LiveVars;
 
@@ -117,7 +118,12 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
         visibility: "public",
         params: eventsSinceIn,
         handler(ctx: Context<EventsSinceIn, AuthMeta>): Promise<EventsSinceOut> {
-          return eventsSince(sequelize, ctx.meta.companyId, { chatId: ctx.params.chatId, after: ctx.params.after, limit: ctx.params.limit ?? 200 });
+          return eventsSince(sequelize, ctx.meta.companyId, {
+            chatId: ctx.params.chatId,
+            after: ctx.params.after,
+            limit: ctx.params.limit ?? 200,
+            keptHours: config.inboxEventRetentionHours,
+          });
         },
       },
     },
@@ -134,14 +140,20 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
         }
         return n;
       },
-      async purgeEvents(this: LiveThis): Promise<number> {
-        const n = await purgeEvents(sequelize, config.inboxEventRetentionHours, 5000, 20);
-        if (n > 0) this.logger.info({ purged: n }, "old inbox events removed");
-        return n;
+      /** The days of events made a week ahead, and those wholly past INBOX_EVENT_RETENTION_HOURS dropped (migration 0025). */
+      async purgeEvents(this: LiveThis): Promise<string[]> {
+        await ensureDays(sequelize, "inbox_events");
+        const days = await purgeEvents(sequelize, config.inboxEventRetentionHours);
+        if (days.length > 0) this.logger.info({ days }, "old inbox events removed");
+        return days;
       },
     },
 
-    started(this: LiveThis) {
+    async started(this: LiveThis) {
+      // Today's partition of the events before the first write (the days ahead, then from the retention loop).
+      await ensureDays(sequelize, "inbox_events").catch((err: unknown) =>
+        this.logger.warn({ err }, "could not make the days of the live-view events now; tried again by the retention loop"),
+      );
       this.liveLoops = new Loops(this.logger);
       this.liveLoops.every(WINDOW_LOOP_MS, "inbox window closing", () => this.closeWindows(), { firstAfterMs: 1000 });
       this.liveLoops.every(PURGE_LOOP_MS, "inbox event retention", () => this.purgeEvents(), { firstAfterMs: 60_000 });

@@ -27,7 +27,8 @@ import { Coalesced, EarliestWake } from "../../lib/jobs/coalesce";
 import { Jobs, Loops } from "../../lib/jobs/jobs";
 import { DEADLINE_MS, type AttemptResult, type CallbackClient } from "./notifier.client";
 import type { NotifierMetrics } from "./notifier.metrics";
-import { OUTBOX, OUTBOX_CLAIM, PURGE_OLD_ATTEMPTS, PURGE_ORPHAN_EVENTS, PURGE_REPLACED_SECRETS, RECORD } from "./notifier.queries";
+import { ATTEMPTS_KEPT_DAYS, OUTBOX, OUTBOX_CLAIM, PURGE_ORPHAN_EVENTS, PURGE_REPLACED_SECRETS, RECORD } from "./notifier.queries";
+import { dropDaysBefore, ensureDays } from "../../lib/db/partitions";
 import { afterFailure, RETRY_WINDOW_MS, type ClaimedEvent, type Endpoint, type OutcomeRow, type Pace } from "./notifier.schedule";
 import type { Signer } from "./notifier.signing";
 
@@ -370,8 +371,11 @@ export class Deliverer {
     return this.flushing;
   }
 
-  /** Attempts past 7 days and events of accounts without a webhook, in bounded batches; replaced signing secrets past their overlap. */
-  async housekeeping(): Promise<{ attempts: number; orphans: number }> {
+  /**
+   * The attempts log's days (made a week ahead; those wholly past 7 days dropped, migration 0025),
+   * events of accounts without a webhook in bounded batches, replaced signing secrets past their overlap.
+   */
+  async housekeeping(): Promise<{ attemptDays: string[]; orphans: number }> {
     const seq = this.o.sequelize;
     const drain = async (sql: string) => {
       let total = 0;
@@ -382,9 +386,10 @@ export class Deliverer {
         if (n < BATCH || this.stopped) return total;
       }
     };
-    const attempts = await drain(PURGE_OLD_ATTEMPTS);
+    await ensureDays(seq, "webhook_attempts");
+    const attemptDays = await dropDaysBefore(seq, "webhook_attempts", new Date(Date.now() - ATTEMPTS_KEPT_DAYS * 86_400_000));
     const orphans = await drain(PURGE_ORPHAN_EVENTS);
     await seq.query(PURGE_REPLACED_SECRETS);
-    return { attempts, orphans };
+    return { attemptDays, orphans };
   }
 }

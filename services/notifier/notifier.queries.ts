@@ -170,9 +170,6 @@ export const RECORD = `
   INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
   SELECT company_id, channel, event_type, message_id, num_part, n, at, hs, ms, err, next, outcome FROM e`;
 
-/** Housekeeping, a bounded batch ($1 rows) at a time: attempts past ATTEMPTS_KEPT_DAYS. */
-export const PURGE_OLD_ATTEMPTS = `DELETE FROM webhook_attempts WHERE id IN (SELECT id FROM webhook_attempts WHERE attempted_at < now() - interval '${ATTEMPTS_KEPT_DAYS} days' LIMIT $1)`;
-
 /** Housekeeping: events of accounts that have no webhook any more (deleted while events waited; nobody to send them to). */
 export const PURGE_ORPHAN_EVENTS = `DELETE FROM outbox_events WHERE id IN (
          SELECT o.id FROM outbox_events o WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = o.company_id) LIMIT $1 FOR UPDATE SKIP LOCKED)`;

@@ -43,6 +43,7 @@ import {
 } from "./notifier.schemas";
 import { newSigningSecret, Signer } from "./notifier.signing";
 import { CallbackUrlError, validateCallbackUrl } from "./notifier.url";
+import { ensureDays } from "../../lib/db/partitions";
 
 interface NotifierVars {
   deliverer: Deliverer;
@@ -195,7 +196,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         },
       },
 
-      /** Housekeeping now (the REPL; it also runs every minute): attempts past 7 days, events of accounts whose webhook was deleted. */
+      /** Housekeeping now (the REPL; it also runs every minute): the attempts log's days (ahead; past 7 days dropped), events of accounts whose webhook was deleted. */
       housekeep: {
         visibility: "public",
         params: housekeepIn,
@@ -228,7 +229,11 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
       this.deliverer = new Deliverer({ config, sequelize, client: this.client, signer: this.signer, metrics, logger: this.logger });
     },
 
-    started(this: NotifierThis) {
+    async started(this: NotifierThis) {
+      // Today's partition of the attempts log before the first attempt (migration 0025; then from the housekeeping).
+      await ensureDays(sequelize, "webhook_attempts").catch((err: unknown) =>
+        this.logger.warn({ err }, "could not make the days of the attempts log now; tried again by the housekeeping"),
+      );
       this.deliverer.start();
     },
 

@@ -1,16 +1,18 @@
 /**
- * The days of `messages` (migration 0023: daily partitions by a time-ordered id): made ahead, and
- * retired whole once past the retention. Tracking's loops run both (tracking.service.ts).
+ * Retiring the days of `messages` (migration 0023: daily partitions by a time-ordered id) once
+ * past the retention; they are made ahead by lib/db/partitions.ts. Tracking's loops run both
+ * (tracking.service.ts).
  */
 import { QueryTypes, type Sequelize } from "sequelize";
+import { dayOf, daysBefore, dropDay } from "../../lib/db/partitions";
 
 /**
- * Retention by whole days (migration 0023): the keys of every message of a day before `cutoff`'s
- * go first, `batchSize` rows per statement (the BRIN index on their id finds them), each its own
- * short transaction skipping rows another writer holds; then each such day's partition is dropped at
- * once. Keys go first so that no key ever names a message that is gone: a receipt for a retired
- * message meanwhile finds no key and is stored as a new message. Answers the keys removed, the
- * batches and the days dropped.
+ * Retention by whole days (migration 0023): for each day before `cutoff`'s, its messages' keys go
+ * first, walked through the day's own rows in key order (`batchSize` a statement, each its own short
+ * transaction, waiting for a writer that holds one), then the day's partition is dropped. Keys go
+ * first so that no key ever names a message that is gone: a receipt for a retired message meanwhile
+ * finds no key and is stored as a new message. Answers the keys removed, the statements and the
+ * days dropped.
  */
 export async function purgeBefore(
   sequelize: Sequelize,
@@ -19,42 +21,30 @@ export async function purgeBefore(
   maxBatches = Infinity,
 ): Promise<{ messages: number; batches: number; days: string[] }> {
   const out = { messages: 0, batches: 0, days: [] as string[] };
-  const day = cutoff.toISOString().slice(0, 10);
-  for (;;) {
-    if (out.batches >= maxBatches) return out;
-    const [row] = await sequelize.query<{ n: string }>(
-      `WITH gone AS (
-         DELETE FROM message_keys WHERE (company_id, channel, customer_message_id) IN (
-           SELECT company_id, channel, customer_message_id FROM message_keys
-            WHERE id < message_id_floor($1::date::timestamp AT TIME ZONE 'UTC') LIMIT $2 FOR UPDATE SKIP LOCKED)
-         RETURNING 1)
-       SELECT count(*) AS n FROM gone`,
-      { bind: [day, batchSize], type: QueryTypes.SELECT },
-    );
-    const n = Number(row!.n);
-    out.batches++;
-    out.messages += n;
-    if (n < batchSize) break;
-  }
-  const parts = await sequelize.query<{ name: string }>(
-    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-      WHERE i.inhparent = 'messages'::regclass AND c.relname ~ '^messages_p[0-9]{8}$' AND to_date(substr(c.relname, 11), 'YYYYMMDD') < $1::date
-      ORDER BY c.relname`,
-    { bind: [day], type: QueryTypes.SELECT },
-  );
-  for (const { name } of parts) {
-    // The name is one this service made (the pattern above): quoted all the same.
-    await sequelize.query(`DROP TABLE IF EXISTS "${name}"`);
-    out.days.push(`${name.slice(10, 14)}-${name.slice(14, 16)}-${name.slice(16, 18)}`);
+  for (const part of await daysBefore(sequelize, "messages", cutoff)) {
+    let after: [string, string] = ["", "-9223372036854775808"];
+    for (;;) {
+      if (out.batches >= maxBatches) return out;
+      // The partition's name is one daysBefore found (messages_pYYYYMMDD): safe to quote.
+      const [row] = await sequelize.query<{ n: string; scanned: string; c: string | null; i: string | null }>(
+        `WITH b AS (
+           SELECT company_id, channel, customer_message_id, id FROM "${part}"
+            WHERE (company_id, id) > ($1::text, $2::bigint) ORDER BY company_id, id LIMIT $3),
+         gone AS (
+           DELETE FROM message_keys k USING b
+            WHERE k.company_id = b.company_id AND k.channel = b.channel AND k.customer_message_id = b.customer_message_id AND k.id = b.id
+           RETURNING 1),
+         last AS (SELECT company_id, id FROM b ORDER BY company_id DESC, id DESC LIMIT 1)
+         SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM b) AS scanned, (SELECT company_id FROM last) AS c, (SELECT id::text FROM last) AS i`,
+        { bind: [after[0], after[1], batchSize], type: QueryTypes.SELECT },
+      );
+      out.batches++;
+      out.messages += Number(row!.n);
+      if (Number(row!.scanned) < batchSize || row!.c === null) break;
+      after = [row!.c, row!.i!];
+    }
+    await dropDay(sequelize, part);
+    out.days.push(dayOf(part));
   }
   return out;
-}
-
-/** Makes the daily partitions of `messages` from `first` to `last` (UTC days) that are missing; answers how many it made. */
-export async function ensurePartitions(sequelize: Sequelize, first: Date, last: Date): Promise<number> {
-  const [row] = await sequelize.query<{ made: number }>(`SELECT ensure_message_partitions($1::date, $2::date) AS made`, {
-    bind: [first.toISOString().slice(0, 10), last.toISOString().slice(0, 10)],
-    type: QueryTypes.SELECT,
-  });
-  return Number(row?.made ?? 0);
 }

@@ -30,8 +30,10 @@ const STATUS_CHUNK = 250;
 
 const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
 
-/** The day (since 1970, UTC) of a message id: its partition (migration 0023: `ms << 22 | n`). */
-export const dayOfMessageId = (id: string): bigint => (BigInt(id) >> 22n) / 86_400_000n;
+/** The milliseconds of 2020-01-01 (UTC): message ids count from it (migration 0023: `ms << 22 | n`). */
+const ID_EPOCH_MS = 1_577_836_800_000n;
+/** The day (UTC, since 1970) of a message id: its partition. */
+export const dayOfMessageId = (id: string): bigint => ((BigInt(id) >> 22n) + ID_EPOCH_MS) / 86_400_000n;
 
 /**
  * The messages of `ids` (one account's) as one statement: a branch per day, each `id = ANY` of that

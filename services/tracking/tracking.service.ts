@@ -21,7 +21,8 @@ import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
-import { ensurePartitions, purgeBefore } from "./tracking.days";
+import { purgeBefore } from "./tracking.days";
+import { ensureDays } from "../../lib/db/partitions";
 import { historyPage, statusesOf } from "./tracking.queries";
 import {
   historyIn,
@@ -63,7 +64,6 @@ const UNREACHABLE = new Set(["ServiceNotFoundError", "ServiceNotAvailableError",
 const PURGE_EVERY_MS = 3600_000;
 /** `messages`' daily partitions exist from yesterday to this many days ahead (made at start, then hourly). */
 const PARTITION_DAYS_AHEAD = 7;
-const DAY_MS = 86_400_000;
 
 export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, TrackingVars> {
   const { config, db } = deps;
@@ -190,7 +190,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
 
       /** The partitions of `messages` from yesterday to a week ahead (migration 0023; idempotent, any node may run it). */
       async ensureDays(this: TrackingThis) {
-        const made = await ensurePartitions(sequelize, new Date(Date.now() - DAY_MS), new Date(Date.now() + PARTITION_DAYS_AHEAD * DAY_MS));
+        const made = await ensureDays(sequelize, "messages", PARTITION_DAYS_AHEAD);
         if (made > 0) this.logger.info({ made }, "message partitions made");
       },
 
@@ -232,8 +232,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
     },
 
     async started(this: TrackingThis) {
-      // Today's partition before the first write; then the days ahead, hourly.
-      await this.ensureDays();
+      // The days ahead before the first write (a week was made before, so a lock that times out only waits for the hourly run).
+      await this.ensureDays().catch((err: unknown) => this.logger.warn({ err }, "could not make the days of messages now; tried again hourly"));
       this.loops = new Loops(this.logger);
       this.loops.every(PURGE_EVERY_MS, "message partitions", () => this.ensureDays(), { firstAfterMs: PURGE_EVERY_MS });
       // Retention first a minute after start, then hourly; each run deletes keys in short batches of its own, then drops whole days.

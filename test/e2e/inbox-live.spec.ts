@@ -193,23 +193,33 @@ describe("events", () => {
     expect((await byQuery.waitForEvents(2)).map((e) => e.event)).toEqual(["conversation.archived", "conversation.unarchived"]);
   });
 
-  it("purges events past INBOX_EVENT_RETENTION_HOURS; a Last-Event-ID older than that resumes from the oldest kept", async () => {
+  it("drops the days of events past INBOX_EVENT_RETENTION_HOURS, hides older ones of the day kept, and resumes an older Last-Event-ID from the oldest kept", async () => {
     const a = await t.newAccount(["INBOX"]);
     const chat = await conversation(a);
-    await write(a, chat, "message.created", "conversation.read", "conversation.archived");
+    await write(a, chat, "message.created", "conversation.read", "conversation.archived", "conversation.unarchived");
     const rows = await t.db.sequelize.query<{ id: string }>(`SELECT id FROM inbox_events WHERE company_id = $1 ORDER BY id`, {
       bind: [a.companyId],
       type: QueryTypes.SELECT,
     });
-    // The first two are older than retention (72 h by default).
-    await t.db.sequelize.query(`UPDATE inbox_events SET created_at = now() - interval '73 hours' WHERE company_id = $1 AND id <= $2`, {
+    // The first as if written 5 days ago (its day's partition, moved there), the second 73 hours ago: both older than retention (72 h by default).
+    const old = new Date(Date.now() - 5 * 86400_000).toISOString().slice(0, 10);
+    await t.db.sequelize.query(`SELECT ensure_day_partitions('inbox_events', $1::date, (now() AT TIME ZONE 'UTC')::date)`, { bind: [old] });
+    await t.db.sequelize.query(`UPDATE inbox_events SET created_at = now() - interval '5 days' WHERE company_id = $1 AND id = $2`, {
+      bind: [a.companyId, rows[0]!.id],
+    });
+    await t.db.sequelize.query(`UPDATE inbox_events SET created_at = now() - interval '73 hours' WHERE company_id = $1 AND id = $2`, {
       bind: [a.companyId, rows[1]!.id],
     });
-    const inbox = t.app.broker.getLocalService("inbox") as unknown as { purgeEvents(): Promise<number> };
-    expect(await inbox.purgeEvents()).toBeGreaterThanOrEqual(2);
+    const inbox = t.app.broker.getLocalService("inbox") as unknown as { purgeEvents(): Promise<string[]> };
+    expect(await inbox.purgeEvents()).toContain(old);
+    const [gone] = await t.db.sequelize.query<{ t: string | null }>(`SELECT to_regclass($1) AS t`, {
+      bind: [`inbox_events_p${old.replaceAll("-", "")}`],
+      type: QueryTypes.SELECT,
+    });
+    expect(gone!.t).toBeNull();
     const c = await stream(a, `/inbox/conversations/${chat}/events`, { "last-event-id": String(Number(rows[0]!.id) - 1) });
-    const [e] = await c.waitForEvents(1);
-    expect(e).toMatchObject({ id: rows[2]!.id, event: "conversation.archived" });
+    const events = await c.waitForEvents(2);
+    expect(events.map((e) => e.id)).toEqual([rows[2]!.id, rows[3]!.id]);
   });
 
   it("sends heartbeat comment lines every SSE_HEARTBEAT_MS while nothing happens", async () => {

@@ -6,6 +6,7 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { openDatabase, type Database } from "../../lib/db/db";
+import { ensureDays } from "../../lib/db/partitions";
 import { pgliteSnapshot, pgTemplate } from "./template-db";
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
@@ -96,11 +97,11 @@ export async function createPgDatabase(template?: string): Promise<{ url: string
  * migrated snapshot (PGlite), on which openDatabase's own `migrate` then finds nothing pending.
  */
 /**
- * The template or snapshot may be days old: `messages`' partitions from yesterday to a week ahead,
- * as tracking makes them at start, for tests that write messages without a tracking node.
+ * The template or snapshot may be days old: the daily partitions from yesterday to a week ahead, as
+ * their owners make them at start, for tests that write rows without those services.
  */
-async function todaysPartitions(db: { sequelize: { query(sql: string): Promise<unknown> } }): Promise<void> {
-  await db.sequelize.query(`SELECT ensure_message_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7)`);
+async function todaysPartitions(db: Database): Promise<void> {
+  for (const table of ["messages", "webhook_attempts", "inbox_events"] as const) await ensureDays(db.sequelize, table);
 }
 
 export async function createTestDatabase(): Promise<TestDatabase> {

@@ -44,13 +44,13 @@ itWithPostgres("numbers each account's events 1, 2, 3; its writers commit in tur
   expect(secondDone).toBe(false);
   // Readers do not wait, and see nothing of the open transaction.
   const started = Date.now();
-  expect(await eventsSince(sequelize, a, { after: 0, limit: 50 })).toEqual({ events: [], more: false, next: 0 });
-  expect((await eventsSince(sequelize, b, { after: 0, limit: 50 })).events.map((e) => e.id)).toEqual([1]);
+  expect(await eventsSince(sequelize, a, { after: 0, limit: 50, keptHours: 72 })).toEqual({ events: [], more: false, next: 0 });
+  expect((await eventsSince(sequelize, b, { after: 0, limit: 50, keptHours: 72 })).events.map((e) => e.id)).toEqual([1]);
   expect(Date.now() - started).toBeLessThan(3000);
   await first.commit();
   await second;
   expect(await ids(a)).toEqual([1, 2, 3]);
-  const read = await eventsSince(sequelize, a, { after: 0, limit: 50 });
+  const read = await eventsSince(sequelize, a, { after: 0, limit: 50, keptHours: 72 });
   expect(read.events.map((e) => e.id)).toEqual([1, 2, 3]);
   expect(read.next).toBe(3);
   // A rolled-back writer's ids are not drawn: the next one goes on from 3.
@@ -76,7 +76,7 @@ itWithPostgres("lets a reader that follows `next` see every event while writers 
   let after = 0;
   for (;;) {
     const done = !writing;
-    const page = await eventsSince(sequelize, company, { after, limit: 50 });
+    const page = await eventsSince(sequelize, company, { after, limit: 50, keptHours: 72 });
     seen.push(...page.events.map((e) => e.id));
     after = page.next;
     if (done && !page.more) break;

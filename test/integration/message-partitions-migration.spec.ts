@@ -3,7 +3,8 @@
  * creation day (its old id's low bits), lands in that day's partition, and its key in
  * `message_keys`; polling then finds it, a repeat registration stays a repeat, and the down step
  * puts the rows back into one table with the unique key. Migration 0024 gives each contact the
- * channels its number's latest final receipt refused.
+ * channels its number's latest final receipt refused; 0025 moves the attempts log and the live-view
+ * events into daily partitions. The tests run in order, each from where the last left the schema.
  */
 import { QueryTypes } from "sequelize";
 import { inTransaction, migrator, openDatabase, type Database } from "../../lib/db/db";
@@ -127,4 +128,51 @@ it("fills the contacts' refused channels from the latest final receipt per numbe
   expect(await q(`SELECT count(*)::int AS n FROM information_schema.columns WHERE table_name = 'contacts' AND column_name = 'communication_refused'`)).toEqual([
     { n: 0 },
   ]);
+});
+
+it("moves the attempts log and the live-view events into daily partitions (0025), leaving what is past retention, and back down", async () => {
+  await migrator(db).up({ to: "20261130-0024-contact-channel-refusals" });
+  await db.sequelize.query(`
+    INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome) VALUES
+      ('acme', 'SMS', 'DELIVERY', 'm-1', 1, 1, now() - interval '1 hour', 200, 12, NULL, NULL, 'DELIVERED'),
+      ('acme', 'SMS', 'DELIVERY', 'm-2', 1, 2, now() - interval '3 days', 500, 40, 'HTTP 500', now() - interval '3 days' + interval '1 minute', 'RETRYING'),
+      ('acme', 'SMS', 'DELIVERY', 'm-3', 1, 1, now() - interval '20 days', 200, 9, NULL, NULL, 'DELIVERED')`);
+  await db.sequelize.query(`
+    INSERT INTO inbox_event_counters (company_id, last_id) VALUES ('acme', 3);
+    INSERT INTO inbox_events (company_id, id, conversation_id, type, data, created_at) VALUES
+      ('acme', 1, '00000000-0000-4000-8000-0000000000c1', 'message.created', '{"n": 1}', now() - interval '40 days'),
+      ('acme', 2, '00000000-0000-4000-8000-0000000000c1', 'conversation.read', '{"n": 2}', now() - interval '2 days'),
+      ('acme', 3, '00000000-0000-4000-8000-0000000000c1', 'conversation.archived', '{"n": 3}', now())`);
+  await migrator(db).up({ to: "20261130-0025-day-partitions" });
+
+  const attempts = await q<{ message_id: string; outcome: string; part: string; day: string }>(
+    `SELECT message_id, outcome, tableoid::regclass::text AS part, to_char(attempted_at AT TIME ZONE 'UTC', 'YYYYMMDD') AS day FROM webhook_attempts ORDER BY id`,
+  );
+  expect(attempts.map((a) => [a.message_id, a.outcome])).toEqual([
+    ["m-1", "DELIVERED"],
+    ["m-2", "RETRYING"],
+  ]);
+  for (const a of attempts) expect(a.part).toBe(`webhook_attempts_p${a.day}`);
+  const events = await q<{ id: string; type: string; part: string; day: string }>(
+    `SELECT id, type, tableoid::regclass::text AS part, to_char(created_at AT TIME ZONE 'UTC', 'YYYYMMDD') AS day FROM inbox_events ORDER BY id`,
+  );
+  expect(events.map((e) => [Number(e.id), e.type])).toEqual([
+    [2, "conversation.read"],
+    [3, "conversation.archived"],
+  ]);
+  for (const e of events) expect(e.part).toBe(`inbox_events_p${e.day}`);
+  // A new attempt takes the next id of the old sequence.
+  const [next] = await q<{ id: string }>(
+    `INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, attempt, attempted_at, outcome) VALUES ('acme', 'SMS', 'DELIVERY', 'm-4', 1, now(), 'DELIVERED') RETURNING id`,
+  );
+  expect(Number(next!.id)).toBe(4);
+
+  await migrator(db).down({ to: "20261130-0025-day-partitions" });
+  expect(await q(`SELECT count(*)::int AS n FROM pg_inherits WHERE inhparent IN ('webhook_attempts'::regclass, 'inbox_events'::regclass)`)).toEqual([{ n: 0 }]);
+  expect((await q<{ message_id: string }>(`SELECT message_id FROM webhook_attempts ORDER BY id`)).map((r) => r.message_id)).toEqual(["m-1", "m-2", "m-4"]);
+  expect((await q<{ id: string }>(`SELECT id FROM inbox_events ORDER BY id`)).map((r) => Number(r.id))).toEqual([2, 3]);
+  const [again] = await q<{ id: string }>(
+    `INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, attempt, attempted_at, outcome) VALUES ('acme', 'SMS', 'DELIVERY', 'm-5', 1, now(), 'DELIVERED') RETURNING id`,
+  );
+  expect(Number(again!.id)).toBe(5);
 });

@@ -1,0 +1,71 @@
+/**
+ * Daily partitions of the tables that grow without bound (issue 33): each owner makes its days
+ * ahead and retires old ones whole, by dropping the day's partition (no row-by-row DELETE, no vacuum
+ * debt). A day's partition is `<table>_pYYYYMMDD` (UTC). The SQL functions are migration 0023's
+ * (`messages`, partitioned by a time-ordered id) and 0025's (`ensure_day_partitions`, partitioned by
+ * a timestamp); both are idempotent and serialized across nodes by an advisory lock.
+ */
+import { QueryTypes, type Sequelize } from "sequelize";
+
+const DAY_MS = 86_400_000;
+const day = (at: Date) => at.toISOString().slice(0, 10);
+
+/** The tables partitioned by day, and the function that makes their days. */
+const MAKERS = {
+  messages: "ensure_message_partitions($1::date, $2::date)",
+  webhook_attempts: "ensure_day_partitions('webhook_attempts', $1::date, $2::date)",
+  inbox_events: "ensure_day_partitions('inbox_events', $1::date, $2::date)",
+} as const;
+export type DailyTable = keyof typeof MAKERS;
+
+/** Makes `table`'s days from yesterday to `ahead` days from now that are missing; answers how many it made. */
+export async function ensureDays(sequelize: Sequelize, table: DailyTable, ahead = 7): Promise<number> {
+  const now = Date.now();
+  const [row] = await sequelize.query<{ made: number }>(`SELECT ${MAKERS[table]} AS made`, {
+    bind: [day(new Date(now - DAY_MS)), day(new Date(now + ahead * DAY_MS))],
+    type: QueryTypes.SELECT,
+  });
+  return Number(row?.made ?? 0);
+}
+
+/** `table`'s days that end at or before the start of `cutoff`'s day (UTC), oldest first: their partitions' names. */
+export async function daysBefore(sequelize: Sequelize, table: DailyTable, cutoff: Date): Promise<string[]> {
+  const parts = await sequelize.query<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = $1::regclass AND c.relname ~ ('^' || $1 || '_p[0-9]{8}$') AND to_date(right(c.relname, 8), 'YYYYMMDD') < $2::date
+      ORDER BY c.relname`,
+    { bind: [table, day(cutoff)], type: QueryTypes.SELECT },
+  );
+  return parts.map((p) => p.name);
+}
+
+/** YYYY-MM-DD of a day's partition name. */
+export const dayOf = (partition: string) => `${partition.slice(-8, -4)}-${partition.slice(-4, -2)}-${partition.slice(-2)}`;
+
+/**
+ * Drops one day's partition (a name `daysBefore` gave: a table name of ours and eight digits, safe
+ * to quote). Dropping takes an exclusive lock on the parent for an instant; behind a long reader
+ * (an export) it gives up after 5 s rather than queue every write behind it, and the next run tries
+ * again.
+ */
+export async function dropDay(sequelize: Sequelize, partition: string): Promise<void> {
+  if (!/^[a-z_]+_p\d{8}$/.test(partition)) throw new Error(`not a day's partition: ${partition}`);
+  await sequelize.transaction(async (transaction) => {
+    await sequelize.query(`SET LOCAL lock_timeout = '5s'`, { transaction });
+    await sequelize.query(`DROP TABLE IF EXISTS "${partition}"`, { transaction });
+  });
+}
+
+/**
+ * Drops `table`'s days that end at or before the start of `cutoff`'s day (UTC), oldest first, each
+ * its own statement; answers the days dropped (YYYY-MM-DD). A row of the cutoff's own day stays
+ * until its whole day has passed: readers that promise an exact age filter by it.
+ */
+export async function dropDaysBefore(sequelize: Sequelize, table: DailyTable, cutoff: Date): Promise<string[]> {
+  const dropped: string[] = [];
+  for (const name of await daysBefore(sequelize, table, cutoff)) {
+    await dropDay(sequelize, name);
+    dropped.push(dayOf(name));
+  }
+  return dropped;
+}
