@@ -63,20 +63,19 @@ const STATUS_NAME = `CASE hit.status_code ${DELIVERY_STATUSES.map((s) => `WHEN $
 
 /**
  * `message.status` events for the inbox replies among changed messages, in the writer's transaction:
- * $1 is a JSON array of {@link StatusChangeKey}. A reply is the OUTBOUND `conversation_messages` row
- * of the same account and channel whose `message_id` is the message's customerMessageId (its unique
- * index); `data` carries the message's id as the thread answers it (its customerMessageId) and its
- * status as tracking now holds it. Answers the accounts that
+ * $1 is a JSON array of {@link StatusChangeKey}, one per message (its status as the write left it). A
+ * reply is the OUTBOUND `conversation_messages` row of the same account and channel whose
+ * `message_id` is the message's customerMessageId (its unique index); `data` carries the message's id
+ * as the thread answers it (its customerMessageId) and that status. It reads nothing of tracking's. Answers the accounts that
  * got events (`company_id`), for the broadcast after the commit.
  */
 export const MESSAGE_STATUS_EVENTS_SQL = `WITH k AS (
-    SELECT DISTINCT k.c, k.ch, k.id FROM jsonb_to_recordset($1::jsonb) AS k(c text, ch text, id text) WHERE k.ch IN ('RCS', 'WHATSAPP')),
+    SELECT k.c, k.ch, k.id, k.st, k.dd, k.ra FROM jsonb_to_recordset($1::jsonb) AS k(c text, ch text, id text, st smallint, dd timestamptz, ra timestamptz)
+     WHERE k.ch IN ('RCS', 'WHATSAPP')),
   hit AS MATERIALIZED (
-    SELECT cm.company_id, cm.conversation_id, cm.message_id AS reply_id, m.status_code, m.read_at, m.delivery_date
+    SELECT cm.company_id, cm.conversation_id, cm.message_id AS reply_id, k.st AS status_code, k.ra AS read_at, k.dd AS delivery_date
       FROM k
-      JOIN conversation_messages cm ON cm.company_id = k.c AND cm.channel = k.ch AND cm.direction = 'OUTBOUND' AND cm.message_id = k.id
-      JOIN message_keys mk ON mk.company_id = k.c AND mk.channel = k.ch AND mk.customer_message_id = k.id
-      JOIN messages m ON m.company_id = mk.company_id AND m.id = mk.id),
+      JOIN conversation_messages cm ON cm.company_id = k.c AND cm.channel = k.ch AND cm.direction = 'OUTBOUND' AND cm.message_id = k.id),
   ${drawEventIdsSql("hit", "company_id")},
   ins AS (
     INSERT INTO inbox_events (company_id, id, conversation_id, type, data)

@@ -77,11 +77,18 @@ export interface InboxEventsWritten {
   companyIds: string[];
 }
 
-/** One message whose status a tracking write changed (RCS or WhatsApp): account, channel, customerMessageId. */
+/**
+ * One message whose status a tracking write changed (RCS or WhatsApp): account, channel,
+ * customerMessageId, and its status as that write left it (code, deliveryDate, readAt), so that the
+ * event needs no read of tracking's table.
+ */
 export interface StatusChangeKey {
   c: string;
   ch: "RCS" | "WHATSAPP";
   id: string;
+  st: number;
+  dd: string | null;
+  ra: string | null;
 }
 
 /** What other services call of inbox (lib/bus/calls.ts). */

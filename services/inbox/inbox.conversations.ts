@@ -12,6 +12,8 @@ import type { Page } from "../../lib/http/paging";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent, type InboxEventType } from "./inbox.events";
 import { toConversationOut, type ConversationRow } from "./inbox.models";
 import { conversationsPage, findConversation, markRead, setStatus, threadPage } from "./inbox.queries";
+import { callTracking } from "../tracking/tracking.contract";
+import { statusByCode } from "../../lib/messaging/channels";
 import {
   chatIdIn,
   conversationOut,
@@ -130,7 +132,18 @@ export const conversationActions = {
     async handler(this: ConversationsThis, ctx: Context<ThreadIn, AuthMeta>): Promise<Page<ThreadMessageOut>> {
       const row = await findConversation({ sequelize: this.sequelize }, ctx.meta.companyId, ctx.params.chatId);
       if (!row) throw conversationNotFound(ctx.params.chatId);
-      return threadPage(this.sequelize, ctx.meta.companyId, row.id, ctx.params);
+      const page = await threadPage(this.sequelize, ctx.meta.companyId, row.id, ctx.params);
+      // The replies' statuses are tracking's: one call for the page's replies, as GET /messages/status answers them.
+      const replies = page.data.filter((m) => m.direction === "OUTBOUND");
+      if (replies.length > 0) {
+        const { codes } = await callTracking(ctx, "tracking.statusCodes", {
+          companyId: ctx.meta.companyId,
+          channel: row.channel,
+          ids: replies.map((r) => r.id),
+        });
+        replies.forEach((r, i) => (r.deliveryStatus = statusByCode(codes[i]!).name));
+      }
+      return page;
     },
   }),
 

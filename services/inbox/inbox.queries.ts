@@ -8,7 +8,6 @@ import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/http/paging";
 import { optedOutSql } from "../contacts/contacts.contract";
-import { trackedMessageJoin } from "../tracking/tracking.contract";
 import { drawEventIdsSql, eventIdSql } from "./inbox.contract.queries";
 import {
   CONVERSATION_COLUMNS,
@@ -60,14 +59,15 @@ export function conversationsPage(sequelize: Sequelize, companyId: string, p: Li
   });
 }
 
-/** A page of one conversation's messages, oldest first; a reply carries its tracked status (one indexed join). */
+/**
+ * A page of one conversation's messages, oldest first. A reply's tracked status is tracking's to
+ * tell: the caller asks `tracking.statusCodes` for the page's replies (inbox.conversations.ts).
+ */
 export function threadPage(sequelize: Sequelize, companyId: string, chatId: string, p: ThreadIn): Promise<Page<ThreadMessageOut>> {
   const order = p.sortOrder === "desc" ? "DESC" : "ASC";
   return queryPage<MessageRow, ThreadMessageOut>(sequelize, {
-    select: `SELECT cm.id, cm.conversation_id, cm.direction, cm.message_id, cm.message_type, cm.text, cm.media_key, cm.created_at,
-                    CASE WHEN cm.direction = 'OUTBOUND' THEN tm.status_code END AS status_code
+    select: `SELECT cm.id, cm.conversation_id, cm.direction, cm.message_id, cm.message_type, cm.text, cm.media_key, cm.created_at
                FROM conversation_messages cm
-               ${trackedMessageJoin("tm", { companyId: "cm.company_id", channel: "cm.channel", customerMessageId: "cm.message_id" })}
               WHERE cm.conversation_id = :chatId AND cm.company_id = :companyId
               ORDER BY cm.created_at ${order}, cm.seq ${order} LIMIT :limit OFFSET :offset`,
     count: `SELECT count(*) AS total FROM conversation_messages cm WHERE cm.conversation_id = :chatId AND cm.company_id = :companyId`,
@@ -261,21 +261,22 @@ export async function ingestInbound(
 export const REPLY_MEDIA_HOLD_DAYS = 10;
 
 /**
- * Replies whose media reference can go: their tracked status is final, or they are older than
- * {@link REPLY_MEDIA_HOLD_DAYS}. Oldest first, at most `limit`.
+ * Replies still holding their media, oldest first, after `after` (created_at, id) and at most
+ * `limit`: the candidates whose tracked status the caller asks tracking for. `old` is true for those
+ * older than {@link REPLY_MEDIA_HOLD_DAYS}, released whatever their status.
  */
-export function repliesToRelease(
+export function heldReplies(
   sequelize: Sequelize,
-  finalCodes: readonly number[],
+  after: { at: string; id: string } | null,
   limit: number,
-): Promise<Array<{ id: string; company_id: string; message_id: string }>> {
+): Promise<Array<{ id: string; company_id: string; channel: "RCS" | "WHATSAPP"; message_id: string; at: string; old: boolean }>> {
   return sequelize.query(
-    `SELECT cm.id, cm.company_id, cm.message_id FROM conversation_messages cm
-       ${trackedMessageJoin("m", { companyId: "cm.company_id", channel: "cm.channel", customerMessageId: "cm.message_id" })}
-      WHERE NOT cm.media_released
-        AND (m.status_code = ANY($1::int[]) OR cm.created_at < now() - make_interval(days => ${REPLY_MEDIA_HOLD_DAYS}))
-      ORDER BY cm.created_at LIMIT $2`,
-    { bind: [finalCodes, limit], type: QueryTypes.SELECT },
+    `SELECT cm.id, cm.company_id, cm.channel, cm.message_id, to_char(cm.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at,
+            cm.created_at < now() - make_interval(days => ${REPLY_MEDIA_HOLD_DAYS}) AS old
+       FROM conversation_messages cm
+      WHERE NOT cm.media_released AND ($1::timestamptz IS NULL OR (cm.created_at, cm.id) > ($1::timestamptz, $2::uuid))
+      ORDER BY cm.created_at, cm.id LIMIT $3`,
+    { bind: [after?.at ?? null, after?.id ?? null, limit], type: QueryTypes.SELECT },
   );
 }
 

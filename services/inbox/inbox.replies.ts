@@ -20,7 +20,7 @@ import { announceInboxEvents, appendInboxEvents } from "./inbox.events";
 import { conversationNotFound } from "./inbox.conversations";
 import type { InboxMetrics } from "./inbox.metrics";
 import { canReply, toThreadMessageOut } from "./inbox.models";
-import { findConversation, insertReply, markReplyMediaReleased, optedOut, repliesToRelease } from "./inbox.queries";
+import { findConversation, heldReplies, insertReply, markReplyMediaReleased, optedOut } from "./inbox.queries";
 import { MAX_REPLY_TEXT, replyIn, threadMessageOut, type ReplyIn, type ThreadMessageOut } from "./inbox.schemas";
 
 /** WhatsApp's final code for a message outside the customer-service window (spec part 2). */
@@ -35,7 +35,7 @@ export interface RepliesThis extends Service<ApiServiceSettings> {
 }
 
 /** Final statuses on RCS and WhatsApp: a reply in one of them no longer needs its media. */
-const FINAL_CODES = DELIVERY_STATUSES.filter((s) => s.final).map((s) => s.code);
+const FINAL_CODES: readonly number[] = DELIVERY_STATUSES.filter((s) => s.final).map((s) => s.code);
 /** Replies whose media is released per round. */
 const RELEASE_BATCH = 200;
 
@@ -45,17 +45,33 @@ export const replyMethods = {
     await callMedia(this.broker, "media.release", { owner }, { meta: { companyId } });
   },
 
-  /** One round: the media of replies whose status is final (or that are too old to wait for one) is released. */
+  /**
+   * One round: the media of replies whose status is final (tracking's `tracking.statusCodes`, asked
+   * per account and channel for each page of held replies) or that are too old to wait for one is
+   * released. Walks every held reply once, RELEASE_BATCH at a time, at most 10 pages a round.
+   */
   async releaseReplyMedia(this: RepliesThis): Promise<number> {
     let n = 0;
+    let after: { at: string; id: string } | null = null;
     for (let round = 0; round < 10; round++) {
-      const due = await repliesToRelease(this.sequelize, FINAL_CODES, RELEASE_BATCH);
-      for (const r of due) {
-        await this.releaseMediaOf(r.company_id, `reply:${r.message_id}`);
-        await markReplyMediaReleased(this.sequelize, r.id);
+      const held = await heldReplies(this.sequelize, after, RELEASE_BATCH);
+      const groups = new Map<string, typeof held>();
+      for (const r of held) {
+        const k = `${r.company_id}\u0000${r.channel}`;
+        groups.set(k, [...(groups.get(k) ?? []), r]);
       }
-      n += due.length;
-      if (due.length < RELEASE_BATCH) break;
+      for (const group of groups.values()) {
+        const { company_id: companyId, channel } = group[0]!;
+        const { codes } = await callTracking(this.broker, "tracking.statusCodes", { companyId, channel, ids: group.map((r) => r.message_id) });
+        for (const [i, r] of group.entries()) {
+          if (!r.old && !FINAL_CODES.includes(codes[i]!)) continue;
+          await this.releaseMediaOf(r.company_id, `reply:${r.message_id}`);
+          await markReplyMediaReleased(this.sequelize, r.id);
+          n++;
+        }
+      }
+      if (held.length < RELEASE_BATCH) break;
+      after = { at: held[held.length - 1]!.at, id: held[held.length - 1]!.id };
     }
     return n;
   },

@@ -1,6 +1,6 @@
 /**
  * The SQL tracking publishes through tracking.contract.ts (re-exported there, so importers name the
- * contract): the outbox insert the notifier consumes, the join to a sent message's status, the
+ * contract): the outbox insert the notifier consumes, the
  * history conditions (GET /messages/history and its export), and "a
  * campaign's messages" with their statistics. Builders of SQL text, save `appendOutboxEvents`, which
  * runs the outbox insert in the caller's transaction.
@@ -31,18 +31,6 @@ export const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, ev
 export async function appendOutboxEvents(sequelize: Sequelize, transaction: Transaction, events: readonly OutboxEvent[]): Promise<void> {
   if (events.length === 0) return;
   await sequelize.query(OUTBOX_INSERT, { bind: [JSON.stringify(events)], type: QueryTypes.INSERT, transaction });
-}
-
-/**
- * The tracked status of messages another service sent through the upstream adapter (inbox replies):
- * `LEFT JOIN messages <alias>` on the account, channel and customerMessageId given as SQL
- * expressions: one probe of `message_keys`' primary key per row (as `<alias>_key`), then of the
- * message's day by its id. `<alias>.status_code` is null for a message tracking has not heard of
- * yet (UNKNOWN).
- */
-export function trackedMessageJoin(alias: string, on: { companyId: string; channel: string; customerMessageId: string }): string {
-  return `LEFT JOIN message_keys ${alias}_key ON ${alias}_key.company_id = ${on.companyId} AND ${alias}_key.channel = ${on.channel} AND ${alias}_key.customer_message_id = ${on.customerMessageId}
-          LEFT JOIN messages ${alias} ON ${alias}.company_id = ${alias}_key.company_id AND ${alias}.id = ${alias}_key.id`;
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * What other services may import from tracking: the payload of the events it emits and the history
  * filters (schema, range check, SQL conditions) that the exports of messages reuse. The SQL it
- * publishes (the outbox insert, `trackedMessageJoin`, `historyConditions`,
+ * publishes (the outbox insert, `historyConditions`,
  * `campaignMessageConditions`, `campaignStatsSql`) is written in tracking.contract.queries.ts and
  * re-exported here.
  */
@@ -10,18 +10,11 @@ import type { Channel } from "../../lib/messaging/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
 import { historyFilterProperties, RANGE_RULE, type HistoryIn, type InboundIn } from "./tracking.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
-import type { IngestIn as TrackingIngestIn, IngestOut as TrackingIngestOut } from "./tracking.schemas";
+import type { IngestIn as TrackingIngestIn, IngestOut as TrackingIngestOut, StatusCodesIn, StatusCodesOut } from "./tracking.schemas";
 
 export { historyFilterProperties, RANGE_RULE };
 export type { InboundIn };
-export {
-  appendOutboxEvents,
-  campaignMessageConditions,
-  campaignStatsSql,
-  historyConditions,
-  OUTBOX_INSERT,
-  trackedMessageJoin,
-} from "./tracking.contract.queries";
+export { appendOutboxEvents, campaignMessageConditions, campaignStatsSql, historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
 
 /**
  * A row of `outbox_events`, the hand-over to the notifier: tracking writes DELIVERY and READ rows
@@ -110,6 +103,7 @@ export interface CampaignStatsFilters {
 /** What other services call of tracking (lib/bus/calls.ts): `tracking.ingest`, an upstream report as the internal ingress takes it. */
 export interface TrackingActions {
   "tracking.ingest": Action<TrackingIngestIn, TrackingIngestOut>;
+  "tracking.statusCodes": Action<StatusCodesIn, StatusCodesOut>;
 }
 export const callTracking = callerOf<TrackingActions>();
-export type { TrackingIngestIn, TrackingIngestOut };
+export type { TrackingIngestIn, TrackingIngestOut, StatusCodesIn, StatusCodesOut };

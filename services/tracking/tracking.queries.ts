@@ -281,16 +281,26 @@ export interface FirstReceiptRecord {
   payload: Record<string, unknown>;
 }
 
+/** A receipt the common statement applied: its place, its message's `simulation` and status after it, the events written in all. */
+export interface AppliedReceipt {
+  i: number;
+  simulation: boolean;
+  events: string;
+  status_code: number;
+  delivery_date: Date | null;
+  read_at: Date | null;
+}
+
 /**
  * The common receipt in one statement: the first receipt of a registered single-part message still
  * in flight sets its status and writes its DELIVERY event (not for a simulated one, nor for an
  * account without a webhook). The UPDATE re-checks "in flight" under the row lock, so a repeat or a
  * concurrent receipt does not match. The ids are given twice: as the join's and as an array the
  * planner prunes the partitions by.
- * Answers the receipts applied, each with its message's `simulation` and the events written in all.
+ * Answers the receipts applied, each with its message's `simulation` and new status, and the events written in all.
  */
-export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Promise<Array<{ i: number; simulation: boolean; events: string }>> {
-  return exec<{ i: number; simulation: boolean; events: string }>(
+export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Promise<AppliedReceipt[]> {
+  return exec<AppliedReceipt>(
     `WITH x AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(i int, mid bigint, c text, ch text, id text, code smallint, d timestamptz, p numeric, payload jsonb)),
      upd AS (
@@ -299,12 +309,12 @@ export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Prom
          FROM x
         WHERE m.company_id = x.c AND m.id = x.mid AND m.id = ANY ($2::bigint[])
           AND m.status_code IN (0, 1) AND m.total_parts = 1
-       RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload),
+       RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload, m.status_code, m.delivery_date, m.read_at),
      ev AS (
        INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
        SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation AND ${LISTENED("c")} ORDER BY i
        RETURNING 1)
-     SELECT i, simulation, (SELECT count(*) FROM ev) AS events FROM upd`,
+     SELECT i, simulation, (SELECT count(*) FROM ev) AS events, status_code, delivery_date, read_at FROM upd`,
     [JSON.stringify(rows), rows.map((r) => r.mid)],
   );
 }

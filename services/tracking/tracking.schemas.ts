@@ -188,6 +188,28 @@ export const ingestIn = {
   properties: { path: { type: "string" }, body: { not: { type: "null" }, description: "Any value but null." } },
 } satisfies SchemaOf<IngestIn>;
 
+/** tracking.statusCodes: the status codes of one account's messages on one channel (another service's own sends, such as inbox replies). */
+export interface StatusCodesIn {
+  companyId: string;
+  channel: "SMS" | "RCS" | "WHATSAPP";
+  ids: string[];
+}
+export interface StatusCodesOut {
+  /** One per id, in order: the polled status code (0 for a message tracking has not heard of). */
+  codes: number[];
+}
+export const statusCodesIn = {
+  $id: "TrackingStatusCodesIn",
+  type: "object",
+  required: ["companyId", "channel", "ids"],
+  additionalProperties: false,
+  properties: {
+    companyId,
+    channel: { type: "string", enum: ["SMS", "RCS", "WHATSAPP"] },
+    ids: { type: "array", maxItems: 1000, items: { type: "string", minLength: 1, maxLength: 100 } },
+  },
+} satisfies SchemaOf<StatusCodesIn>;
+
 /** tracking.purge: retention now, optionally of a shorter age or in other batch sizes (null: the default). */
 export interface PurgeIn {
   olderThanDays?: number | null;

@@ -32,6 +32,7 @@ import {
   messageStatusesOut,
   messageStatusOut,
   purgeIn,
+  statusCodesIn,
   statusesIn,
   statusIn,
   type HistoryIn,
@@ -40,6 +41,8 @@ import {
   type IngestOut,
   type MessageStatusOut,
   type PurgeIn,
+  type StatusCodesIn,
+  type StatusCodesOut,
   type StatusesIn,
   type StatusIn,
 } from "./tracking.schemas";
@@ -84,6 +87,16 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         params: ingestIn,
         handler(this: TrackingThis, ctx: Context<IngestIn>): Promise<IngestOut> {
           return this.ingestBody(ctx.params.path, ctx.params.body);
+        },
+      },
+
+      /** The status codes of messages another service sent for an account (inbox replies): what GET /messages/status would answer. */
+      statusCodes: {
+        visibility: "public",
+        params: statusCodesIn,
+        async handler(ctx: Context<StatusCodesIn>): Promise<StatusCodesOut> {
+          const found = await statusesOf(sequelize, ctx.params.companyId, ctx.params.channel, ctx.params.ids);
+          return { codes: found.map((s) => s.statusCode) };
         },
       },
 

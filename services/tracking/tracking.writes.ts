@@ -51,10 +51,20 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   let events: OutboxEvent[] = [];
   let eventCount = 0;
   const support: ChannelSupport[] = [];
-  // RCS/WhatsApp messages whose status or read changed here: the inbox's replies among them get a `message.status` event.
-  const statusChanged: StatusChangeKey[] = [];
-  const changedStatus = (u: ReceiptItem | ReadItem) => {
-    if (u.channel === "RCS" || u.channel === "WHATSAPP") statusChanged.push({ c: u.companyId, ch: u.channel, id: u.messageId });
+  // RCS/WhatsApp messages whose status or read changed here, with their status as this write leaves
+  // it (the last change wins): the inbox's replies among them get a `message.status` event.
+  const statusChanged = new Map<string, StatusChangeKey>();
+  const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
+  const changedStatus = (u: ReceiptItem | ReadItem, st: { code: number; deliveryDate: Date | string | null; readAt: Date | string | null }) => {
+    if (u.channel === "RCS" || u.channel === "WHATSAPP")
+      statusChanged.set(keyOf(u.companyId, u.channel, u.messageId), {
+        c: u.companyId,
+        ch: u.channel,
+        id: u.messageId,
+        st: st.code,
+        dd: iso(st.deliveryDate),
+        ra: iso(st.readAt),
+      });
   };
 
   // 1. Registrations. A repeat changes nothing; a placeholder made by an early receipt gets the
@@ -128,11 +138,12 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
         };
       });
       const applied = await applyFirstReceipts(exec, rows);
-      const done = new Set(applied.map((a) => Number(a.i)));
+      const done = new Map(applied.map((a) => [Number(a.i), a]));
       const simulated = new Set(applied.filter((a) => a.simulation).map((a) => Number(a.i)));
       eventCount += applied.length > 0 ? Number(applied[0]!.events) : 0;
       for (const { i, r } of fast) {
-        if (done.has(i)) changedStatus(r);
+        const a = done.get(i);
+        if (a) changedStatus(r, { code: a.status_code, deliveryDate: a.delivery_date, readAt: a.read_at });
         if (!done.has(i) || simulated.has(i)) continue; // a simulated message was never sent: it proves nothing about the number
         const learnt = channelSupportOf(r);
         if (learnt) support.push(learnt);
@@ -151,6 +162,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
     }
     const found = toLock.size > 0 ? await lockMessages(exec, [...toLock.values()]) : [];
     const states = new Map<string, MessageState>();
+    // The messages whose fold made an event: their final state goes to the inbox (below).
+    const folded = new Map<string, ReceiptItem | ReadItem>();
     for (const r of found) states.set(keyOf(r.company_id, r.channel, r.customer_message_id), stateOf(r));
     for (const u of updates) {
       const k = keyOf(u.companyId, u.channel, u.messageId);
@@ -158,9 +171,13 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       if (!s) states.set(k, (s = placeholder(u)));
       const ev = fold(s, u);
       if (ev) events.push(ev);
-      if (ev) changedStatus(u);
+      if (ev) folded.set(k, u);
       const learnt = ev && u.kind === "receipt" ? channelSupportOf(u) : null;
       if (learnt) support.push(learnt);
+    }
+    for (const [k, u] of folded) {
+      const s = states.get(k)!;
+      changedStatus(u, { code: s.statusCode, deliveryDate: s.deliveryDate, readAt: s.readAt });
     }
     const fresh = [...states.values()].filter((s) => s.id === null);
     const changed = [...states.values()].filter((s) => s.id !== null && s.changed);
@@ -181,7 +198,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   if (events.length > 0) eventCount += await insertOutboxEvents(exec, events);
 
   // 4. The inbox's live view: a `message.status` event for each inbox reply among the changed messages (inbox.contract.ts).
-  const inbox = statusChanged.length > 0 ? await writeReplyStatusEvents(exec, statusChanged) : [];
+  const inbox = statusChanged.size > 0 ? await writeReplyStatusEvents(exec, [...statusChanged.values()]) : [];
   // The events written (an account without a webhook gets none): the notifiers are woken only for them.
   return { events: eventCount, support, inboxCompanies: inbox.map((r) => r.company_id) };
 }

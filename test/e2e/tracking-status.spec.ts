@@ -305,14 +305,24 @@ describe("retention", () => {
     expect(row).toEqual({ status_code: 3, sent_at: null });
   });
 
-  it("keeps the days from yesterday to a week ahead made (idempotently)", async () => {
+  it("keeps the days from yesterday to a week ahead made: tracking makes a missing one again, and only that one", async () => {
     const day = (n: number) => `messages_p${new Date(Date.now() + n * 86400_000).toISOString().slice(0, 10).replaceAll("-", "")}`;
+    // The week-ahead day is empty: dropped, then made again by tracking's own hourly job.
+    await t.db.sequelize.query(`DROP TABLE ${day(7)}`);
+    const tracking = t.app.broker.getLocalService("tracking") as unknown as { ensureDays(): Promise<void> };
+    await tracking.ensureDays();
     const names = [day(-1), day(0), day(7)];
     const rows = await t.db.sequelize.query<{ t: string | null }>(`SELECT to_regclass(n) AS t FROM unnest($1::text[]) n`, {
       bind: [names],
       type: QueryTypes.SELECT,
     });
     expect(rows.map((r) => r.t)).toEqual(names);
+    // It is a partition like the others: attached, with the history indexes.
+    const [idx] = await t.db.sequelize.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_indexes WHERE tablename = $1`, {
+      bind: [day(7)],
+      type: QueryTypes.SELECT,
+    });
+    expect(idx!.n).toBe(4);
     const [again] = await t.db.sequelize.query<{ made: number }>(
       `SELECT ensure_message_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7) AS made`,
       { type: QueryTypes.SELECT },
