@@ -18,9 +18,9 @@ import type { Sequelize } from "sequelize";
  *   the last INBOX_EVENT_RETENTION_HOURS, as the retention promised; a day is dropped once wholly
  *   older.
  *
- * Existing rows move into their days' partitions; rows already past their table's retention (7
- * days, and 30 days for the events: longer than any retention a deployment sets by default) are
- * left behind with the old table.
+ * Existing rows move into their days' partitions (a day is made for each day that holds rows, and
+ * yesterday to a week ahead); rows already past their table's retention (7 days, and 30 days for the
+ * events: longer than any retention a deployment sets by default) are left behind with the old table.
  */
 export async function up(sequelize: Sequelize): Promise<void> {
   await sequelize.query(`
@@ -68,8 +68,13 @@ export async function up(sequelize: Sequelize): Promise<void> {
     ) PARTITION BY RANGE (attempted_at);
     ALTER SEQUENCE webhook_attempts_partitioned_id_seq OWNED BY webhook_attempts.id;
     CREATE INDEX webhook_attempts_company ON webhook_attempts (company_id, attempted_at DESC, id DESC);
-    SELECT ensure_day_partitions('webhook_attempts', (now() AT TIME ZONE 'UTC')::date - 8, (now() AT TIME ZONE 'UTC')::date + 7);
-    INSERT INTO webhook_attempts SELECT * FROM webhook_attempts_unpartitioned WHERE attempted_at >= ((now() AT TIME ZONE 'UTC')::date - 8)::timestamp AT TIME ZONE 'UTC' AND attempted_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
+    CREATE TEMPORARY TABLE attempts_kept AS
+      SELECT * FROM webhook_attempts_unpartitioned
+       WHERE attempted_at >= ((now() AT TIME ZONE 'UTC')::date - 8)::timestamp AT TIME ZONE 'UTC' AND attempted_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
+    SELECT ensure_day_partitions('webhook_attempts', d, d) FROM (SELECT DISTINCT (attempted_at AT TIME ZONE 'UTC')::date AS d FROM attempts_kept) days;
+    SELECT ensure_day_partitions('webhook_attempts', (now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7);
+    INSERT INTO webhook_attempts SELECT * FROM attempts_kept;
+    DROP TABLE attempts_kept;
     DROP TABLE webhook_attempts_unpartitioned;
 
     ALTER TABLE inbox_events RENAME TO inbox_events_unpartitioned;
@@ -86,10 +91,13 @@ export async function up(sequelize: Sequelize): Promise<void> {
       PRIMARY KEY (company_id, id, created_at)
     ) PARTITION BY RANGE (created_at);
     CREATE INDEX inbox_events_conversation ON inbox_events (conversation_id, id);
-    SELECT ensure_day_partitions('inbox_events', (now() AT TIME ZONE 'UTC')::date - 31, (now() AT TIME ZONE 'UTC')::date + 7);
-    INSERT INTO inbox_events (id, company_id, conversation_id, type, data, created_at)
-    SELECT id, company_id, conversation_id, type, data, created_at FROM inbox_events_unpartitioned
-     WHERE created_at >= ((now() AT TIME ZONE 'UTC')::date - 31)::timestamp AT TIME ZONE 'UTC' AND created_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
+    CREATE TEMPORARY TABLE events_kept AS
+      SELECT id, company_id, conversation_id, type, data, created_at FROM inbox_events_unpartitioned
+       WHERE created_at >= ((now() AT TIME ZONE 'UTC')::date - 31)::timestamp AT TIME ZONE 'UTC' AND created_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
+    SELECT ensure_day_partitions('inbox_events', d, d) FROM (SELECT DISTINCT (created_at AT TIME ZONE 'UTC')::date AS d FROM events_kept) days;
+    SELECT ensure_day_partitions('inbox_events', (now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7);
+    INSERT INTO inbox_events (id, company_id, conversation_id, type, data, created_at) SELECT * FROM events_kept;
+    DROP TABLE events_kept;
     DROP TABLE inbox_events_unpartitioned;
   `);
 }

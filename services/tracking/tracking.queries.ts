@@ -320,14 +320,17 @@ export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Prom
 }
 
 /**
- * The messages of `keys` (account and id), locked FOR UPDATE in id order: probes of the days'
- * `(company_id, id)` keys, pruned by the ids. (An id is unique over all accounts, so pairing every
- * account with every id finds exactly the messages asked for.)
+ * The messages of `keys` (account and id), locked FOR UPDATE in id order: one probe of the day's
+ * `(company_id, id)` key each, the ids given again as an array the planner prunes the days by.
  */
 export function lockMessages(exec: Exec, keys: Array<{ c: string; mid: string }>): Promise<MessageRow[]> {
   return exec<MessageRow>(
-    `SELECT ${MESSAGE_COLUMNS} FROM messages m WHERE m.company_id = ANY ($1::text[]) AND m.id = ANY ($2::bigint[]) ORDER BY m.id FOR UPDATE OF m`,
-    [[...new Set(keys.map((k) => k.c))], keys.map((k) => k.mid)],
+    `SELECT ${MESSAGE_COLUMNS}
+       FROM jsonb_to_recordset($1::jsonb) AS k(c text, mid bigint)
+       JOIN messages m ON m.company_id = k.c AND m.id = k.mid
+      WHERE m.id = ANY ($2::bigint[])
+      ORDER BY m.id FOR UPDATE OF m`,
+    [JSON.stringify(keys), keys.map((k) => k.mid)],
   );
 }
 

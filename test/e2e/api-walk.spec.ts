@@ -323,7 +323,12 @@ let fingerprintSql: string | null = null;
 async function fingerprint(): Promise<Record<string, string>> {
   const q = <T extends object>(sql: string) => t.db.sequelize.query<T>(sql, { type: QueryTypes.SELECT });
   // Every table's row count and a digest of its rows, in one statement (one round trip per fingerprint).
-  fingerprintSql ??= (await q<{ tablename: string }>("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"))
+  fingerprintSql ??= // Partitioned tables count every day's rows; the days themselves come and go (made ahead, dropped by retention).
+  (
+    await q<{ tablename: string }>(
+      "SELECT c.relname AS tablename FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY c.relname",
+    )
+  )
     .map(({ tablename }) => {
       const ident = `"${tablename.replace(/"/g, '""')}"`;
       const literal = `'${tablename.replace(/'/g, "''")}'`;
