@@ -324,17 +324,17 @@ async function fingerprint(): Promise<Record<string, string>> {
   const q = <T extends object>(sql: string) => t.db.sequelize.query<T>(sql, { type: QueryTypes.SELECT });
   // Every table's row count and a digest of its rows, in one statement (one round trip per fingerprint).
   fingerprintSql ??= // Partitioned tables count every day's rows; the days themselves come and go (made ahead, dropped by retention).
-  (
-    await q<{ tablename: string }>(
-      "SELECT c.relname AS tablename FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY c.relname",
+    (
+      await q<{ tablename: string }>(
+        "SELECT c.relname AS tablename FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY c.relname",
+      )
     )
-  )
-    .map(({ tablename }) => {
-      const ident = `"${tablename.replace(/"/g, '""')}"`;
-      const literal = `'${tablename.replace(/'/g, "''")}'`;
-      return `SELECT ${literal} AS t, count(*)::text AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${ident} x`;
-    })
-    .join(" UNION ALL ");
+      .map(({ tablename }) => {
+        const ident = `"${tablename.replace(/"/g, '""')}"`;
+        const literal = `'${tablename.replace(/'/g, "''")}'`;
+        return `SELECT ${literal} AS t, count(*)::text AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${ident} x`;
+      })
+      .join(" UNION ALL ");
   const out: Record<string, string> = {};
   for (const r of await q<{ t: string; n: string; h: string }>(fingerprintSql)) out[r.t] = `${r.n}:${r.h}`;
   return out;
