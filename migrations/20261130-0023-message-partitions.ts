@@ -88,13 +88,12 @@ export async function up(sequelize: Sequelize): Promise<void> {
     -- lock. Made apart and then attached: ATTACH takes only a SHARE UPDATE EXCLUSIVE lock on
     -- messages (writes and reads go on; CREATE ... PARTITION OF would take an exclusive one and queue
     -- every statement behind a long export), and gives up after lock_timeout rather than wait.
-    CREATE FUNCTION ensure_message_partitions(first_day date, last_day date) RETURNS integer LANGUAGE plpgsql AS $$
+    CREATE FUNCTION ensure_message_partitions(first_day date, last_day date) RETURNS integer LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
     DECLARE
       d date;
       made integer := 0;
       part text;
     BEGIN
-      PERFORM set_config('lock_timeout', '5s', true);
       PERFORM pg_advisory_xact_lock(hashtext('messages partitions'));
       FOR d IN SELECT generate_series(first_day, last_day, interval '1 day')::date LOOP
         part := 'messages_p' || to_char(d, 'YYYYMMDD');

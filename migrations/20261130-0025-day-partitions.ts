@@ -19,18 +19,17 @@ import type { Sequelize } from "sequelize";
  *   older.
  *
  * Existing rows move into their days' partitions (a day is made for each day that holds rows, and
- * yesterday to a week ahead); rows already past their table's retention (7 days, and 30 days for the
- * events: longer than any retention a deployment sets by default) are left behind with the old table.
+ * yesterday to a week ahead): every event (its retention is a setting, and the batched purge kept
+ * it), and the attempts of the last 8 days (the list shows 7; older ones are left behind).
  */
 export async function up(sequelize: Sequelize): Promise<void> {
   await sequelize.query(`
-    CREATE FUNCTION ensure_day_partitions(parent text, first_day date, last_day date) RETURNS integer LANGUAGE plpgsql AS $$
+    CREATE FUNCTION ensure_day_partitions(parent text, first_day date, last_day date) RETURNS integer LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
     DECLARE
       d date;
       made integer := 0;
       part text;
     BEGIN
-      PERFORM set_config('lock_timeout', '5s', true);
       PERFORM pg_advisory_xact_lock(hashtext(parent || ' partitions'));
       FOR d IN SELECT generate_series(first_day, last_day, interval '1 day')::date LOOP
         part := parent || '_p' || to_char(d, 'YYYYMMDD');
@@ -73,7 +72,8 @@ export async function up(sequelize: Sequelize): Promise<void> {
        WHERE attempted_at >= ((now() AT TIME ZONE 'UTC')::date - 8)::timestamp AT TIME ZONE 'UTC' AND attempted_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
     SELECT ensure_day_partitions('webhook_attempts', d, d) FROM (SELECT DISTINCT (attempted_at AT TIME ZONE 'UTC')::date AS d FROM attempts_kept) days;
     SELECT ensure_day_partitions('webhook_attempts', (now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7);
-    INSERT INTO webhook_attempts SELECT * FROM attempts_kept;
+    INSERT INTO webhook_attempts (id, company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
+    SELECT id, company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome FROM attempts_kept;
     DROP TABLE attempts_kept;
     DROP TABLE webhook_attempts_unpartitioned;
 
@@ -93,7 +93,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
     CREATE INDEX inbox_events_conversation ON inbox_events (conversation_id, id);
     CREATE TEMPORARY TABLE events_kept AS
       SELECT id, company_id, conversation_id, type, data, created_at FROM inbox_events_unpartitioned
-       WHERE created_at >= ((now() AT TIME ZONE 'UTC')::date - 31)::timestamp AT TIME ZONE 'UTC' AND created_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
+       WHERE created_at < ((now() AT TIME ZONE 'UTC')::date + 8)::timestamp AT TIME ZONE 'UTC';
     SELECT ensure_day_partitions('inbox_events', d, d) FROM (SELECT DISTINCT (created_at AT TIME ZONE 'UTC')::date AS d FROM events_kept) days;
     SELECT ensure_day_partitions('inbox_events', (now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7);
     INSERT INTO inbox_events (id, company_id, conversation_id, type, data, created_at) SELECT * FROM events_kept;

@@ -44,16 +44,27 @@ export const dayOf = (partition: string) => `${partition.slice(-8, -4)}-${partit
 
 /**
  * Drops one day's partition (a name `daysBefore` gave: a table name of ours and eight digits, safe
- * to quote). Dropping takes an exclusive lock on the parent for an instant; behind a long reader
- * (an export) it gives up after 5 s rather than queue every write behind it, and the next run tries
- * again.
+ * to quote). A DROP takes an exclusive lock on the parent for an instant, and while it waits for
+ * that lock every new statement on the table queues behind it: so it waits 200 ms at most, three
+ * times a second apart, and otherwise gives up (a long export holds the table) until the next run.
+ * Answers whether the day is gone.
  */
-export async function dropDay(sequelize: Sequelize, partition: string): Promise<void> {
+export async function dropDay(sequelize: Sequelize, partition: string): Promise<boolean> {
   if (!/^[a-z_]+_p\d{8}$/.test(partition)) throw new Error(`not a day's partition: ${partition}`);
-  await sequelize.transaction(async (transaction) => {
-    await sequelize.query(`SET LOCAL lock_timeout = '5s'`, { transaction });
-    await sequelize.query(`DROP TABLE IF EXISTS "${partition}"`, { transaction });
-  });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await sequelize.transaction(async (transaction) => {
+        await sequelize.query(`SET LOCAL lock_timeout = '200ms'`, { transaction });
+        await sequelize.query(`DROP TABLE IF EXISTS "${partition}"`, { transaction });
+      });
+      return true;
+    } catch (err) {
+      // 55P03: lock_not_available.
+      if ((err as { parent?: { code?: string } }).parent?.code !== "55P03") throw err;
+      if (attempt === 3) return false;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
 }
 
 /**
@@ -64,8 +75,7 @@ export async function dropDay(sequelize: Sequelize, partition: string): Promise<
 export async function dropDaysBefore(sequelize: Sequelize, table: DailyTable, cutoff: Date): Promise<string[]> {
   const dropped: string[] = [];
   for (const name of await daysBefore(sequelize, table, cutoff)) {
-    await dropDay(sequelize, name);
-    dropped.push(dayOf(name));
+    if (await dropDay(sequelize, name)) dropped.push(dayOf(name));
   }
   return dropped;
 }

@@ -32,6 +32,8 @@ export interface RepliesThis extends Service<ApiServiceSettings> {
   metrics: InboxMetrics;
   releaseMediaOf(companyId: string, owner: string): Promise<void>;
   releaseReplyMedia(): Promise<number>;
+  /** Where the release of reply media goes on (this node's; null: from the oldest held reply). */
+  releaseCursor?: { at: string; id: string } | null;
 }
 
 /** Final statuses on RCS and WhatsApp: a reply in one of them no longer needs its media. */
@@ -46,32 +48,45 @@ export const replyMethods = {
   },
 
   /**
-   * One round: the media of replies whose status is final (tracking's `tracking.statusCodes`, asked
-   * per account and channel for each page of held replies) or that are too old to wait for one is
-   * released. Walks every held reply once, RELEASE_BATCH at a time, at most 10 pages a round.
+   * One round: the media of replies that are too old to wait for a final status, or whose status is
+   * final (tracking's `tracking.statusCodes`, asked per account and channel for each page of held
+   * replies), is released. At most 10 pages of RELEASE_BATCH a round; the next round goes on after
+   * the last page read (`releaseCursor`, this node's), and starts over once it has read them all,
+   * so replies still in flight at the head never hide final ones behind them. Without a tracking
+   * node the old ones are released all the same and the others wait for the next round.
    */
   async releaseReplyMedia(this: RepliesThis): Promise<number> {
     let n = 0;
-    let after: { at: string; id: string } | null = null;
+    const release = async (r: { id: string; company_id: string; message_id: string }) => {
+      await this.releaseMediaOf(r.company_id, `reply:${r.message_id}`);
+      await markReplyMediaReleased(this.sequelize, r.id);
+      n++;
+    };
     for (let round = 0; round < 10; round++) {
-      const held = await heldReplies(this.sequelize, after, RELEASE_BATCH);
+      const held = await heldReplies(this.sequelize, this.releaseCursor ?? null, RELEASE_BATCH);
       const groups = new Map<string, typeof held>();
       for (const r of held) {
+        if (r.old) {
+          await release(r);
+          continue;
+        }
         const k = `${r.company_id}\u0000${r.channel}`;
         groups.set(k, [...(groups.get(k) ?? []), r]);
       }
       for (const group of groups.values()) {
         const { company_id: companyId, channel } = group[0]!;
-        const { codes } = await callTracking(this.broker, "tracking.statusCodes", { companyId, channel, ids: group.map((r) => r.message_id) });
-        for (const [i, r] of group.entries()) {
-          if (!r.old && !FINAL_CODES.includes(codes[i]!)) continue;
-          await this.releaseMediaOf(r.company_id, `reply:${r.message_id}`);
-          await markReplyMediaReleased(this.sequelize, r.id);
-          n++;
-        }
+        const answer = await callTracking(this.broker, "tracking.statusCodes", { companyId, channel, ids: group.map((r) => r.message_id) }).catch(
+          (err: unknown) => {
+            this.logger.warn({ err, companyId }, "reply statuses unknown now (tracking did not answer); their media waits for the next round");
+            return null;
+          },
+        );
+        if (!answer) continue;
+        for (const [i, r] of group.entries()) if (FINAL_CODES.includes(answer.codes[i]!)) await release(r);
       }
-      if (held.length < RELEASE_BATCH) break;
-      after = { at: held[held.length - 1]!.at, id: held[held.length - 1]!.id };
+      const last = held[held.length - 1];
+      this.releaseCursor = held.length < RELEASE_BATCH || !last ? null : { at: last.at, id: last.id };
+      if (!this.releaseCursor) break;
     }
     return n;
   },

@@ -386,10 +386,11 @@ export class Deliverer {
         if (n < BATCH || this.stopped) return total;
       }
     };
-    await ensureDays(seq, "webhook_attempts");
-    const attemptDays = await dropDaysBefore(seq, "webhook_attempts", new Date(Date.now() - ATTEMPTS_KEPT_DAYS * 86_400_000));
     const orphans = await drain(PURGE_ORPHAN_EVENTS);
     await seq.query(PURGE_REPLACED_SECRETS);
+    // The attempts log's days last: a lock they could not have now (a long reader) must not hold back the rest.
+    await ensureDays(seq, "webhook_attempts");
+    const attemptDays = await dropDaysBefore(seq, "webhook_attempts", new Date(Date.now() - ATTEMPTS_KEPT_DAYS * 86_400_000));
     return { attemptDays, orphans };
   }
 }

@@ -100,7 +100,11 @@ export interface CampaignStatsFilters {
   to?: string;
 }
 
-/** What other services call of tracking (lib/bus/calls.ts): `tracking.ingest`, an upstream report as the internal ingress takes it. */
+/**
+ * What other services call of tracking (lib/bus/calls.ts): `tracking.ingest`, an upstream report as
+ * the internal ingress takes it; `tracking.statusCodes`, the status codes of messages another service
+ * sent (inbox replies), as GET /messages/status answers them.
+ */
 export interface TrackingActions {
   "tracking.ingest": Action<TrackingIngestIn, TrackingIngestOut>;
   "tracking.statusCodes": Action<StatusCodesIn, StatusCodesOut>;

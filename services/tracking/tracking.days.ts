@@ -25,9 +25,11 @@ export async function purgeBefore(
     let after: [string, string] = ["", "-9223372036854775808"];
     for (;;) {
       if (out.batches >= maxBatches) return out;
-      // The partition's name is one daysBefore found (messages_pYYYYMMDD): safe to quote.
-      const [row] = await sequelize.query<{ n: string; scanned: string; c: string | null; i: string | null }>(
-        `WITH b AS (
+      // The partition's name is one daysBefore found (messages_pYYYYMMDD): safe to quote. Another
+      // tracking node may retire the same day at once: when it has dropped it, this walk is over.
+      const [row] = await sequelize
+        .query<{ n: string; scanned: string; c: string | null; i: string | null }>(
+          `WITH b AS (
            SELECT company_id, channel, customer_message_id, id FROM "${part}"
             WHERE (company_id, id) > ($1::text, $2::bigint) ORDER BY company_id, id LIMIT $3),
          gone AS (
@@ -36,15 +38,20 @@ export async function purgeBefore(
            RETURNING 1),
          last AS (SELECT company_id, id FROM b ORDER BY company_id DESC, id DESC LIMIT 1)
          SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM b) AS scanned, (SELECT company_id FROM last) AS c, (SELECT id::text FROM last) AS i`,
-        { bind: [after[0], after[1], batchSize], type: QueryTypes.SELECT },
-      );
+          { bind: [after[0], after[1], batchSize], type: QueryTypes.SELECT },
+        )
+        .catch((err: unknown) => {
+          // 42P01: undefined_table (dropped by the other node).
+          if ((err as { parent?: { code?: string } }).parent?.code === "42P01") return [null];
+          throw err;
+        });
+      if (!row) break;
       out.batches++;
       out.messages += Number(row!.n);
       if (Number(row!.scanned) < batchSize || row!.c === null) break;
       after = [row!.c, row!.i!];
     }
-    await dropDay(sequelize, part);
-    out.days.push(dayOf(part));
+    if (await dropDay(sequelize, part)) out.days.push(dayOf(part));
   }
   return out;
 }

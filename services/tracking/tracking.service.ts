@@ -201,10 +201,12 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         return { accepted: items.length };
       },
 
-      /** The partitions of `messages` from yesterday to a week ahead (migration 0023; idempotent, any node may run it). */
+      /** The days of `messages` (and of `inbox_events`, which its ingest writes) from yesterday to a week ahead (idempotent, any node may run it). */
       async ensureDays(this: TrackingThis) {
         const made = await ensureDays(sequelize, "messages", PARTITION_DAYS_AHEAD);
-        if (made > 0) this.logger.info({ made }, "message partitions made");
+        // Tracking's ingest also writes the inbox's `message.status` rows: their days must not wait for an inbox node.
+        const events = await ensureDays(sequelize, "inbox_events", PARTITION_DAYS_AHEAD);
+        if (made + events > 0) this.logger.info({ made, events }, "partitions made");
       },
 
       /** One retention run (its failure is logged by the loop that runs it). */

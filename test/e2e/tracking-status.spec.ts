@@ -261,6 +261,22 @@ describe("GET /messages/history", () => {
   });
 });
 
+describe("tracking.statusCodes (for another service's own sends)", () => {
+  it("answers each id's code in order, 0 for one the account never sent or another account's", async () => {
+    const companyId = uid();
+    const other = uid();
+    await post("/messages", [
+      { companyId, channel: "RCS", customerMessageId: "sc-1", destination: "+351911000001" },
+      { companyId, channel: "RCS", customerMessageId: "sc-2", destination: "+351911000002" },
+      { companyId: other, channel: "RCS", customerMessageId: "sc-3", destination: "+351911000003" },
+    ]);
+    await post("/receipts/rcs", { companyId, messageId: "sc-1", destination: "+351911000001", statusCode: 3, eventDate: new Date().toISOString() });
+    const out = await t.app.broker.call("tracking.statusCodes", { companyId, channel: "RCS", ids: ["sc-2", "sc-1", "never", "sc-3", "sc-1"] });
+    expect(out).toEqual({ codes: [0, 3, 0, 0, 3] });
+    await expect(t.app.broker.call("tracking.statusCodes", { companyId, channel: "FAX", ids: [] })).rejects.toThrow();
+  });
+});
+
 describe("retention", () => {
   it("drops whole days older than the retention, their keys first in bounded batches, and keeps the rest", async () => {
     const companyId = uid();

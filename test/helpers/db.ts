@@ -104,6 +104,23 @@ async function todaysPartitions(db: Database): Promise<void> {
   for (const table of ["messages", "webhook_attempts", "inbox_events"] as const) await ensureDays(db.sequelize, table);
 }
 
+/** An empty database of the caller's own, not migrated (migration tests step through the migrations themselves). */
+export async function unmigratedTestDatabase(): Promise<{ db: Database; drop(): Promise<void> }> {
+  if (!TEST_DATABASE_URL) {
+    const db = await openDatabase({ databaseUrl: null, dataDir: null, migrate: false });
+    return { db, drop: () => db.close() };
+  }
+  const pgdb = await createPgDatabase();
+  const db = await openDatabase({ databaseUrl: pgdb.url, dataDir: null, migrate: false });
+  return {
+    db,
+    async drop() {
+      await db.close();
+      await pgdb.drop();
+    },
+  };
+}
+
 export async function createTestDatabase(): Promise<TestDatabase> {
   if (!TEST_DATABASE_URL) {
     if (REQUIRE_REAL) throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set");

@@ -5,23 +5,16 @@
  * message as they were. Migration 0018 counts live-view event ids per account.
  */
 import { QueryTypes } from "sequelize";
-import { migrator, openDatabase, type Database } from "../../lib/db/db";
+import { migrator, type Database } from "../../lib/db/db";
 import { appendInboxEvents } from "../../services/inbox/inbox.events";
-import { createPgDatabase, TEST_DATABASE_URL } from "../helpers/db";
+import { unmigratedTestDatabase } from "../helpers/db";
 
 let db: Database;
 let drop: () => Promise<void> = async () => undefined;
 beforeAll(async () => {
-  if (TEST_DATABASE_URL) {
-    const pgdb = await createPgDatabase();
-    db = await openDatabase({ databaseUrl: pgdb.url, dataDir: null, migrate: false });
-    drop = pgdb.drop;
-  } else db = await openDatabase({ databaseUrl: null, dataDir: null, migrate: false });
+  ({ db, drop } = await unmigratedTestDatabase());
 }, 60_000);
-afterAll(async () => {
-  await db?.close();
-  await drop();
-});
+afterAll(() => drop());
 
 const q = <T extends object>(sql: string, bind: unknown[] = []) => db.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT });
 

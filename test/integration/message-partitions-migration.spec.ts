@@ -7,24 +7,17 @@
  * events into daily partitions. The tests run in order, each from where the last left the schema.
  */
 import { QueryTypes } from "sequelize";
-import { inTransaction, migrator, openDatabase, type Database } from "../../lib/db/db";
+import { inTransaction, migrator, type Database } from "../../lib/db/db";
 import { statusesOf } from "../../services/tracking/tracking.queries";
 import { writeItems } from "../../services/tracking/tracking.writes";
-import { createPgDatabase, TEST_DATABASE_URL } from "../helpers/db";
+import { unmigratedTestDatabase } from "../helpers/db";
 
 let db: Database;
 let drop: () => Promise<void> = async () => undefined;
 beforeAll(async () => {
-  if (TEST_DATABASE_URL) {
-    const pgdb = await createPgDatabase();
-    db = await openDatabase({ databaseUrl: pgdb.url, dataDir: null, migrate: false });
-    drop = pgdb.drop;
-  } else db = await openDatabase({ databaseUrl: null, dataDir: null, migrate: false });
+  ({ db, drop } = await unmigratedTestDatabase());
 }, 60_000);
-afterAll(async () => {
-  await db?.close();
-  await drop();
-});
+afterAll(() => drop());
 
 const q = <T extends object>(sql: string, bind: unknown[] = []) => db.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT });
 
