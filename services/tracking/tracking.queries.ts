@@ -28,7 +28,8 @@ import type { HistoryIn, HistoryOut, MessageStatusOut } from "./tracking.schemas
 /** Ids per lookup statement: a bulk poll of 1000 runs as up to 4 statements side by side. */
 const STATUS_CHUNK = 250;
 
-const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
+/** A message's key as one string (account, channel, customerMessageId), for maps of a batch. */
+export const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
 
 /** The milliseconds of 2020-01-01 (UTC): message ids count from it (migration 0023: `ms << 22 | n`). */
 const ID_EPOCH_MS = 1_577_836_800_000n;

@@ -27,6 +27,7 @@ import {
   idsOf,
   insertOutboxEvents,
   insertPlaceholders,
+  keyOf,
   lockMessages,
   updateStatesWithEvents,
   upsertRegistrations,
@@ -41,7 +42,6 @@ export interface WriteEffects {
   inboxCompanies: string[];
 }
 
-const keyOf = (companyId: string, channel: string, id: string) => `${companyId}\u0000${channel}\u0000${id}`;
 
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
 export class RetryWrite extends Error {}
