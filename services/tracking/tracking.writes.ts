@@ -42,7 +42,6 @@ export interface WriteEffects {
   inboxCompanies: string[];
 }
 
-
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
 export class RetryWrite extends Error {}
 
