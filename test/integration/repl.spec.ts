@@ -314,7 +314,8 @@ describeOverNats("the operator's commands, on a cluster over NATS", () => {
       expect(outbox).toMatch(/^channel\s+depth\s+claimed\s+oldest due$/m);
 
       const exports = await ask(r, "exports", new RegExp(`${exportIds.queued}\\s+${company}\\s+CONTACTS\\s+QUEUED\\s+\\d+\\.\\d s\\s+-`));
-      expect(exports).toMatch(new RegExp(`^${exportIds.processing}\\s+${company}\\s+CONTACTS\\s+PROCESSING\\s+9\\d\\.\\d s\\s+elsewhere$`, "m"));
+      // Its age counts from its creation 90 s before the set-up: 90 s or more, however long the commands before took on a busy machine.
+      expect(exports).toMatch(new RegExp(`^${exportIds.processing}\\s+${company}\\s+CONTACTS\\s+PROCESSING\\s+(9\\d|[1-9]\\d{2,})\\.\\d s\\s+elsewhere$`, "m"));
       // Oldest first.
       expect(exports.indexOf(exportIds.processing)).toBeLessThan(exports.indexOf(exportIds.queued));
 
