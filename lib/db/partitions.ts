@@ -17,6 +17,8 @@ const MAKERS = {
   inbox_events: "ensure_day_partitions('inbox_events', $1::date, $2::date)",
 } as const;
 export type DailyTable = keyof typeof MAKERS;
+/** Every table partitioned by day. */
+export const DAILY_TABLES = Object.keys(MAKERS) as DailyTable[];
 
 /** Makes `table`'s days from yesterday to `ahead` days from now that are missing; answers how many it made. */
 export async function ensureDays(sequelize: Sequelize, table: DailyTable, ahead = 7): Promise<number> {

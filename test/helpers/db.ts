@@ -6,7 +6,7 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { openDatabase, type Database } from "../../lib/db/db";
-import { ensureDays } from "../../lib/db/partitions";
+import { DAILY_TABLES, ensureDays } from "../../lib/db/partitions";
 import { pgliteSnapshot, pgTemplate } from "./template-db";
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
@@ -101,7 +101,7 @@ export async function createPgDatabase(template?: string): Promise<{ url: string
  * their owners make them at start, for tests that write rows without those services.
  */
 async function todaysPartitions(db: Database): Promise<void> {
-  for (const table of ["messages", "webhook_attempts", "inbox_events"] as const) await ensureDays(db.sequelize, table);
+  for (const table of DAILY_TABLES) await ensureDays(db.sequelize, table);
 }
 
 /** An empty database of the caller's own, not migrated (migration tests step through the migrations themselves). */
