@@ -30,7 +30,7 @@ interface Run {
 }
 
 /** Runs one of the project's scripts as a user would (own process, own environment). */
-function runScript(script: string, args: string[], env: Record<string, string>, timeoutMs = 60000): Promise<Run> {
+function runScript(script: string, args: string[], env: Record<string, string>, timeoutMs = 150_000): Promise<Run> {
   return new Promise((resolve, reject) => {
     const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|DATA_DIR|TRANSPORTER|SERVICES|PORT|TEST_|LOG_)/.test(k)));
     const child = spawn(process.execPath, [TSX, path.join(ROOT, script), ...args], { cwd: ROOT, env: { ...clean, LOG_LEVEL: "warn", ...env } });
@@ -56,6 +56,10 @@ async function startEmbedded(dataDir: string) {
   await waitForRoutes(base);
   return { app, api: new Http(`${base}/api/partner-gateway/v1`) };
 }
+
+// Each case starts `npm start` (tsx, embedded PGlite, migrations on an empty DATA_DIR): beside three
+// other test workers on a 2-core machine a start alone has taken over a minute.
+jest.setTimeout(180_000);
 
 describe("embedded mode (PGlite under DATA_DIR)", () => {
   it("keeps its data across a restart", async () => {
@@ -126,7 +130,7 @@ describe("stopping", () => {
       stdio: "ignore",
     });
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-    await waitForRoutes(`http://127.0.0.1:${port}`, 60000);
+    await waitForRoutes(`http://127.0.0.1:${port}`, 150_000);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true);
     expect(fs.existsSync(path.join(dir, "repl.json"))).toBe(true);
     child.kill("SIGTERM");
