@@ -28,6 +28,7 @@ import * as m0022 from "./20261129-0022-webhook-accounts";
 import * as m0023 from "./20261130-0023-message-partitions";
 import * as m0024 from "./20261130-0024-contact-channel-refusals";
 import * as m0025 from "./20261130-0025-day-partitions";
+import * as m0026 from "./20261201-0026-account-keys";
 
 export interface Migration {
   name: string;
@@ -61,4 +62,5 @@ export const migrations: Migration[] = [
   { name: "20261130-0023-message-partitions", ...m0023 },
   { name: "20261130-0024-contact-channel-refusals", ...m0024 },
   { name: "20261130-0025-day-partitions", ...m0025 },
+  { name: "20261201-0026-account-keys", ...m0026 },
 ];

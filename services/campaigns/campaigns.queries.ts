@@ -87,8 +87,8 @@ export async function campaignsPage(exec: Q, companyId: string, p: ListCampaigns
 export async function snapshotAudience(exec: Q, c: CampaignRow, customKeys: string[]): Promise<{ audience: number; skipped: number }> {
   const [row] = await exec<{ n: number; skipped: number }>(
     `WITH ins AS (
-       INSERT INTO campaign_recipients (campaign_id, contact_id, destination, vars, simulation, status)
-       SELECT $1::uuid, a.contact_id, a.destination, a.vars, a.simulation,
+       INSERT INTO campaign_recipients (company_id, campaign_id, contact_id, destination, vars, simulation, status)
+       SELECT $2::text, $1::uuid, a.contact_id, a.destination, a.vars, a.simulation,
               CASE WHEN ${optedOutSql("$2::text", "$5::text", "a.destination")} THEN 'SKIPPED' ELSE 'PENDING' END
          FROM (${audienceSql({ companyId: "$2::text", listIds: "$3", customKeys: "$4", channel: c.channel })}) a
        RETURNING status)

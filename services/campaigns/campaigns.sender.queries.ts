@@ -147,7 +147,7 @@ export async function recordOutcomes(
                 error = CASE WHEN x.ok THEN NULL ELSE x.error END,
                 due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => GREATEST($3::float8 * power(4, r.attempts), x.wait) / 1000) END,
                 owner = NULL, leased_until = NULL
-           FROM x WHERE r.campaign_id = $1 AND r.contact_id = x.id AND r.owner = $4
+           FROM x WHERE r.company_id = $5 AND r.campaign_id = $1 AND r.contact_id = x.id AND r.owner = $4
          RETURNING r.status, r.contact_id, r.simulation),
        n AS (SELECT count(*) FILTER (WHERE status = 'SENT')::int AS sent, count(*) FILTER (WHERE status = 'FAILED')::int AS failed,
                     count(*) FILTER (WHERE status = 'SKIPPED')::int AS skipped,

@@ -78,8 +78,8 @@ export function contactWhere(companyId: string, f: ContactFilters, customTypes: 
   }
   if (f.listIds !== undefined) {
     parts.push(
-      `EXISTS (SELECT 1 FROM contact_list_members m JOIN contact_lists l ON l.id = m.list_id
-                WHERE m.contact_id = c.id AND m.list_id IN (:listIds) AND l.company_id = :companyId AND l.deleted_at IS NULL)`,
+      `EXISTS (SELECT 1 FROM contact_list_members m JOIN contact_lists l ON l.company_id = m.company_id AND l.id = m.list_id
+                WHERE m.company_id = c.company_id AND m.contact_id = c.id AND m.list_id IN (:listIds) AND l.company_id = :companyId AND l.deleted_at IS NULL)`,
     );
     r.listIds = f.listIds;
   }
@@ -152,11 +152,11 @@ export function audienceSql(o: { companyId: string; listIds: string; customKeys:
                    (SELECT coalesce(jsonb_object_agg(k, c.custom_fields -> k), '{}'::jsonb) FROM unnest(${o.customKeys}::text[]) k WHERE jsonb_exists(c.custom_fields, k))) AS vars,
                  bool_and(l.is_test) AS simulation
             FROM contact_lists l
-            JOIN contact_list_members m ON m.list_id = l.id
-            JOIN contacts c ON c.id = m.contact_id
+            JOIN contact_list_members m ON m.company_id = l.company_id AND m.list_id = l.id
+            JOIN contacts c ON c.company_id = m.company_id AND c.id = m.contact_id
            WHERE l.company_id = ${o.companyId} AND l.id = ANY (${o.listIds}::bigint[]) AND l.deleted_at IS NULL
              AND c.company_id = ${o.companyId} AND c.is_valid AND c.phone_number IS NOT NULL ${refused}
-           GROUP BY c.id`;
+           GROUP BY c.company_id, c.id`;
 }
 
 /**

@@ -210,7 +210,7 @@ export async function addImportedMembers(
   await write(
     sequelize,
     `INSERT INTO contact_list_members (company_id, list_id, contact_id)
-     SELECT $1, $2, (jsonb_array_elements_text($3::jsonb))::uuid ON CONFLICT (list_id, contact_id) DO NOTHING`,
+     SELECT $1, $2, (jsonb_array_elements_text($3::jsonb))::uuid ON CONFLICT (company_id, list_id, contact_id) DO NOTHING`,
     [companyId, listId, jsonParam(contactIds)],
     transaction,
   );

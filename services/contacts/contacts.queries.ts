@@ -189,7 +189,7 @@ export async function deleteCustomField(sequelize: Sequelize, companyId: string,
 
 /** A contact list with its member count, on alias `l`. */
 const LIST_SELECT = `SELECT l.id, l.name, l.description, l.is_test, l.created_at, l.updated_at, l.deleted_at,
-  (SELECT count(*) FROM contact_list_members m WHERE m.list_id = l.id) AS contact_count FROM contact_lists l`;
+  (SELECT count(*) FROM contact_list_members m WHERE m.company_id = l.company_id AND m.list_id = l.id) AS contact_count FROM contact_lists l`;
 
 // Names sort case-insensitively, the same on PostgreSQL and PGlite whatever their collations.
 const LIST_SORT_COLUMNS: Record<ListSort, string> = { name: "lower(l.name)", createdAt: "l.created_at", updatedAt: "l.updated_at", id: "l.id" };
@@ -224,7 +224,7 @@ export function listsPage(sequelize: Sequelize, companyId: string, p: FindListsI
     r.isTest = p.isTest;
   }
   if (p.contactIds) {
-    parts.push("EXISTS (SELECT 1 FROM contact_list_members m WHERE m.list_id = l.id AND m.contact_id IN (:contactIds))");
+    parts.push("EXISTS (SELECT 1 FROM contact_list_members m WHERE m.company_id = l.company_id AND m.list_id = l.id AND m.contact_id IN (:contactIds))");
     r.contactIds = p.contactIds;
   }
   const where = parts.join(" AND ");
@@ -287,7 +287,10 @@ export async function softDeleteLists(sequelize: Sequelize, companyId: string, i
       { replacements: { companyId, ids }, type: QueryTypes.SELECT, transaction },
     );
     if (del.length > 0) {
-      await sequelize.query(`DELETE FROM contact_list_members WHERE list_id IN (:ids)`, { replacements: { ids: del.map((r) => r.id) }, transaction });
+      await sequelize.query(`DELETE FROM contact_list_members WHERE company_id = :companyId AND list_id IN (:ids)`, {
+        replacements: { companyId, ids: del.map((r) => r.id) },
+        transaction,
+      });
     }
     return del.sort((a, b) => Number(a.id) - Number(b.id));
   });
@@ -342,7 +345,7 @@ export async function insertMembers(sequelize: Sequelize, companyId: string, p: 
              ins AS (
                INSERT INTO contact_list_members (company_id, list_id, contact_id)
                SELECT :companyId, list_id, contact_id FROM cand
-               ON CONFLICT (list_id, contact_id) DO NOTHING RETURNING id)
+               ON CONFLICT (company_id, list_id, contact_id) DO NOTHING RETURNING id)
              SELECT (SELECT count(*) FROM cand) AS total, (SELECT count(*) FROM ins) AS created,
                     (SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM ins ORDER BY id LIMIT 1000) first) AS ids`,
     { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT, transaction },
@@ -356,7 +359,7 @@ export async function deleteMembers(sequelize: Sequelize, companyId: string, p: 
   const [row] = await sequelize.query<{ deleted: string }>(
     `WITH d AS (
            DELETE FROM contact_list_members m USING contacts c
-            WHERE m.company_id = :companyId AND m.list_id IN (:listIds) AND c.id = m.contact_id AND ${f.sql}
+            WHERE m.company_id = :companyId AND m.list_id IN (:listIds) AND c.company_id = m.company_id AND c.id = m.contact_id AND ${f.sql}
            RETURNING 1)
          SELECT count(*) AS deleted FROM d`,
     { replacements: { companyId, listIds: p.listIds, ...f.replacements }, type: QueryTypes.SELECT, transaction },
@@ -368,7 +371,7 @@ export async function deleteMembers(sequelize: Sequelize, companyId: string, p: 
 export async function deleteMember(sequelize: Sequelize, companyId: string, id: number): Promise<boolean> {
   const rows = await sequelize.query(
     `DELETE FROM contact_list_members m USING contact_lists l
-          WHERE m.id = :id AND m.company_id = :companyId AND l.id = m.list_id AND l.deleted_at IS NULL RETURNING m.id`,
+          WHERE m.id = :id AND m.company_id = :companyId AND l.company_id = m.company_id AND l.id = m.list_id AND l.deleted_at IS NULL RETURNING m.id`,
     { replacements: { companyId, id }, type: QueryTypes.SELECT },
   );
   return rows.length > 0;
