@@ -29,6 +29,7 @@ import * as m0023 from "./20261130-0023-message-partitions";
 import * as m0024 from "./20261130-0024-contact-channel-refusals";
 import * as m0025 from "./20261130-0025-day-partitions";
 import * as m0026 from "./20261201-0026-account-keys";
+import * as m0027 from "./20261201-0027-message-status-feed";
 
 export interface Migration {
   name: string;
@@ -63,4 +64,5 @@ export const migrations: Migration[] = [
   { name: "20261130-0024-contact-channel-refusals", ...m0024 },
   { name: "20261130-0025-day-partitions", ...m0025 },
   { name: "20261201-0026-account-keys", ...m0026 },
+  { name: "20261201-0027-message-status-feed", ...m0027 },
 ];

@@ -15,6 +15,7 @@ const MAKERS = {
   messages: "ensure_message_partitions($1::date, $2::date)",
   webhook_attempts: "ensure_day_partitions('webhook_attempts', $1::date, $2::date)",
   inbox_events: "ensure_day_partitions('inbox_events', $1::date, $2::date)",
+  message_status_feed: "ensure_day_partitions('message_status_feed', $1::date, $2::date)",
 } as const;
 export type DailyTable = keyof typeof MAKERS;
 /** Every table partitioned by day. */

@@ -2,31 +2,21 @@
  * What other services may import from inbox: the read-side builder of the campaign statistics'
  * `responded` (campaigns' GET /campaigns/stats), so that "wrote back" is defined once, here, by the
  * owner of inbound messages; the body of `inbox.ingest` (the ingress and the simulator call it); and
- * the live view's event types, the broadcast that wakes the streams, what the gateway reads events
- * with, and the SQL that writes `message.status` events in tracking's own transaction.
+ * the live view's event types, the broadcast that wakes the streams, and what the gateway reads
+ * events with.
  *
  * `inbox_events` ids are the SSE event ids, counted per account (an account's stream never shows
  * another account's activity) and read `id > Last-Event-ID`, so a reader must never pass an id
- * whose transaction has not ended yet. Every writer draws its ids from the account's row of
- * `inbox_event_counters` ({@link drawEventIdsSql}), which it then holds until its commit: the
- * account's writers commit in id order, and whatever one statement sees of an account's events is
- * every event up to the counter it sees (its horizon), none missing. Write inbox events as the last
- * statement of a transaction, so the account's row is held only for the commit. The SQL published
- * here is written in inbox.contract.queries.ts and re-exported.
+ * whose transaction has not ended yet. Only inbox writes them (inbox.events.ts says how); the
+ * `message.status` events of its replies it writes from tracking's status feed (inbox.feed.ts). The
+ * SQL published here is written in inbox.contract.queries.ts and re-exported.
  */
 import type { IngestIn, InboundMessageIn } from "./inbox.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
 import type { IngestOut as InboxIngestOut } from "./inbox.schemas";
 
 export type { IngestIn as InboxIngestIn, InboundMessageIn };
-export {
-  campaignRespondedSql,
-  drawEventIdsSql,
-  eventIdSql,
-  INBOX_EVENTS_HORIZON_SQL,
-  MESSAGE_STATUS_EVENTS_SQL,
-  RESPONSE_WINDOW_HOURS,
-} from "./inbox.contract.queries";
+export { campaignRespondedSql, RESPONSE_WINDOW_HOURS } from "./inbox.contract.queries";
 
 /** What a live-view event tells. `data` is the message (contract "Conversation" messages) or the conversation. */
 export type InboxEventType =
@@ -75,20 +65,6 @@ export interface EventsSinceOut {
 export const INBOX_EVENTS_WRITTEN = "inbox.eventsWritten";
 export interface InboxEventsWritten {
   companyIds: string[];
-}
-
-/**
- * One message whose status a tracking write changed (RCS or WhatsApp): account, channel,
- * customerMessageId, and its status as that write left it (code, deliveryDate, readAt), so that the
- * event needs no read of tracking's table.
- */
-export interface StatusChangeKey {
-  c: string;
-  ch: "RCS" | "WHATSAPP";
-  id: string;
-  st: number;
-  dd: string | null;
-  ra: string | null;
 }
 
 /** What other services call of inbox (lib/bus/calls.ts). */

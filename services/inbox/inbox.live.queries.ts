@@ -2,7 +2,7 @@
 import type { Sequelize } from "sequelize";
 import { queryRows } from "../../lib/db/db";
 import { dropDaysBefore } from "../../lib/db/partitions";
-import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.contract.queries";
+import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.events.queries";
 import { appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
 

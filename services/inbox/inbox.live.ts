@@ -3,13 +3,17 @@
  * Server-Sent Events routes, which check the key's account (and the conversation) and say where the
  * stream starts, while the gateway holds the stream itself (gateway.live.ts); `inbox.eventsSince`,
  * which the gateway reads events with; and the background work: one `conversation.windowClosed` event
- * per closed WhatsApp window, and the retention of `inbox_events`.
+ * per closed WhatsApp window, the `message.status` events of replies from tracking's status feed
+ * (inbox.feed.ts), and the retention of `inbox_events`.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { apiAction, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { Loops } from "../../lib/jobs/jobs";
+import { Coalesced } from "../../lib/jobs/coalesce";
+import { STATUS_FEED_WRITTEN } from "../tracking/tracking.contract";
+import { FEED_BATCH, FEED_POLL_MS, followStatusFeed } from "./inbox.feed";
 import { announceInboxEvents } from "./inbox.events";
 import { accountHorizon, closeWindows, conversationExists, eventsSince, purgeEvents } from "./inbox.live.queries";
 import { ensureDays } from "../../lib/db/partitions";
@@ -44,6 +48,7 @@ const resumeHeader = {
 
 interface LiveVars {
   liveLoops: Loops;
+  statusFeed: Coalesced;
   closeWindows(): Promise<number>;
   purgeEvents(): Promise<string[]>;
 }
@@ -76,6 +81,12 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
   const { config, db } = deps;
   const { sequelize } = db;
   return {
+    events: {
+      /** Tracking committed status changes: follow them now (any node may; one at a time). */
+      [STATUS_FEED_WRITTEN](this: LiveThis) {
+        this.statusFeed?.request();
+      },
+    },
     actions: {
       /** Opens the account's live inbox: every conversation's events, as Server-Sent Events (the gateway holds the stream). */
       accountEvents: apiAction({
@@ -155,12 +166,25 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
         this.logger.warn({ err }, "could not make the days of the live-view events now; tried again by the retention loop"),
       );
       this.liveLoops = new Loops(this.logger);
+      this.statusFeed = new Coalesced(
+        async () => {
+          const round = await followStatusFeed(sequelize);
+          announceInboxEvents(
+            this.broker,
+            round.companies.map((companyId) => ({ companyId })),
+          );
+          if (round.read === FEED_BATCH) this.statusFeed.repeat();
+        },
+        (err) => this.logger.warn({ err }, "could not follow the status feed; tried again"),
+      );
+      this.liveLoops.every(FEED_POLL_MS, "status feed", () => this.statusFeed.request(), { runNow: true });
       this.liveLoops.every(WINDOW_LOOP_MS, "inbox window closing", () => this.closeWindows(), { firstAfterMs: 1000 });
       this.liveLoops.every(PURGE_LOOP_MS, "inbox event retention", () => this.purgeEvents(), { firstAfterMs: 60_000 });
     },
 
-    stopped(this: LiveThis) {
+    async stopped(this: LiveThis) {
       this.liveLoops?.stop();
+      await this.statusFeed?.close();
     },
   };
 }

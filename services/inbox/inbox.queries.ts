@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/http/paging";
 import { optedOutSql } from "../contacts/contacts.contract";
-import { drawEventIdsSql, eventIdSql } from "./inbox.contract.queries";
+import { drawEventIdsSql, eventIdSql } from "./inbox.events.queries";
 import {
   CONVERSATION_COLUMNS,
   previewOf,

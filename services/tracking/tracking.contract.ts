@@ -60,6 +60,29 @@ export function inboundEvent(channel: "RCS" | "WHATSAPP", v: InboundIn): OutboxE
   };
 }
 
+/**
+ * The status feed tracking publishes (migration 0027): the read-only view `message_status_changes`
+ * holds one row per RCS or WhatsApp message whose status or read a tracking write changed, with the
+ * status that write left, written in that write's transaction. Its columns are
+ * {@link StatusFeedRow}. A follower reads past its own cursor, in `(tx, id)` order, only the rows
+ * whose `tx` is below `pg_snapshot_xmin(pg_current_snapshot())`. Those transactions have ended, so
+ * nothing can commit behind the cursor. Rows are kept two days, dropped by day.
+ * `STATUS_FEED_WRITTEN` is broadcast after a commit that appended rows.
+ */
+export const STATUS_FEED_VIEW = "message_status_changes";
+export const STATUS_FEED_WRITTEN = "tracking.statusFeedWritten";
+export interface StatusFeedRow {
+  company_id: string;
+  id: string;
+  tx: string;
+  channel: "RCS" | "WHATSAPP";
+  customer_message_id: string;
+  status_code: number;
+  delivery_date: Date | null;
+  read_at: Date | null;
+  created_at: Date;
+}
+
 /** RCS/WhatsApp reachability learnt from a receipt, for the contacts' communicationSupported. */
 export interface ChannelSupport {
   companyId: string;

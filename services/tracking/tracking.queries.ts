@@ -9,7 +9,6 @@ import { QueryTypes, type Sequelize } from "sequelize";
 import type { Channel } from "../../lib/messaging/channels";
 import type { Exec } from "../../lib/db/db";
 import { badRequest } from "../../lib/errors";
-import { MESSAGE_STATUS_EVENTS_SQL, type StatusChangeKey } from "../inbox/inbox.contract";
 import type { OutboxEvent } from "./tracking.contract";
 import { historyConditions, LISTENED, OUTBOX_INSERT } from "./tracking.contract.queries";
 import type { MessageState } from "./tracking.fold";
@@ -381,9 +380,4 @@ export async function updateStatesWithEvents(exec: Exec, changed: MessageState[]
 export async function insertOutboxEvents(exec: Exec, events: OutboxEvent[]): Promise<number> {
   const [row] = await exec<{ n: number }>(`WITH ev AS (${OUTBOX_INSERT} RETURNING 1) SELECT count(*)::int AS n FROM ev`, [JSON.stringify(events)]);
   return Number(row?.n ?? 0);
-}
-
-/** The inbox's `message.status` events for the inbox replies among `keys` (inbox.contract.ts); answers the accounts that got events. */
-export function writeReplyStatusEvents(exec: Exec, keys: StatusChangeKey[]): Promise<Array<{ company_id: string }>> {
-  return exec<{ company_id: string }>(MESSAGE_STATUS_EVENTS_SQL, [JSON.stringify(keys)]);
 }

@@ -20,9 +20,9 @@ import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
-import { checkHistoryRange, type ChannelSupportEvent } from "./tracking.contract";
+import { checkHistoryRange, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
 import { purgeBefore } from "./tracking.days";
-import { ensureDays } from "../../lib/db/partitions";
+import { dropDaysBefore, ensureDays } from "../../lib/db/partitions";
 import { historyPage, statusesOf } from "./tracking.queries";
 import {
   historyIn,
@@ -47,7 +47,6 @@ import {
   type StatusIn,
 } from "./tracking.schemas";
 import type { IngestMetrics } from "./tracking.metrics";
-import { INBOX_EVENTS_WRITTEN, type InboxEventsWritten } from "../inbox/inbox.contract";
 import { callInbox } from "../inbox/inbox.contract";
 import { callContacts } from "../contacts/contacts.contract";
 
@@ -67,6 +66,8 @@ const UNREACHABLE = new Set(["ServiceNotFoundError", "ServiceNotAvailableError",
 const PURGE_EVERY_MS = 3600_000;
 /** `messages`' daily partitions exist from yesterday to this many days ahead (made at start, then hourly). */
 const PARTITION_DAYS_AHEAD = 7;
+/** The status feed's days are kept this long (its followers read it within seconds; a day's margin for one that was down). */
+const FEED_KEEP_DAYS = 2;
 
 export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSettings, Record<string, never>, TrackingVars> {
   const { config, db } = deps;
@@ -204,15 +205,16 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       /** The days of `messages` (and of `inbox_events`, which its ingest writes) from yesterday to a week ahead (idempotent, any node may run it). */
       async ensureDays(this: TrackingThis) {
         const made = await ensureDays(sequelize, "messages", PARTITION_DAYS_AHEAD);
-        // Tracking's ingest also writes the inbox's `message.status` rows: their days must not wait for an inbox node.
-        const events = await ensureDays(sequelize, "inbox_events", PARTITION_DAYS_AHEAD);
-        if (made + events > 0) this.logger.info({ made, events }, "partitions made");
+        const feed = await ensureDays(sequelize, "message_status_feed", PARTITION_DAYS_AHEAD);
+        if (made + feed > 0) this.logger.info({ made, feed }, "partitions made");
       },
 
       /** One retention run (its failure is logged by the loop that runs it). */
       async purgeOld(this: TrackingThis) {
         const out = await this.actions.purge({});
         if (out.messages > 0 || out.days.length > 0) this.logger.info(out, "old messages removed");
+        const feed = await dropDaysBefore(sequelize, "message_status_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000));
+        if (feed.length > 0) this.logger.info({ days: feed }, "old status feed days dropped");
       },
     },
 
@@ -234,10 +236,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
             // Wakes the notifiers for the events just committed (rows: a lost broadcast only waits for their poll).
             Promise.resolve(this.broker.broadcast(OUTBOX_WRITTEN)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the notifiers"));
           }
-          if (effects.inboxCompanies.length > 0) {
-            // Wakes the inbox's live streams of these accounts (the events are rows: a lost broadcast only delays them).
-            Promise.resolve(this.broker.broadcast(INBOX_EVENTS_WRITTEN, { companyIds: effects.inboxCompanies } satisfies InboxEventsWritten)).catch(
-              (err: unknown) => this.logger.warn({ err }, "could not announce inbox events"),
+          if (effects.statusChanges > 0) {
+            // Wakes the status feed's followers (the inbox): the rows are there, a lost broadcast only waits for their poll.
+            Promise.resolve(this.broker.broadcast(STATUS_FEED_WRITTEN)).catch((err: unknown) =>
+              this.logger.warn({ err }, "could not wake the status feed's followers"),
             );
           }
           return submissions.map(() => undefined);

@@ -7,7 +7,6 @@
  */
 import type { Exec } from "../../lib/db/db";
 import { inFlightCode } from "../../lib/messaging/channels";
-import type { StatusChangeKey } from "../inbox/inbox.contract";
 import type { ChannelSupport } from "./tracking.contract";
 import {
   channelSupportOf,
@@ -31,15 +30,15 @@ import {
   lockMessages,
   updateStatesWithEvents,
   upsertRegistrations,
-  writeReplyStatusEvents,
 } from "./tracking.queries";
 import type { RegistrationIn } from "./tracking.schemas";
+import { appendStatusFeed, type StatusChange } from "./tracking.feed";
 
 export interface WriteEffects {
   events: number;
   support: ChannelSupport[];
-  /** Accounts whose inbox replies changed status (their `message.status` events were written): announced after the commit. */
-  inboxCompanies: string[];
+  /** RCS/WhatsApp status changes appended to `message_status_feed` (its followers are woken after the commit). */
+  statusChanges: number;
 }
 
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
@@ -51,8 +50,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   let eventCount = 0;
   const support: ChannelSupport[] = [];
   // RCS/WhatsApp messages whose status or read changed here, with their status as this write leaves
-  // it (the last change wins): the inbox's replies among them get a `message.status` event.
-  const statusChanged = new Map<string, StatusChangeKey>();
+  // it (the last change wins): appended to the status feed the inbox follows for its replies.
+  const statusChanged = new Map<string, StatusChange>();
   const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
   const changedStatus = (u: ReceiptItem | ReadItem, st: { code: number; deliveryDate: Date | string | null; readAt: Date | string | null }) => {
     if (u.channel === "RCS" || u.channel === "WHATSAPP")
@@ -196,8 +195,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   // 3. The outbox: the events of exactly these changes (those not written with the updates above).
   if (events.length > 0) eventCount += await insertOutboxEvents(exec, events);
 
-  // 4. The inbox's live view: a `message.status` event for each inbox reply among the changed messages (inbox.contract.ts).
-  const inbox = statusChanged.size > 0 ? await writeReplyStatusEvents(exec, [...statusChanged.values()]) : [];
+  // 4. The status feed (migration 0027): the changed RCS/WhatsApp messages, for the inbox's live view of its replies.
+  const statusChanges = statusChanged.size > 0 ? await appendStatusFeed(exec, [...statusChanged.values()]) : 0;
   // The events written (an account without a webhook gets none): the notifiers are woken only for them.
-  return { events: eventCount, support, inboxCompanies: inbox.map((r) => r.company_id) };
+  return { events: eventCount, support, statusChanges };
 }
