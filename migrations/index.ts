@@ -30,6 +30,7 @@ import * as m0024 from "./20261130-0024-contact-channel-refusals";
 import * as m0025 from "./20261130-0025-day-partitions";
 import * as m0026 from "./20261201-0026-account-keys";
 import * as m0027 from "./20261201-0027-message-status-feed";
+import * as m0028 from "./20261201-0028-campaign-messages-view";
 
 export interface Migration {
   name: string;
@@ -65,4 +66,5 @@ export const migrations: Migration[] = [
   { name: "20261130-0025-day-partitions", ...m0025 },
   { name: "20261201-0026-account-keys", ...m0026 },
   { name: "20261201-0027-message-status-feed", ...m0027 },
+  { name: "20261201-0028-campaign-messages-view", ...m0028 },
 ];

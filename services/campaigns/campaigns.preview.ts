@@ -5,8 +5,9 @@
 import { statusByCode } from "../../lib/messaging/channels";
 import type { Exec } from "../../lib/db/db";
 import { smsInfo } from "../../lib/messaging/sms";
-import { campaignRespondedSql } from "../inbox/inbox.contract";
-import { campaignStatsSql, type CampaignStatsFilters } from "../tracking/tracking.contract";
+import type { Context } from "moleculer";
+import { callInbox } from "../inbox/inbox.contract";
+import { callTracking, type CampaignStatsFilters, type CampaignStatsIn } from "../tracking/tracking.contract";
 import type { CampaignRow } from "./campaigns.models";
 import { previewAudience, previewSamples, previewSource, previewTotals, previewUnsure, type PreviewTotals } from "./campaigns.queries";
 import type { PreviewOut, StatsOut } from "./campaigns.schemas";
@@ -86,15 +87,18 @@ export async function preview(exec: Exec, c: CampaignRow, o: PreviewOptions): Pr
 }
 
 /**
- * The statistics: one indexed query over the campaign messages (tracking's campaignStatsSql), and
- * one for the recipients who wrote back (inbox's campaignRespondedSql), on the caller's transaction.
+ * The statistics, asked of the owners at once: the campaign messages by status from tracking
+ * (`tracking.campaignStats`), the recipients who wrote back from the inbox (`inbox.campaignResponded`).
+ * Each is a heavy read under its own service's slots for the account; a busy one answers 429.
  */
-export async function stats(exec: Exec, companyId: string, f: CampaignStatsFilters): Promise<StatsOut> {
-  const { sql, params } = campaignStatsSql(companyId, f);
-  const responded = campaignRespondedSql(companyId, f);
-  const rows = await exec<{ code: number; messages: string; reads: string; parts: string; price: number }>(sql, params);
-  const [answered] = await exec<{ responded: string }>(responded.sql, responded.params);
-  const out: StatsOut = { total: 0, byStatus: {}, read: 0, pending: 0, parts: 0, price: 0, responded: Number(answered?.responded ?? 0) };
+export async function stats(ctx: Context, companyId: string, f: CampaignStatsFilters): Promise<StatsOut> {
+  const q: CampaignStatsIn = { companyId };
+  if (f.campaignId !== undefined) q.campaignId = f.campaignId;
+  if (f.channel !== undefined) q.channel = f.channel;
+  if (f.from !== undefined) q.from = f.from;
+  if (f.to !== undefined) q.to = f.to;
+  const [{ rows }, { responded }] = await Promise.all([callTracking(ctx, "tracking.campaignStats", q), callInbox(ctx, "inbox.campaignResponded", q)]);
+  const out: StatsOut = { total: 0, byStatus: {}, read: 0, pending: 0, parts: 0, price: 0, responded };
   for (const r of rows) {
     const n = Number(r.messages);
     const status = statusByCode(Number(r.code));

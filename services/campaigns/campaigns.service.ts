@@ -62,7 +62,7 @@ export function createCampaignsService(deps: Deps): ServiceSchema<ApiServiceSett
           checkHistoryRange(ctx.params);
           if (ctx.params.campaignId && !(await findCampaign(q(sequelize), ctx.meta.companyId, ctx.params.campaignId)))
             throw new ApiError("CAMPAIGN_NOT_FOUND", `No campaign ${ctx.params.campaignId} in this account.`);
-          return withHeavyRead(sequelize, gate, ctx, (exec) => stats(exec, ctx.meta.companyId, ctx.params));
+          return stats(ctx, ctx.meta.companyId, ctx.params);
         },
       }),
 

@@ -1,22 +1,22 @@
 /**
- * What other services may import from inbox: the read-side builder of the campaign statistics'
- * `responded` (campaigns' GET /campaigns/stats), so that "wrote back" is defined once, here, by the
- * owner of inbound messages; the body of `inbox.ingest` (the ingress and the simulator call it); and
+ * What other services may import from inbox: `inbox.campaignResponded` (the campaign statistics'
+ * `responded`, for campaigns' GET /campaigns/stats), so that "wrote back" is defined once, here, by
+ * the owner of inbound messages; the body of `inbox.ingest` (the ingress and the simulator call it); and
  * the live view's event types, the broadcast that wakes the streams, and what the gateway reads
  * events with.
  *
  * `inbox_events` ids are the SSE event ids, counted per account (an account's stream never shows
  * another account's activity) and read `id > Last-Event-ID`, so a reader must never pass an id
  * whose transaction has not ended yet. Only inbox writes them (inbox.events.ts says how); the
- * `message.status` events of its replies it writes from tracking's status feed (inbox.feed.ts). The
- * SQL published here is written in inbox.contract.queries.ts and re-exported.
+ * `message.status` events of its replies it writes from tracking's status feed (inbox.feed.ts). It
+ * publishes no SQL.
  */
 import type { IngestIn, InboundMessageIn } from "./inbox.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
+import type { CampaignStatsIn } from "../tracking/tracking.contract";
 import type { IngestOut as InboxIngestOut } from "./inbox.schemas";
 
 export type { IngestIn as InboxIngestIn, InboundMessageIn };
-export { campaignRespondedSql, RESPONSE_WINDOW_HOURS } from "./inbox.contract.queries";
 
 /** What a live-view event tells. `data` is the message (contract "Conversation" messages) or the conversation. */
 export type InboxEventType =
@@ -71,5 +71,6 @@ export interface InboxEventsWritten {
 export interface InboxActions {
   "inbox.ingest": Action<IngestIn, InboxIngestOut>;
   "inbox.eventsSince": Action<EventsSinceIn, EventsSinceOut>;
+  "inbox.campaignResponded": Action<CampaignStatsIn, { responded: number }>;
 }
 export const callInbox = callerOf<InboxActions>();

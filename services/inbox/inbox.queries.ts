@@ -2,7 +2,7 @@
  * The inbox's SQL. Every query filters by the account. Writes run inside the caller's transaction
  * (`tx`), beside the inbox_events rows (and, for inbound messages, the outbox rows) they cause; the
  * inbox_events rows themselves are written by `insertInboxEvents` (inbox.events.ts). The live view's
- * reads are in inbox.live.queries.ts, the SQL inbox publishes in inbox.contract.queries.ts.
+ * reads are in inbox.live.queries.ts, the campaign statistics' `responded` in inbox.stats.ts.
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";

@@ -5,8 +5,8 @@
  * unarchive (inbox.conversations.ts), replies through the upstream adapter (inbox.replies.ts), and
  * the live view (Server-Sent Events fed from `inbox_events`, inbox.events.ts and inbox.live.ts).
  */
-import type { Service, ServiceSchema } from "moleculer";
-import { heavyGateOf, type HeavyGate } from "../../lib/db/heavy";
+import type { Context, Service, ServiceSchema } from "moleculer";
+import { heavyGateOf, withHeavyRead, type HeavyGate } from "../../lib/db/heavy";
 import type { Sequelize } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
@@ -21,7 +21,8 @@ import { replyActions, replyMethods } from "./inbox.replies";
 import { Loops } from "../../lib/jobs/jobs";
 import type { IngestIn, IngestOut } from "./inbox.schemas";
 import { callSimulator } from "../simulator/simulator.contract";
-import { callTracking } from "../tracking/tracking.contract";
+import { callTracking, campaignStatsIn, type CampaignStatsIn } from "../tracking/tracking.contract";
+import { campaignResponded } from "./inbox.stats";
 
 /** How often an inbox node releases the media of replies that became final. */
 const REPLY_MEDIA_LOOP_MS = 30_000;
@@ -47,6 +48,18 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
       ...ingestActions,
       ...conversationActions,
       ...replyActions,
+
+      /** The campaign statistics' `responded` (GET /campaigns/stats): a heavy read, under this node's slots for the account. */
+      campaignResponded: {
+        visibility: "public",
+        params: campaignStatsIn,
+        async handler(this: InboxThis, ctx: Context<CampaignStatsIn>): Promise<{ responded: number }> {
+          // The account's slots are keyed by the meta's account: the caller's, set from the params for a caller without one.
+          const asAccount = ctx as unknown as Context<CampaignStatsIn, { companyId: string }>;
+          asAccount.meta.companyId = ctx.params.companyId;
+          return { responded: await withHeavyRead(this.sequelize, this.heavyGate, asAccount, (exec) => campaignResponded(exec, ctx.params)) };
+        },
+      },
     },
     methods: { ...replyMethods },
     created(this: InboxThis) {

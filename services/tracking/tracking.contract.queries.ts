@@ -1,13 +1,12 @@
 /**
  * The SQL tracking publishes through tracking.contract.ts (re-exported there, so importers name the
- * contract): the outbox insert the notifier consumes, the
- * history conditions (GET /messages/history and its export), and "a
- * campaign's messages" with their statistics. Builders of SQL text, save `appendOutboxEvents`, which
- * runs the outbox insert in the caller's transaction.
+ * contract): the outbox insert the notifier consumes, and the history conditions (GET
+ * /messages/history and its export). Builders of SQL text, save `appendOutboxEvents`, which runs the
+ * outbox insert in the caller's transaction.
  */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { CHANNELS, statusByName, type Channel } from "../../lib/messaging/channels";
-import type { CampaignStatsFilters, HistoryFilters, OutboxEvent } from "./tracking.contract";
+import type { HistoryFilters, OutboxEvent } from "./tracking.contract";
 
 /**
  * Only for an account with a webhook: `webhook_accounts`, the view the notifier publishes (an event
@@ -52,37 +51,4 @@ export function historyConditions(
   if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
   if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
   return where;
-}
-
-/**
- * "A campaign's messages" as SQL conditions on `messages m`: sent for a campaign, not simulated,
- * within the filters (the partial index messages_history_campaign serves them). Parameters $1
- * (account), then the filters given, in order.
- */
-export function campaignMessageConditions(companyId: string, q: CampaignStatsFilters): { where: string[]; params: unknown[] } {
-  const params: unknown[] = [companyId];
-  const p = (v: unknown) => `$${params.push(v)}`;
-  const where = ["m.company_id = $1", "m.campaign_id IS NOT NULL", "m.sent_at IS NOT NULL", "NOT m.simulation"];
-  // Campaign ids are stored as the campaigns service makes them (lower case); one asked in upper case is the same campaign.
-  if (q.campaignId) where.push(`m.campaign_id = ${p(q.campaignId.toLowerCase())}`);
-  if (q.channel) where.push(`m.channel = ${p(q.channel)}`);
-  if (q.from) where.push(`m.sent_at >= ${p(new Date(q.from).toISOString())}::timestamptz`);
-  if (q.to) where.push(`m.sent_at < ${p(new Date(q.to).toISOString())}::timestamptz`);
-  return { where, params };
-}
-
-/**
- * Campaign statistics from the tracked statuses: one row per status code with the messages, reads,
- * SMS parts and summed SMS prices. Only messages sent for a campaign and not simulated are counted,
- * through the partial index messages_history_campaign (company, campaign, sentAt): never a scan of
- * every message of the account. Parameters $1 (account), then the filters given, in order.
- */
-export function campaignStatsSql(companyId: string, q: CampaignStatsFilters): { sql: string; params: unknown[] } {
-  const { where, params } = campaignMessageConditions(companyId, q);
-  return {
-    sql: `SELECT m.status_code AS code, count(*)::bigint AS messages, count(m.read_at)::bigint AS reads,
-                 coalesce(sum(m.total_parts), 0)::bigint AS parts, coalesce(sum(m.price), 0)::float8 AS price
-            FROM messages m WHERE ${where.join(" AND ")} GROUP BY m.status_code`,
-    params,
-  };
 }

@@ -1,20 +1,27 @@
 /**
  * What other services may import from tracking: the payload of the events it emits and the history
- * filters (schema, range check, SQL conditions) that the exports of messages reuse. The SQL it
- * publishes (the outbox insert, `historyConditions`,
- * `campaignMessageConditions`, `campaignStatsSql`) is written in tracking.contract.queries.ts and
- * re-exported here.
+ * filters (schema, range check, SQL conditions) that the exports of messages reuse, the status feed
+ * and the actions others call. The SQL it still publishes (the outbox insert, `historyConditions`)
+ * is written in tracking.contract.queries.ts and re-exported here; "a campaign's messages" is the
+ * view `campaign_messages` (migration 0028), its statistics the action `tracking.campaignStats`.
  */
 import { instantOf } from "../../lib/messaging/time";
 import type { Channel } from "../../lib/messaging/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
-import { historyFilterProperties, RANGE_RULE, type HistoryIn, type InboundIn } from "./tracking.schemas";
+import type { HistoryIn, InboundIn } from "./tracking.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
-import type { IngestIn as TrackingIngestIn, IngestOut as TrackingIngestOut, StatusCodesIn, StatusCodesOut } from "./tracking.schemas";
+import type {
+  CampaignStatsIn,
+  CampaignStatsOut,
+  IngestIn as TrackingIngestIn,
+  IngestOut as TrackingIngestOut,
+  StatusCodesIn,
+  StatusCodesOut,
+} from "./tracking.schemas";
 
-export { historyFilterProperties, RANGE_RULE };
+export { campaignStatsIn, historyFilterProperties, RANGE_RULE } from "./tracking.schemas";
 export type { InboundIn };
-export { appendOutboxEvents, campaignMessageConditions, campaignStatsSql, historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
+export { appendOutboxEvents, historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
 
 /**
  * A row of `outbox_events`, the hand-over to the notifier: tracking writes DELIVERY and READ rows
@@ -116,21 +123,18 @@ export function checkHistoryRange(q: HistoryFilters): void {
 }
 
 /** Filters of the campaign statistics. */
-export interface CampaignStatsFilters {
-  campaignId?: string;
-  channel?: Channel;
-  from?: string;
-  to?: string;
-}
+export type CampaignStatsFilters = Omit<CampaignStatsIn, "companyId">;
 
 /**
  * What other services call of tracking (lib/bus/calls.ts): `tracking.ingest`, an upstream report as
  * the internal ingress takes it; `tracking.statusCodes`, the status codes of messages another service
- * sent (inbox replies), as GET /messages/status answers them.
+ * sent (inbox replies), as GET /messages/status answers them; `tracking.campaignStats`, the statistics
+ * of an account's campaign messages (GET /campaigns/stats; a heavy read under tracking's slots).
  */
 export interface TrackingActions {
   "tracking.ingest": Action<TrackingIngestIn, TrackingIngestOut>;
   "tracking.statusCodes": Action<StatusCodesIn, StatusCodesOut>;
+  "tracking.campaignStats": Action<CampaignStatsIn, CampaignStatsOut>;
 }
 export const callTracking = callerOf<TrackingActions>();
-export type { TrackingIngestIn, TrackingIngestOut, StatusCodesIn, StatusCodesOut };
+export type { TrackingIngestIn, TrackingIngestOut, StatusCodesIn, StatusCodesOut, CampaignStatsIn, CampaignStatsOut };

@@ -22,6 +22,7 @@ import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
 import { purgeBefore } from "./tracking.days";
+import { campaignStats } from "./tracking.stats";
 import { dropDaysBefore, ensureDays } from "../../lib/db/partitions";
 import { historyPage, statusesOf } from "./tracking.queries";
 import {
@@ -33,6 +34,7 @@ import {
   messageStatusOut,
   purgeIn,
   statusCodesIn,
+  campaignStatsIn,
   statusesIn,
   statusIn,
   type HistoryIn,
@@ -43,6 +45,8 @@ import {
   type PurgeIn,
   type StatusCodesIn,
   type StatusCodesOut,
+  type CampaignStatsIn,
+  type CampaignStatsOut,
   type StatusesIn,
   type StatusIn,
 } from "./tracking.schemas";
@@ -98,6 +102,19 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(ctx: Context<StatusCodesIn>): Promise<StatusCodesOut> {
           const found = await statusesOf(sequelize, ctx.params.companyId, ctx.params.channel, ctx.params.ids);
           return { codes: found.map((s) => s.statusCode) };
+        },
+      },
+
+      /** The statistics of an account's campaign messages (GET /campaigns/stats): a heavy read, under this node's slots for the account. */
+      campaignStats: {
+        visibility: "public",
+        params: campaignStatsIn,
+        handler(ctx: Context<CampaignStatsIn>): Promise<CampaignStatsOut> {
+          // The account's slots are keyed by the meta's account: the caller's (campaigns passes on its
+          // partner's), set from the params for a caller without one (the REPL).
+          const asAccount = ctx as unknown as Context<CampaignStatsIn, { companyId: string }>;
+          asAccount.meta.companyId = ctx.params.companyId;
+          return withHeavyRead(sequelize, gate, asAccount, (exec) => campaignStats(exec, ctx.params));
         },
       },
 

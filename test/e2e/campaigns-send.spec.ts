@@ -18,7 +18,7 @@ const media = mediaDouble();
 
 beforeAll(async () => {
   t = await startTestApp({
-    services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator"],
+    services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator", "inbox"],
     extraServices: [media.schema],
     config: { simulatorProfile: "all-delivered", simulatorMaxDelayMs: 200, campaignPollMs: 50, rateLimitRps: 10000 },
   });

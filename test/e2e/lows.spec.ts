@@ -14,7 +14,7 @@ let t: TestApp;
 let a: Account;
 beforeAll(async () => {
   t = await startTestApp({
-    services: ["gateway", "auth", "contacts", "tracking", "campaigns", "media", "profiles"],
+    services: ["gateway", "auth", "contacts", "tracking", "campaigns", "media", "profiles", "inbox"],
     config: { rateLimitRps: 10000 },
   });
   a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS", "RCS", "MEDIA", "SOCIAL_PROFILES"]);

@@ -30,7 +30,7 @@ describeOverNats("campaigns over NATS", () => {
       broker: { namespace, nodeID: `${namespace}-core` },
     });
     sender = await startTestApp({
-      services: ["campaigns", "simulator"],
+      services: ["campaigns", "simulator", "inbox"],
       db: tdb.db,
       config: { ...cluster, simulatorProfile: "all-delivered", simulatorMaxDelayMs: 100, campaignPollMs: 50 },
       broker: { namespace, nodeID: `${namespace}-campaigns` },
