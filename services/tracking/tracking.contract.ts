@@ -10,16 +10,11 @@ import type { Channel } from "../../lib/messaging/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
 import type { HistoryIn, InboundIn } from "./tracking.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
-import type {
-  CampaignStatsIn,
-  CampaignStatsOut,
-  IngestIn as TrackingIngestIn,
-  IngestOut as TrackingIngestOut,
-  StatusCodesIn,
-  StatusCodesOut,
-} from "./tracking.schemas";
+import type { CampaignStatsIn, CampaignStatsOut } from "./tracking.stats.schemas";
+import type { IngestIn as TrackingIngestIn, IngestOut as TrackingIngestOut, StatusCodesIn, StatusCodesOut } from "./tracking.schemas";
 
-export { campaignStatsIn, historyFilterProperties, RANGE_RULE } from "./tracking.schemas";
+export { historyFilterProperties, RANGE_RULE } from "./tracking.schemas";
+export { campaignStatsIn } from "./tracking.stats.schemas";
 export type { InboundIn };
 export { appendOutboxEvents, historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
 

@@ -12,7 +12,7 @@ export const MAX_INGEST_ITEMS = 1000;
 export const MAX_STATUS_IDS = 1000;
 
 const E164 = "^\\+[1-9][0-9]{6,14}$";
-const companyId = { type: "string", minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f]+$" } satisfies SchemaOf<string>;
+export const companyId = { type: "string", minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f]+$" } satisfies SchemaOf<string>;
 const messageId = { type: "string", minLength: 1, maxLength: 200, pattern: "^[^\\u0000-\\u001f]+$" } satisfies SchemaOf<string>;
 const phone = { type: "string", pattern: E164, description: "E.164", examples: ["+351912345678"] } satisfies SchemaOf<string>;
 const dateTime = { type: "string", format: "date-time", maxLength: 40 } satisfies SchemaOf<string>;
@@ -199,34 +199,6 @@ export interface StatusCodesOut {
   codes: number[];
 }
 
-/**
- * `tracking.campaignStats` (and `inbox.campaignResponded`, the same filters): an account's campaign
- * messages, as GET /campaigns/stats filters them (campaigns validated the values and the range).
- */
-export interface CampaignStatsIn {
-  companyId: string;
-  campaignId?: string;
-  channel?: Channel;
-  from?: string;
-  to?: string;
-}
-export const campaignStatsIn = {
-  $id: "TrackingCampaignStatsIn",
-  type: "object",
-  required: ["companyId"],
-  additionalProperties: false,
-  properties: {
-    companyId,
-    campaignId: { type: "string", minLength: 1, maxLength: 100 },
-    channel: { type: "string", enum: [...CHANNELS] },
-    from: { type: "string", format: "date-time", pattern: YEAR_PATTERN },
-    to: { type: "string", format: "date-time", pattern: YEAR_PATTERN },
-  },
-} satisfies SchemaOf<CampaignStatsIn>;
-/** One row per status code among the campaign messages: messages, reads, SMS parts and summed SMS prices. */
-export interface CampaignStatsOut {
-  rows: Array<{ code: number; messages: number; reads: number; parts: number; price: number }>;
-}
 export const statusCodesIn = {
   $id: "TrackingStatusCodesIn",
   type: "object",

@@ -23,6 +23,7 @@ import { writeWithRetry } from "./tracking.committer";
 import { checkHistoryRange, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
 import { purgeBefore } from "./tracking.days";
 import { campaignStats } from "./tracking.stats";
+import { campaignStatsIn, type CampaignStatsIn, type CampaignStatsOut } from "./tracking.stats.schemas";
 import { dropDaysBefore, ensureDays } from "../../lib/db/partitions";
 import { historyPage, statusesOf } from "./tracking.queries";
 import {
@@ -34,7 +35,6 @@ import {
   messageStatusOut,
   purgeIn,
   statusCodesIn,
-  campaignStatsIn,
   statusesIn,
   statusIn,
   type HistoryIn,
@@ -45,8 +45,6 @@ import {
   type PurgeIn,
   type StatusCodesIn,
   type StatusCodesOut,
-  type CampaignStatsIn,
-  type CampaignStatsOut,
   type StatusesIn,
   type StatusIn,
 } from "./tracking.schemas";

@@ -4,7 +4,7 @@
  * through the view `campaign_messages` (migration 0028), never through this SQL.
  */
 import type { Exec } from "../../lib/db/db";
-import type { CampaignStatsIn as CampaignStatsFilters, CampaignStatsOut } from "./tracking.schemas";
+import type { CampaignStatsIn as CampaignStatsFilters, CampaignStatsOut } from "./tracking.stats.schemas";
 
 /**
  * "A campaign's messages" as SQL conditions on `messages m`: sent for a campaign, not simulated,
