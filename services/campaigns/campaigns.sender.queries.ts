@@ -8,7 +8,7 @@ import type { Sequelize } from "sequelize";
 import { queryRows } from "../../lib/db/db";
 import type { Channel } from "../../lib/messaging/channels";
 import { claimSql, type JobTable } from "../../lib/jobs/jobs";
-import { contactGoneSql, optedOutSql } from "../contacts/contacts.contract";
+import { contactGoneSql, optedOutSql } from "./campaigns.contacts";
 import type { RecipientRow } from "./campaigns.models";
 
 /** The recipients as jobs: keyed by (campaign_id, contact_id), held by a batch's claim token. */

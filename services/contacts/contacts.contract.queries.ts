@@ -1,12 +1,12 @@
 /**
  * The SQL contacts publishes through contacts.contract.ts (re-exported there, so importers name the
  * contract): the contact filters of GET /contacts as a WHERE clause and an ORDER BY (`contactWhere`,
- * `contactOrder`, reused by contact exports and by contacts.queries.ts), a contact's `optedOut`, a
- * campaign's audience and the account's live lists, and the probes campaigns and inbox make before
- * they send (`optedOutSql`, `contactGoneSql`). Builders of SQL text only: the callers run them
- * inside their own statements.
+ * `contactOrder`, reused by contact exports and by contacts.queries.ts) and a contact's `optedOut`.
+ * Builders of SQL text only: the callers run them inside their own statements. What campaigns and
+ * the inbox read of contacts (consent, lists, audience) they read through the views of migration
+ * 0029, in SQL of their own.
  */
-import { CHANNELS, type Channel } from "../../lib/messaging/channels";
+import { CHANNELS } from "../../lib/messaging/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
 import type { ContactFilters, ContactSort, CustomFieldType } from "./contacts.contract";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
@@ -133,53 +133,4 @@ const SORT_COLUMNS: Record<ContactSort, string> = {
 export function contactOrder(sortBy: ContactSort, sortOrder: "asc" | "desc"): string {
   const dir = sortOrder === "desc" ? "DESC" : "ASC";
   return `ORDER BY ${SORT_COLUMNS[sortBy]} ${dir} NULLS LAST, c.id ${dir}`;
-}
-
-/**
- * A campaign's audience, defined here once: the distinct valid contacts of the account's live
- * (not deleted) lists among `listIds` that are reachable on `channel`: every channel needs a phone
- * number, and RCS and WhatsApp skip contacts whose number's latest word on that channel was an
- * UNSUPPORTED or DISABLED receipt (their own `communication_refused`, from tracking's
- * `tracking.channelSupportChanged`). One row per contact: `contact_id`, `destination`, `vars` (first and
- * last name and the custom fields named by `customKeys`, for placeholders) and `simulation` (true
- * when every list that brings the contact is a test list). `companyId`, `listIds` (bigint[]) and
- * `customKeys` (text[]) are SQL expressions (parameters of the caller's statement).
- */
-export function audienceSql(o: { companyId: string; listIds: string; customKeys: string; channel: Channel }): string {
-  const refused = o.channel === "SMS" ? "" : `AND NOT ('${o.channel === "RCS" ? "RCS" : "WHATSAPP"}' = ANY (c.communication_refused))`;
-  return `SELECT c.id AS contact_id, c.phone_number AS destination,
-                 jsonb_build_object('firstName', c.first_name, 'lastName', c.last_name, 'customFields',
-                   (SELECT coalesce(jsonb_object_agg(k, c.custom_fields -> k), '{}'::jsonb) FROM unnest(${o.customKeys}::text[]) k WHERE jsonb_exists(c.custom_fields, k))) AS vars,
-                 bool_and(l.is_test) AS simulation
-            FROM contact_lists l
-            JOIN contact_list_members m ON m.company_id = l.company_id AND m.list_id = l.id
-            JOIN contacts c ON c.company_id = m.company_id AND c.id = m.contact_id
-           WHERE l.company_id = ${o.companyId} AND l.id = ANY (${o.listIds}::bigint[]) AND l.deleted_at IS NULL
-             AND c.company_id = ${o.companyId} AND c.is_valid AND c.phone_number IS NOT NULL ${refused}
-           GROUP BY c.company_id, c.id`;
-}
-
-/**
- * The account's live (not deleted) lists among `listIds` (SQL expressions), as rows `{ id }`;
- * `lock`: held FOR SHARE until the caller's transaction ends, so a deletion waits for it.
- */
-export function liveListsSql(companyId: string, listIds: string, lock = false): string {
-  return `SELECT l.id FROM contact_lists l WHERE l.company_id = ${companyId} AND l.id = ANY (${listIds}::bigint[]) AND l.deleted_at IS NULL${lock ? " FOR SHARE" : ""}`;
-}
-
-/**
- * SQL condition (contract section 7): the number `phone` is opted out of `channel` in the account
- * `companyId` (each an SQL expression). One probe of the opt_outs primary key; the table is the
- * contacts service's, read here by campaigns (confirm and each batch) and the preview.
- */
-export function optedOutSql(companyId: string, channel: string, phone: string): string {
-  return `EXISTS (SELECT 1 FROM opt_outs o WHERE o.company_id = ${companyId} AND o.channel = ${channel} AND o.phone_number = ${phone} AND o.opted_out)`;
-}
-
-/**
- * SQL condition: no contact `contactId` (an SQL expression) is left in account `companyId` (deleted
- * after a campaign's confirm). One probe of the contacts primary key; read by campaigns per batch.
- */
-export function contactGoneSql(companyId: string, contactId: string): string {
-  return `NOT EXISTS (SELECT 1 FROM contacts gone WHERE gone.id = ${contactId} AND gone.company_id = ${companyId})`;
 }

@@ -3,11 +3,17 @@
  * and types) and the read-side query builders that turn them into SQL (contactWhere, contactOrder),
  * which contact exports reuse. Every filter an index can serve, named replacements only, and every
  * refusal a 400 naming its parameter. Opt-outs (contract section 7; the table `opt_outs` is this
- * service's alone): `optedOutSql`, the condition campaigns and inbox check before they send, and
- * the body of `contacts.applyOptOuts`, through which inbox (keywords) and tracking's ingress
- * (upstream reports) hand changes over. The SQL builders (`contactWhere`, `contactOrder`,
- * `likeEscape`, `CONTACT_OPTED_OUT_SQL`, `audienceSql`, `liveListsSql`, `optedOutSql`,
- * `contactGoneSql`) are written in contacts.contract.queries.ts and re-exported here.
+ * service's alone): the body of `contacts.applyOptOuts`, through which inbox (keywords) and
+ * tracking's ingress (upstream reports) hand changes over. The SQL builders (`contactWhere`,
+ * `contactOrder`, `likeEscape`, `CONTACT_OPTED_OUT_SQL`) are written in
+ * contacts.contract.queries.ts and re-exported here.
+ *
+ * The read-only views contacts publishes (migration 0029), which others read in SQL of their own:
+ * `contacts_opted_out (company_id, channel, phone_number)`, `contacts_existing (company_id, id)`,
+ * `contacts_live_lists (company_id, id, is_test)`, `contacts_live_list_members (company_id,
+ * list_id, contact_id, is_test)` and `contacts_reachable (company_id, id, phone_number, first_name,
+ * last_name, custom_fields, communication_refused)`. Their columns are the promise; the tables
+ * behind them are contacts' own.
  */
 import { CHANNELS, type Channel } from "../../lib/messaging/channels";
 import { UUID_PATTERN } from "../../lib/http/validator";
@@ -15,17 +21,7 @@ import { PHONE_NUMBER_SCHEMA } from "../../lib/messaging/phone";
 import { callerOf, type Action } from "../../lib/bus/calls";
 import type { MarkContactedIn } from "./contacts.schemas";
 
-export {
-  audienceSql,
-  CONTACT_OPTED_OUT_SQL,
-  contactGoneSql,
-  contactOrder,
-  contactWhere,
-  likeEscape,
-  liveListsSql,
-  optedOutSql,
-  type Where,
-} from "./contacts.contract.queries";
+export { CONTACT_OPTED_OUT_SQL, contactOrder, contactWhere, likeEscape, type Where } from "./contacts.contract.queries";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];

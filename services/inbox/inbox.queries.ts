@@ -7,7 +7,6 @@
 import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/http/paging";
-import { optedOutSql } from "../contacts/contacts.contract";
 import { drawEventIdsSql, eventIdSql } from "./inbox.events.queries";
 import {
   CONVERSATION_COLUMNS,
@@ -34,9 +33,13 @@ export async function findConversation(q: Q, companyId: string, chatId: string, 
   return row ?? null;
 }
 
-/** Whether the number opted out of the channel in the account (contract section 7; contacts' opt_outs, read through its contract). */
+/** Whether the number opted out of the channel in the account (contract section 7; the view `contacts_opted_out` contacts publishes, migration 0029). */
 export async function optedOut(q: Q, companyId: string, channel: InboxChannel, phone: string): Promise<boolean> {
-  const [row] = await select<{ opted_out: boolean }>(q, `SELECT ${optedOutSql("$1", "$2", "$3")} AS opted_out`, [companyId, channel, phone]);
+  const [row] = await select<{ opted_out: boolean }>(
+    q,
+    `SELECT EXISTS (SELECT 1 FROM contacts_opted_out o WHERE o.company_id = $1 AND o.channel = $2 AND o.phone_number = $3) AS opted_out`,
+    [companyId, channel, phone],
+  );
   return row?.opted_out === true;
 }
 
