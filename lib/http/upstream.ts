@@ -27,6 +27,12 @@ export interface OutboundMessage {
 }
 
 export interface SendOutcome {
+  /**
+   * No node serves the adapter right now (UPSTREAM_MODE=simulator: the simulator service is not
+   * registered yet, or any more). Nothing was handed over. That is about this cluster, not the
+   * upstream's verdict on the messages: the caller gives the batch back, counting no attempt.
+   */
+  unavailable?: boolean;
   /** The messages the upstream did not take, with why; every other message of the batch was taken. */
   failed: Array<{
     customerMessageId: string;
@@ -84,6 +90,9 @@ const reason = (err: unknown) => {
   return String(e?.type ?? e?.code ?? e?.message ?? "upstream failure").slice(0, 200);
 };
 
+/** Moleculer's errors for an action no node serves (none registered, or none available). */
+const NO_NODE = new Set(["ServiceNotFoundError", "ServiceNotAvailableError"]);
+
 /** UPSTREAM_MODE=simulator: `call` reaches the simulator service's `simulator.send`. */
 export class SimulatorUpstream implements Upstream {
   readonly mode = "simulator" as const;
@@ -94,7 +103,8 @@ export class SimulatorUpstream implements Upstream {
       await this.call(messages);
       return { failed: [] };
     } catch (err) {
-      return allFailed(messages, `simulator: ${reason(err)}`);
+      const outcome = allFailed(messages, `simulator: ${reason(err)}`);
+      return NO_NODE.has((err as { name?: string } | null)?.name ?? "") ? { ...outcome, unavailable: true } : outcome;
     }
   }
 

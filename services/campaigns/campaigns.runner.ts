@@ -149,6 +149,7 @@ export class CampaignRunner {
         log: this.log,
         ended: this.hooks.ended,
         marked: () => this.marking.request(),
+        giveBack: (token, ids) => this.recipients.giveBack({ group: c.id, ids, owner: token }),
       });
       this.sends.set(c.id, send);
       this.log.info({ campaignId: c.id, audience: c.audience, sent: c.sent }, "campaign sending here");

@@ -29,7 +29,7 @@
 import { randomUUID } from "node:crypto";
 import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
-import type { OutboundMessage, Upstream } from "../../lib/http/upstream";
+import type { OutboundMessage, SendOutcome, Upstream } from "../../lib/http/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
 import { customerMessageIdOf, type CampaignRow } from "./campaigns.models";
 import {
@@ -66,6 +66,8 @@ export interface SenderDeps {
   marked(): void;
   /** The campaign became final here (its media references can go). */
   ended(): void;
+  /** Frees the recipients a batch holds at once, counting no attempt (any node claims them again). */
+  giveBack(token: string, contactIds: string[]): Promise<unknown>;
 }
 
 /**
@@ -220,7 +222,18 @@ export class CampaignSend {
         ]),
     );
     const messages = tooLong.size || skipped.size ? all.filter((m, i) => !tooLong.has(m.customerMessageId) && !skipped.has(rows[i]!.contact_id)) : all;
-    const outcome = messages.length ? await this.d.upstream.send(messages) : { failed: [] };
+    const outcome: SendOutcome = messages.length ? await this.d.upstream.send(messages) : { failed: [] };
+    if (outcome.unavailable) {
+      // No node serves the upstream adapter (a cluster starting, the simulator's node restarting): not
+      // the upstream's verdict, so no attempt and no auto-pause. The batch is given back and claimed again.
+      await this.d.giveBack(
+        token,
+        rows.map((r) => r.contact_id),
+      );
+      this.d.log.warn({ campaignId: c.id, recipients: rows.length }, "no node serves the upstream adapter now; the batch is given back and claimed again");
+      await sleep(SEND_WAIT_MAX_MS, this.abort.signal);
+      return;
+    }
     const failedIds = new Map(outcome.failed.map((f) => [f.customerMessageId, f]));
     const results = rows.map((r, i) => {
       const key = all[i]!.customerMessageId;
