@@ -182,11 +182,18 @@ describeFaults("nodes killed under load lose nothing", () => {
       })
     ).apiKey;
     ingress = new Http(`http://127.0.0.1:${ingressPort}/internal/v1`, { "x-internal-token": INTERNAL_TOKEN });
-    for (const i of [0, 1]) {
-      await eventually(async () => expect((await apiOf(i).get("/campaigns")).status).toBe(200), { timeoutMs: 90_000, intervalMs: 250 });
-      await eventually(async () => expect((await apiOf(i).get("/contacts")).status).toBe(200), { timeoutMs: 30_000, intervalMs: 250 });
+    try {
+      for (const i of [0, 1]) {
+        await eventually(async () => expect((await apiOf(i).get("/campaigns")).status).toBe(200), { timeoutMs: 90_000, intervalMs: 250 });
+        await eventually(async () => expect((await apiOf(i).get("/contacts")).status).toBe(200), { timeoutMs: 30_000, intervalMs: 250 });
+      }
+      await eventually(async () => expect((await fetch(`http://127.0.0.1:${ingressPort}/healthz/ready`)).status).toBe(200), { timeoutMs: 30_000 });
+    } catch (err) {
+      // Not ready in time: say which nodes are gone and what they last warned of, so a loaded run's failure can be read.
+      const nodes = children.map((c) => ({ pid: c.pid, exitCode: c.exitCode, signal: c.signalCode }));
+      const last = logs.filter((r) => typeof r.level !== "number" || r.level >= 40).slice(-15);
+      throw new Error(`${(err as Error).message}\nnodes: ${JSON.stringify(nodes)}\nlast warnings: ${JSON.stringify(last, null, 1).slice(0, 6000)}`);
     }
-    await eventually(async () => expect((await fetch(`http://127.0.0.1:${ingressPort}/healthz/ready`)).status).toBe(200), { timeoutMs: 30_000 });
   }, 150_000);
 
   afterAll(async () => {
