@@ -21,6 +21,11 @@ const q = <T extends object>(sql: string, bind: unknown[] = []) => db.sequelize.
 
 /** Small and global (docs/scaling.md, "reference tables"): their keys need no account. */
 const GLOBAL = ["api_keys", "inbox_feed_cursors", "schema_migrations"];
+/**
+ * Keys still to change before the schema can be distributed, each with its reason in docs/scaling.md:
+ * the outbox's `(id)` (keyed with `company_id`, the notifier ran at half its rate; migration 0026).
+ */
+const NOT_YET = ["outbox_events"];
 
 const TABLES = [
   "contacts",
@@ -126,6 +131,6 @@ it("rekeys every account table by company_id with its rows in place, and back do
 it("leaves no primary, unique or foreign key without company_id on the latest schema but the reference tables'", async () => {
   await migrator(db).up();
   const left = await keysWithoutAccount();
-  expect(left.filter((k) => !GLOBAL.includes(k.t))).toEqual([]);
-  expect([...new Set(left.map((k) => k.t))].sort()).toEqual(GLOBAL);
+  expect(left.filter((k) => !GLOBAL.includes(k.t) && !NOT_YET.includes(k.t))).toEqual([]);
+  expect([...new Set(left.map((k) => k.t))].sort()).toEqual([...GLOBAL, ...NOT_YET].sort());
 }, 120_000);
