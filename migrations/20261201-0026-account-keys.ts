@@ -19,7 +19,9 @@ import type { Sequelize } from "sequelize";
  * - `contact_list_members`: unique `(company_id, list_id, contact_id)`, its foreign keys on
  *   `(company_id, list_id)` and `(company_id, contact_id)`.
  * - `campaign_recipients` gains `company_id` (filled from its campaign), its key becomes
- *   `(company_id, campaign_id, contact_id)`.
+ *   `(campaign_id, contact_id, company_id)`: the sender's claims, heartbeats and give-backs and a
+ *   confirmed campaign's preview address recipients by campaign (and contact), and the key's own
+ *   index serves them as before.
  * - The foreign keys of recipients, contact marks, thread messages and media references name the
  *   account too (same ON DELETE rules).
  */
@@ -54,7 +56,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
     `UPDATE campaign_recipients r SET company_id = c.company_id FROM campaigns c WHERE c.id = r.campaign_id`,
     `ALTER TABLE campaign_recipients ALTER COLUMN company_id SET NOT NULL`,
     `ALTER TABLE campaign_recipients DROP CONSTRAINT campaign_recipients_pkey`,
-    `ALTER TABLE campaign_recipients ADD PRIMARY KEY (company_id, campaign_id, contact_id)`,
+    `ALTER TABLE campaign_recipients ADD PRIMARY KEY (campaign_id, contact_id, company_id)`,
     `ALTER TABLE contact_list_members DROP CONSTRAINT contact_list_members_list_id_contact_id_key`,
     `ALTER TABLE contact_list_members ADD CONSTRAINT contact_list_members_key UNIQUE (company_id, list_id, contact_id)`,
   );

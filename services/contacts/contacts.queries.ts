@@ -32,7 +32,7 @@ export function contactsPage(sequelize: Sequelize, companyId: string, params: Li
   // Deferred join: the page's ids come from the (index-only) sort order, the rows only for them.
   return queryPage(sequelize, {
     select: `SELECT ${CONTACT_COLUMNS} FROM contacts c
-                 JOIN (SELECT c.id FROM contacts c WHERE ${where.sql} ${order} LIMIT :limit OFFSET :offset) page USING (id) ${order}`,
+                 JOIN (SELECT c.company_id, c.id FROM contacts c WHERE ${where.sql} ${order} LIMIT :limit OFFSET :offset) page USING (company_id, id) ${order}`,
     count: `SELECT count(*) AS total FROM contacts c WHERE ${where.sql}`,
     replacements: where.replacements,
     page,

@@ -134,3 +134,36 @@ it("leaves no primary, unique or foreign key without company_id on the latest sc
   expect(left.filter((k) => !GLOBAL.includes(k.t) && !NOT_YET.includes(k.t))).toEqual([]);
   expect([...new Set(left.map((k) => k.t))].sort()).toEqual([...GLOBAL, ...NOT_YET].sort());
 }, 120_000);
+
+it("keeps an index led by the columns of every lookup the jobs and pages make by their old key", async () => {
+  // What the sender's claims, heartbeats and give-backs and a confirmed campaign's preview (recipients
+  // by campaign and contact), the job tables' claims (by id) and a contacts page (by account and id)
+  // address rows by: each needs a whole (not partial) index whose leading columns are exactly those,
+  // or every lookup reads every account's rows.
+  const lookups: Array<[string, string[]]> = [
+    ["campaign_recipients", ["campaign_id", "contact_id"]],
+    ["campaign_recipients", ["campaign_id"]],
+    ["campaigns", ["id"]],
+    ["campaign_contact_marks", ["id"]],
+    ["export_jobs", ["id"]],
+    ["contact_imports", ["id"]],
+    ["conversations", ["id"]],
+    ["conversation_messages", ["id"]],
+    ["media", ["id"]],
+    ["social_profiles", ["id"]],
+    ["outbox_events", ["id"]],
+    ["contact_list_members", ["id"]],
+    ["contacts", ["company_id", "id"]],
+    ["contact_lists", ["company_id", "id"]],
+  ];
+  for (const [table, columns] of lookups) {
+    const [row] = await q<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_index i
+        WHERE i.indrelid = $1::regclass AND i.indpred IS NULL
+          AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM unnest((i.indkey::int2[])[0:$3 - 1]) k JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k)
+              = (SELECT array_agg(c ORDER BY c) FROM unnest($2::text[]) c)`,
+      [table, columns, columns.length],
+    );
+    expect([table, columns, row!.n > 0]).toEqual([table, columns, true]);
+  }
+});
