@@ -27,16 +27,19 @@ export const liveListsSql = (companyId: string, listIds: string, lock = false): 
  * - `vars`: first and last name, and the custom fields named by `customKeys` (text[]), for the
  *   placeholders;
  * - `simulation`: true when every list that brings the contact is a test list.
- * The memberships are grouped first (narrow rows), then each contact is one primary-key probe.
+ * One join of memberships and contacts, grouped by contact (by every column it selects: the views
+ * carry no key for the planner to see). Grouping the memberships first and probing each contact by
+ * its key made a 20,000-contact preview on embedded PGlite about three times slower
+ * (campaigns-preview.spec's fairness case: 87 s against 20-27 s).
  */
 export function audienceSql(o: { companyId: string; listIds: string; customKeys: string; channel: Channel }): string {
-  const refused = o.channel === "SMS" ? "" : `WHERE NOT ('${o.channel === "RCS" ? "RCS" : "WHATSAPP"}' = ANY (c.communication_refused))`;
+  const refused = o.channel === "SMS" ? "" : `AND NOT ('${o.channel === "RCS" ? "RCS" : "WHATSAPP"}' = ANY (c.communication_refused))`;
   return `SELECT c.id AS contact_id, c.phone_number AS destination,
                  jsonb_build_object('firstName', c.first_name, 'lastName', c.last_name, 'customFields',
                    (SELECT coalesce(jsonb_object_agg(k, c.custom_fields -> k), '{}'::jsonb) FROM unnest(${o.customKeys}::text[]) k WHERE jsonb_exists(c.custom_fields, k))) AS vars,
-                 g.simulation
-            FROM (SELECT m.contact_id, bool_and(m.is_test) AS simulation FROM contacts_live_list_members m
-                   WHERE m.company_id = ${o.companyId} AND m.list_id = ANY (${o.listIds}::bigint[]) GROUP BY m.contact_id) g
-            JOIN contacts_reachable c ON c.company_id = ${o.companyId} AND c.id = g.contact_id
-           ${refused}`;
+                 bool_and(m.is_test) AS simulation
+            FROM contacts_live_list_members m
+            JOIN contacts_reachable c ON c.company_id = m.company_id AND c.id = m.contact_id
+           WHERE m.company_id = ${o.companyId} AND m.list_id = ANY (${o.listIds}::bigint[]) ${refused}
+           GROUP BY c.company_id, c.id, c.phone_number, c.first_name, c.last_name, c.custom_fields`;
 }
