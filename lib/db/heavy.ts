@@ -194,17 +194,20 @@ export function heavyGateOf(db: { sequelize: Sequelize; embedded: boolean }, con
 }
 
 /**
- * Runs a heavy read of the call's account through the node's gate, in one transaction (`exec` runs
- * its statements) whose statements stop after the gate's statement limit, or the time left to the
- * call when that is less (taken once the slot is held: the wait for it is not the call's to spend).
+ * Runs a heavy read of an account through the node's gate, in one transaction (`exec` runs its
+ * statements) whose statements stop after the gate's statement limit, or the time left to the call
+ * when that is less (taken once the slot is held: the wait for it is not the call's to spend). The
+ * account is the partner's (`ctx.meta`), or `companyId` for an internal action that names it in
+ * its params (another service asks on a partner's behalf).
  */
 export function withHeavyRead<T>(
   sequelize: Sequelize,
   gate: HeavyGate,
-  ctx: Context<unknown, { companyId: string }>,
+  ctx: Context<unknown, { companyId?: string }>,
   fn: (exec: Exec) => Promise<T>,
+  companyId: string | undefined = ctx.meta.companyId,
 ): Promise<T> {
-  const { companyId } = ctx.meta;
+  if (companyId === undefined) throw new Error("a heavy read needs its account");
   if (gate.limits.oneSession) return gate.run(companyId, () => fn(execOf(sequelize)));
   return gate.run(companyId, () =>
     inTransaction(sequelize, async (exec) => {

@@ -54,10 +54,8 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
         visibility: "public",
         params: campaignStatsIn,
         async handler(this: InboxThis, ctx: Context<CampaignStatsIn>): Promise<{ responded: number }> {
-          // The account's slots are keyed by the meta's account: the caller's, set from the params for a caller without one.
-          const asAccount = ctx as unknown as Context<CampaignStatsIn, { companyId: string }>;
-          asAccount.meta.companyId = ctx.params.companyId;
-          return { responded: await withHeavyRead(this.sequelize, this.heavyGate, asAccount, (exec) => campaignResponded(exec, ctx.params)) };
+          const responded = await withHeavyRead(this.sequelize, this.heavyGate, ctx, (exec) => campaignResponded(exec, ctx.params), ctx.params.companyId);
+          return { responded };
         },
       },
     },

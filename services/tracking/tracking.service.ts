@@ -108,11 +108,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         visibility: "public",
         params: campaignStatsIn,
         handler(ctx: Context<CampaignStatsIn>): Promise<CampaignStatsOut> {
-          // The account's slots are keyed by the meta's account: the caller's (campaigns passes on its
-          // partner's), set from the params for a caller without one (the REPL).
-          const asAccount = ctx as unknown as Context<CampaignStatsIn, { companyId: string }>;
-          asAccount.meta.companyId = ctx.params.companyId;
-          return withHeavyRead(sequelize, gate, asAccount, (exec) => campaignStats(exec, ctx.params));
+          return withHeavyRead(sequelize, gate, ctx, (exec) => campaignStats(exec, ctx.params), ctx.params.companyId);
         },
       },
 
