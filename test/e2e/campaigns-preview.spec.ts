@@ -113,10 +113,16 @@ describe("one account's previews of a large audience", () => {
       return performance.now() - start;
     };
     for (let i = 0; i < 5; i++) await probe();
-    // One preview alone, on this machine now: the unit the bounds below are counted in.
-    const aloneStart = performance.now();
-    expect((await heavy.api.get(`/campaigns/${c.body.id}/preview`)).status).toBe(200);
-    const alone = performance.now() - aloneStart;
+    // One preview alone, on this machine now (the median of three: a CI machine runs another test
+    // file beside this one, and one sample can fall in its quiet or its busy second): the unit the
+    // bounds below are counted in.
+    const alones: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const aloneStart = performance.now();
+      expect((await heavy.api.get(`/campaigns/${c.body.id}/preview`)).status).toBe(200);
+      alones.push(performance.now() - aloneStart);
+    }
+    const alone = alones.sort((x, y) => x - y)[1]!;
     let done = false;
     const during: number[] = [];
     const probing = (async () => {
@@ -139,10 +145,12 @@ describe("one account's previews of a large audience", () => {
     // Before: the other account waited 15 s and then got a 503 on PostgreSQL. The bounds leave room
     // for a busy 2-core CI machine (one probe can lose a second to the scheduler; embedded PGlite is
     // one session that the previews share with everyone, so a probe may wait for the statement of the
-    // preview running then), not for a queue: 40 previews queued ahead would be 40 times `alone`.
+    // preview running then, and the load of the test file running beside this one comes and goes:
+    // a clean-clone run saw a median of 2x `alone`), not for a queue: 40 previews queued ahead would
+    // be 20 to 40 times `alone`. Quiet, this machine: alone 486 ms, median 605, max 754.
     const sorted = [...during].sort((a, b) => a - b);
     const [median, max] = [sorted[Math.floor(sorted.length / 2)]!, sorted[sorted.length - 1]!];
-    expect(median).toBeLessThan(Math.max(2000, 1.5 * alone));
-    expect(max).toBeLessThan(Math.max(5000, 3 * alone));
+    expect(median).toBeLessThan(Math.max(2000, 3 * alone));
+    expect(max).toBeLessThan(Math.max(5000, 6 * alone));
   }, 120_000);
 });
