@@ -21,6 +21,7 @@ import {
   insertCampaign,
   markScheduled,
   q,
+  refreshRecipientStats,
   snapshotAudience,
   transition,
   undoCreate,
@@ -298,6 +299,10 @@ export const campaignActions = {
           ]);
         return markScheduled(exec, c.id, audience, skipped);
       });
+      // Before the first batch plans its statements (a large snapshot: an ANALYZE of about 100 ms).
+      await refreshRecipientStats(this.sequelize, Number(row.audience)).catch((err: unknown) =>
+        this.logger.warn({ err, campaignId: row.id }, "ANALYZE campaign_recipients after a snapshot failed"),
+      );
       this.kick();
       ctx.meta.$statusCode = 202;
       ctx.meta.$location = `${API_PREFIX}/campaigns/${row.id}`;
