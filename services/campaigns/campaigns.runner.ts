@@ -1,7 +1,8 @@
 /**
- * Sends campaigns on this campaigns node, on lib/jobs/jobs.ts. The recipients are the jobs
+ * Sends campaigns on this campaigns node, on lib/jobs/jobs.ts's loops. The recipients are the jobs
  * (campaigns.sender.ts): any number of campaigns nodes work on the same campaign, each with
- * CAMPAIGN_CONCURRENCY batches in flight, every batch claimed under a token of its own with a lease.
+ * CAMPAIGN_CONCURRENCY batches in flight, every batch claimed under a token of its own with one
+ * lease row (campaign_batches, campaigns.sender.queries.ts).
  * This node:
  * - polls when woken (a campaign was confirmed or resumed on any node: the CAMPAIGN_DUE broadcast;
  *   a send of its own ended; the earliest scheduled_at of a SCHEDULED campaign has come) and, as a
@@ -24,7 +25,7 @@ import type { CampaignMetrics } from "./campaigns.metrics";
 import type { CampaignRow } from "./campaigns.models";
 import { deleteMark, q, sendingCampaigns, startDueCampaigns } from "./campaigns.queries";
 import { CampaignSend, type SenderDeps } from "./campaigns.sender";
-import { RECIPIENT_JOBS } from "./campaigns.sender.queries";
+import { giveBackBatch, renewBatch } from "./campaigns.sender.queries";
 
 export { MAX_ATTEMPTS, PAUSE_WINDOW, RETRY_BASE_MS } from "./campaigns.sender";
 
@@ -57,7 +58,6 @@ const MARK_CLAIM: ClaimSpec = {
 const MARK_RETRY_MAX_S = 300;
 
 export class CampaignRunner {
-  private readonly recipients: Jobs;
   private readonly marks: Jobs;
   private readonly loops: Loops;
   private readonly marking = new Coalesced(
@@ -83,7 +83,6 @@ export class CampaignRunner {
     private readonly metrics: CampaignMetrics,
     private readonly hooks: RunnerHooks,
   ) {
-    this.recipients = new Jobs(sequelize, RECIPIENT_JOBS);
     this.marks = new Jobs(sequelize, MARK_JOBS, MARK_CLAIM);
     this.loops = new Loops(log);
   }
@@ -149,7 +148,7 @@ export class CampaignRunner {
         log: this.log,
         ended: this.hooks.ended,
         marked: () => this.marking.request(),
-        giveBack: (token, ids) => this.recipients.giveBack({ group: c.id, ids, owner: token }),
+        giveBack: (token) => giveBackBatch(this.sequelize, c.id, token),
       });
       this.sends.set(c.id, send);
       this.log.info({ campaignId: c.id, audience: c.audience, sent: c.sent }, "campaign sending here");
@@ -174,10 +173,10 @@ export class CampaignRunner {
         for (const [token, b] of send.batches) {
           if (b.leasedAt > due) continue;
           const at = Date.now();
-          const held = await this.recipients.renew({ group: send.c.id, ids: b.ids, owner: token }, { leaseMs: this.config.campaignLeaseMs });
+          const held = await renewBatch(this.sequelize, send.c.id, token, this.config.campaignLeaseMs);
           b.leasedAt = at;
-          if (held.length < b.ids.length && send.batches.has(token))
-            this.log.warn({ campaignId: send.c.id, lost: b.ids.length - held.length }, "campaign batch lost recipients it held (lease ran out)");
+          if (!held && send.batches.has(token))
+            this.log.warn({ campaignId: send.c.id, lost: b.ids.length }, "campaign batch lost the recipients it held (its lease ran out and a claim ended it)");
         }
       }
     } finally {
@@ -198,10 +197,8 @@ export class CampaignRunner {
     this.loops.stop();
     await this.marking.close();
     for (const s of sends) {
-      for (const [token, b] of s.batches) {
-        await this.recipients
-          .giveBack({ group: s.c.id, ids: b.ids, owner: token })
-          .catch((err) => this.log.warn({ err, campaignId: s.c.id }, "could not give recipients back"));
+      for (const token of s.batches.keys()) {
+        await giveBackBatch(this.sequelize, s.c.id, token).catch((err) => this.log.warn({ err, campaignId: s.c.id }, "could not give recipients back"));
       }
     }
     await this.upstream.close();

@@ -1,48 +1,57 @@
 /**
- * The sender's SQL (campaigns.sender.ts): the claim of a batch of recipients (lib/jobs/jobs.ts's
- * claim, the campaign's send slot read and moved in the same statement), what is left to send, the
- * auto-pause, the outcomes of a batch with the progress counters, and the end of a campaign. Each
- * one statement, on a connection of the pool (atomic by itself).
+ * The sender's SQL (campaigns.sender.ts): the claim of a batch of recipients (one lease row in
+ * `campaign_batches`, migration 0030, with the campaign's send slot read and moved), what is left to
+ * send, the auto-pause, the outcomes of a batch with the progress counters, the heartbeat and the
+ * give-back of a batch, and the end of a campaign.
+ *
+ * How a batch is held (range claims, issue 33 item 4): a claim takes the first recipients due in
+ * the campaign's pending order `(due_at, contact_id)` that no lease covers, and writes one lease
+ * row over the keys it took (`lo`..`hi`) with the batch's claim token; it writes nothing on the
+ * recipients. Before, it wrote a token and a lease on each recipient, and each heartbeat and
+ * give-back did again: one row per recipient each time.
+ * - Claims of a campaign are serialized by its row, locked FOR UPDATE in a first statement of the
+ *   claim's transaction; the second statement then reads the leases with a snapshot taken after
+ *   the lock, so it sees every lease a claim before it wrote (one statement would read them with a
+ *   snapshot taken before it waited).
+ * - A lease whose time ran out is deleted by the next claim, which may take its recipients, unless
+ *   its row is locked at that moment (SKIP LOCKED: its holder is writing the batch's outcomes, or
+ *   renewing it); then its keys stay held.
+ * - An outcome statement first locks its lease row. No lease row (a claim ended it, and may have
+ *   taken the recipients): it writes nothing, as before when a recipient's token had changed. With
+ *   the row locked no claim can end it; it is deleted with the outcomes.
+ * - A recipient whose key lies in a lease's range but that its claim did not take (another lease
+ *   held it then) waits for that lease to end too: a delay, never a second holder.
  */
 import type { Sequelize } from "sequelize";
-import { queryRows } from "../../lib/db/db";
+import { inTransaction, queryRows } from "../../lib/db/db";
 import type { Channel } from "../../lib/messaging/channels";
-import { claimSql, type JobTable } from "../../lib/jobs/jobs";
 import { contactGoneSql, optedOutSql } from "./campaigns.contacts";
 import type { RecipientRow } from "./campaigns.models";
 
-/** The recipients as jobs: keyed by (campaign_id, contact_id), held by a batch's claim token. */
-export const RECIPIENT_JOBS: JobTable = {
-  table: "campaign_recipients",
-  alias: "r",
-  key: "contact_id",
-  keyType: "uuid",
-  group: { column: "campaign_id", type: "uuid" },
-  owner: "owner",
-  lease: { until: "leased_until" },
-};
-
 /**
- * The claim, one statement: the campaign row locked while it is SENDING (none: stop), its send slot
- * read; recipients due, free (no holder, or a holder whose lease ran out) and after the cursor taken
- * under the token; the slot moved on by what was taken. One row per recipient taken, or one row of
- * nulls with the slot when none was.
+ * The claim's second statement (the campaign row already locked, and SENDING): the campaign's send
+ * slot read; leases run out and not locked by their holder ended; recipients due, covered by no
+ * lease and after the cursor taken, in pending order; one lease row over them; the slot moved on by
+ * what was taken. One row per recipient taken, or one row of nulls with the slot when none was.
  * $1 campaign, $2 token, $3 lease (ms), $4 how many, [$5 due, $6 contact: the cursor].
  */
 function claimStatement(cursor: boolean): string {
-  const took = claimSql(RECIPIENT_JOBS, {
-    as: "next",
-    candidates: `SELECT r.campaign_id, r.contact_id, r.due_at AS was_due, r.due_at::text AS due_key FROM campaign_recipients r, k
-      WHERE r.campaign_id = $1 AND r.status = 'PENDING' AND r.due_at <= now() AND (r.owner IS NULL OR r.leased_until < now())
-        AND (k.rate IS NULL OR k.slot <= now())${cursor ? " AND (r.due_at, r.contact_id) > ($5::timestamptz, $6::uuid)" : ""}
-      ORDER BY r.due_at, r.contact_id LIMIT $4 FOR UPDATE OF r SKIP LOCKED`,
-    owner: "$2",
-    leaseMs: "$3",
-    returning: "r.contact_id, r.destination, r.vars, r.simulation, r.attempts, next.was_due, next.due_key",
-  });
   return `WITH k AS (
-      SELECT id, company_id, channel, send_rate_per_second AS rate, coalesce(rate_next_at, now()) AS slot FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE),
-    took AS (${took}),
+      SELECT id, company_id, channel, send_rate_per_second AS rate, coalesce(rate_next_at, now()) AS slot FROM campaigns WHERE id = $1),
+    expired AS (SELECT b.token FROM campaign_batches b WHERE b.campaign_id = $1 AND b.leased_until < now() FOR UPDATE SKIP LOCKED),
+    ended AS (DELETE FROM campaign_batches b USING expired e WHERE b.campaign_id = $1 AND b.token = e.token),
+    held AS (SELECT b.lo_due, b.lo_contact, b.hi_due, b.hi_contact FROM campaign_batches b WHERE b.campaign_id = $1 AND b.token NOT IN (SELECT token FROM expired)),
+    took AS (
+      SELECT r.contact_id, r.destination, r.vars, r.simulation, r.attempts, r.due_at AS was_due, r.due_at::text AS due_key
+        FROM campaign_recipients r, k
+       WHERE r.campaign_id = $1 AND r.status = 'PENDING' AND r.due_at <= now() AND (k.rate IS NULL OR k.slot <= now())${cursor ? " AND (r.due_at, r.contact_id) > ($5::timestamptz, $6::uuid)" : ""}
+         AND NOT EXISTS (SELECT 1 FROM held h WHERE (r.due_at, r.contact_id) >= (h.lo_due, h.lo_contact) AND (r.due_at, r.contact_id) <= (h.hi_due, h.hi_contact))
+       ORDER BY r.due_at, r.contact_id LIMIT $4),
+    lease AS (
+      INSERT INTO campaign_batches (campaign_id, company_id, token, lo_due, lo_contact, hi_due, hi_contact, leased_until)
+      SELECT $1, k.company_id, $2, lo.was_due, lo.contact_id, hi.was_due, hi.contact_id, now() + make_interval(secs => $3::float8 / 1000)
+        FROM k, (SELECT was_due, contact_id FROM took ORDER BY was_due, contact_id LIMIT 1) lo,
+             (SELECT was_due, contact_id FROM took ORDER BY was_due DESC, contact_id DESC LIMIT 1) hi),
     moved AS (
       UPDATE campaigns c SET rate_next_at = greatest(k.slot, now()) + make_interval(secs => (SELECT count(*) FROM took)::float8 / k.rate)
         FROM k WHERE c.id = k.id AND k.rate IS NOT NULL AND EXISTS (SELECT 1 FROM took))
@@ -62,29 +71,52 @@ export type ClaimedRecipient = RecipientRow & { was_due: Date; due_key: string; 
 
 /**
  * Claims up to `size` recipients of the campaign under `token` for `leaseMs` (after `cursor` when
- * given: its due time as text, and contact id). No row: the campaign is no longer SENDING.
+ * given: its due time as text, and contact id), one transaction of two statements (see the top of
+ * this file). No row: the campaign is no longer SENDING.
  */
 export function claimRecipients(
   sequelize: Sequelize,
   c: { campaignId: string; token: string; leaseMs: number; size: number; cursor: { due: string; id: string } | null },
 ): Promise<ClaimedRecipient[]> {
   const params: unknown[] = [c.campaignId, c.token, c.leaseMs, c.size];
-  return queryRows<ClaimedRecipient>(sequelize, c.cursor ? CLAIM_AFTER : CLAIM_FROM_START, c.cursor ? [...params, c.cursor.due, c.cursor.id] : params);
+  return inTransaction(sequelize, async (exec) => {
+    const sending = await exec(`SELECT 1 FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE`, [c.campaignId]);
+    if (sending.length === 0) return [];
+    return exec<ClaimedRecipient>(c.cursor ? CLAIM_AFTER : CLAIM_FROM_START, c.cursor ? [...params, c.cursor.due, c.cursor.id] : params);
+  });
 }
 
 /**
  * The campaign's PENDING recipients: how many, and in how many ms the first of them can be claimed
- * (its due time, or the end of the lease of the batch holding it; null when there is none).
+ * (its due time, or the end of the lease of a batch that covers it; null when there is none).
  */
 export async function pendingLeft(sequelize: Sequelize, campaignId: string): Promise<{ n: number; wait_ms: number | null }> {
   const [left] = await queryRows<{ n: number; wait_ms: number | null }>(
     sequelize,
     `SELECT count(*)::int AS n,
-              (EXTRACT(EPOCH FROM min(CASE WHEN owner IS NULL OR leased_until < now() THEN due_at ELSE greatest(due_at, leased_until) END) - now()) * 1000)::int AS wait_ms
-         FROM campaign_recipients WHERE campaign_id = $1 AND status = 'PENDING'`,
+            (EXTRACT(EPOCH FROM min(greatest(r.due_at,
+               (SELECT max(b.leased_until) FROM campaign_batches b
+                 WHERE b.campaign_id = r.campaign_id AND (r.due_at, r.contact_id) >= (b.lo_due, b.lo_contact) AND (r.due_at, r.contact_id) <= (b.hi_due, b.hi_contact))))
+             - now()) * 1000)::int AS wait_ms
+       FROM campaign_recipients r WHERE r.campaign_id = $1 AND r.status = 'PENDING'`,
     [campaignId],
   );
   return left!;
+}
+
+/** Renews the lease of a batch its token still holds: false when it holds none any more (a claim ended it). */
+export async function renewBatch(sequelize: Sequelize, campaignId: string, token: string, leaseMs: number): Promise<boolean> {
+  const rows = await queryRows(
+    sequelize,
+    `UPDATE campaign_batches SET leased_until = now() + make_interval(secs => $3::float8 / 1000) WHERE campaign_id = $1 AND token = $2 RETURNING 1`,
+    [campaignId, token, leaseMs],
+  );
+  return rows.length > 0;
+}
+
+/** Ends the lease of a batch at once, counting no attempt: any node claims its recipients again. */
+export async function giveBackBatch(sequelize: Sequelize, campaignId: string, token: string): Promise<void> {
+  await queryRows(sequelize, `DELETE FROM campaign_batches WHERE campaign_id = $1 AND token = $2`, [campaignId, token]);
 }
 
 /** The auto-pause: a SENDING campaign becomes PAUSED with `reason`; false when it was no longer SENDING. */
@@ -132,25 +164,24 @@ export interface OutcomesIn {
  * Outcomes of one batch and the progress counters, one statement, for the recipients `token` still
  * holds; a failed one is PENDING again, due after `retryBaseMs` x 4^attempts (or the `wait` asked,
  * when longer), until its `maxAttempts`-th attempt, then FAILED. The contacts reached (not simulated)
- * are written to campaign_contact_marks in the same statement. No status is named for the held rows:
- * they are reached by the primary key (see CampaignSend.record), their ids given as an array too
- * (`contact_id = ANY`, an index condition). Joined to the outcomes alone, the planner, which sees
- * every recipient's `owner` NULL and so estimates `owner = token` at one row, chose a scan of the
- * campaign's recipients (or of the table) for each batch: 136 ms a batch of 500 at 100,000
- * recipients in bench:campaign, a third of PostgreSQL's time. The confirm's ANALYZE after a large
- * snapshot (campaigns.queries.ts, refreshRecipientStats) is the other half (campaigns-sender-plans.spec).
+ * are written to campaign_contact_marks in the same statement, and the batch's lease row is deleted.
+ * No status is named for the batch's rows: they are reached by the primary key (see
+ * CampaignSend.record), provided the statistics know the campaign: the confirm's ANALYZE after a
+ * large snapshot (campaigns.queries.ts, refreshRecipientStats). With statistics from before it, the
+ * planner read every recipient of the campaign for each batch: 136 ms a batch of 500 at 100,000
+ * recipients in bench:campaign, a third of PostgreSQL's time (campaigns-sender-plans.spec).
  */
 export const RECORD_OUTCOMES_SQL = `WITH x AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, ok boolean, skip boolean, final boolean, wait float8, error text)),
        upd AS (
          UPDATE campaign_recipients r
-            SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.skip THEN 'SKIPPED' WHEN x.final OR r.attempts + 1 >= $8::int THEN 'FAILED' ELSE 'PENDING' END,
+            SET status = CASE WHEN x.ok THEN 'SENT' WHEN x.skip THEN 'SKIPPED' WHEN x.final OR r.attempts + 1 >= $7::int THEN 'FAILED' ELSE 'PENDING' END,
                 attempts = r.attempts + CASE WHEN x.skip THEN 0 ELSE 1 END,
                 sent_at = CASE WHEN x.ok THEN now() END,
                 error = CASE WHEN x.ok THEN NULL ELSE x.error END,
-                due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => GREATEST($3::float8 * power(4, r.attempts), x.wait) / 1000) END,
-                owner = NULL, leased_until = NULL
-           FROM x WHERE r.company_id = $5 AND r.campaign_id = $1 AND r.contact_id = ANY ($7::uuid[]) AND r.contact_id = x.id AND r.owner = $4
+                due_at = CASE WHEN x.ok THEN r.due_at ELSE now() + make_interval(secs => GREATEST($3::float8 * power(4, r.attempts), x.wait) / 1000) END
+           FROM x WHERE r.company_id = $5 AND r.campaign_id = $1 AND r.contact_id = x.id
          RETURNING r.status, r.contact_id, r.simulation),
+       freed AS (DELETE FROM campaign_batches WHERE campaign_id = $1 AND token = $4),
        n AS (SELECT count(*) FILTER (WHERE status = 'SENT')::int AS sent, count(*) FILTER (WHERE status = 'FAILED')::int AS failed,
                     count(*) FILTER (WHERE status = 'SKIPPED')::int AS skipped,
                     count(*) FILTER (WHERE status = 'PENDING')::int AS retried, count(*)::int AS written FROM upd),
@@ -170,26 +201,40 @@ export const outcomesParams = (o: OutcomesIn): unknown[] => [
   o.token,
   o.companyId,
   o.channel,
-  o.results.map((r) => r.id),
   o.maxAttempts,
 ];
 
-/** Runs RECORD_OUTCOMES_SQL for one batch. */
-export async function recordOutcomes(sequelize: Sequelize, o: OutcomesIn): Promise<RecordedCounts> {
-  const [row] = await queryRows<RecordedCounts>(sequelize, RECORD_OUTCOMES_SQL, outcomesParams(o));
-  return row!;
+/** Nothing written: the batch's lease was ended by a claim (it outlived it). */
+const NOTHING: RecordedCounts = { sent: 0, failed: 0, skipped: 0, retried: 0, written: 0, marked: 0 };
+
+/** Runs RECORD_OUTCOMES_SQL for one batch, its lease row locked first (see the top of this file). */
+export function recordOutcomes(sequelize: Sequelize, o: OutcomesIn): Promise<RecordedCounts> {
+  return inTransaction(sequelize, async (exec) => {
+    const held = await exec(`SELECT 1 FROM campaign_batches WHERE campaign_id = $1 AND token = $2 AND company_id = $3 FOR UPDATE`, [
+      o.campaignId,
+      o.token,
+      o.companyId,
+    ]);
+    if (held.length === 0) return NOTHING;
+    const [row] = await exec<RecordedCounts>(RECORD_OUTCOMES_SQL, outcomesParams(o));
+    return row!;
+  });
 }
 
 /**
  * Ends a SENDING campaign none of whose recipients is PENDING: SENT, or FAILED when none could be
- * sent; one node's UPDATE wins. Undefined when it did not end here.
+ * sent, and deletes its leases left; one node's UPDATE wins. Undefined when it did not end here.
  */
 export async function finishCampaign(sequelize: Sequelize, campaignId: string): Promise<{ status: string; sent: number; failed: number } | undefined> {
   const [row] = await queryRows<{ status: string; sent: number; failed: number }>(
     sequelize,
-    `UPDATE campaigns SET status = CASE WHEN sent = 0 AND failed > 0 THEN 'FAILED' ELSE 'SENT' END, completed_at = now(), updated_at = now()
+    `WITH f AS (
+       UPDATE campaigns SET status = CASE WHEN sent = 0 AND failed > 0 THEN 'FAILED' ELSE 'SENT' END, completed_at = now(), updated_at = now()
         WHERE id = $1 AND status = 'SENDING' AND NOT EXISTS (SELECT 1 FROM campaign_recipients WHERE campaign_id = $1 AND status = 'PENDING')
-       RETURNING status, sent, failed`,
+       RETURNING status, sent, failed),
+     -- Leases left by batches that outlived them (their recipients were recorded by others).
+     d AS (DELETE FROM campaign_batches WHERE campaign_id = $1 AND EXISTS (SELECT 1 FROM f))
+     SELECT * FROM f`,
     [campaignId],
   );
   return row;

@@ -1,9 +1,10 @@
 /**
  * One campaign being sent on this node: CAMPAIGN_CONCURRENCY workers, each claiming a batch of the
- * campaign's PENDING recipients (lib/jobs/jobs.ts: FOR UPDATE SKIP LOCKED, a claim token of its own and
- * a lease), rendering it, handing it to the upstream adapter and recording every recipient's outcome
- * and the progress counters in one statement guarded by the token. Other campaigns nodes run the
- * same workers on the same campaign: a claim never takes a recipient another batch holds.
+ * campaign's PENDING recipients (a range of them under one lease row with a claim token of its own:
+ * campaigns.sender.queries.ts), rendering it, handing it to the upstream adapter and recording every
+ * recipient's outcome and the progress counters in one statement guarded by the lease. Other
+ * campaigns nodes run the same workers on the same campaign: a claim never takes a recipient another
+ * batch holds.
  *
  * - Claims of this node are made one at a time (a chain), each after the last one's cursor (due
  *   time, contact), so the PENDING index is not walked again over recipients already recorded; once
@@ -66,8 +67,8 @@ export interface SenderDeps {
   marked(): void;
   /** The campaign became final here (its media references can go). */
   ended(): void;
-  /** Frees the recipients a batch holds at once, counting no attempt (any node claims them again). */
-  giveBack(token: string, contactIds: string[]): Promise<unknown>;
+  /** Ends a batch's lease at once, counting no attempt (any node claims its recipients again). */
+  giveBack(token: string): Promise<unknown>;
 }
 
 /**
@@ -226,10 +227,7 @@ export class CampaignSend {
     if (outcome.unavailable) {
       // No node serves the upstream adapter (a cluster starting, the simulator's node restarting): not
       // the upstream's verdict, so no attempt and no auto-pause. The batch is given back and claimed again.
-      await this.d.giveBack(
-        token,
-        rows.map((r) => r.contact_id),
-      );
+      await this.d.giveBack(token);
       this.d.log.warn({ campaignId: c.id, recipients: rows.length }, "no node serves the upstream adapter now; the batch is given back and claimed again");
       await sleep(SEND_WAIT_MAX_MS, this.abort.signal);
       return;
@@ -269,12 +267,11 @@ export class CampaignSend {
   }
 
   /**
-   * Outcomes of one batch and the progress counters, one statement, for the recipients its token
-   * still holds (a batch that outlived its lease, its recipients claimed by another, writes nothing
-   * for them); the hold ends with the outcome. A held recipient is PENDING (only this statement
-   * ends a hold with an outcome), so the statement names no status: the planner then reaches the
-   * rows by the primary key, never through the PENDING index (a scan of every PENDING recipient of
-   * the campaign per batch: seconds at 1,000,000, measured).
+   * Outcomes of one batch and the progress counters, one statement, while its lease row is still
+   * its own (a batch that outlived its lease, ended by another node's claim, writes nothing); the
+   * lease ends with the outcome. The rows are reached by the primary key, never through the PENDING
+   * index (a scan of every PENDING recipient of the campaign per batch: seconds at 1,000,000,
+   * measured).
    */
   private async record(token: string, results: RecipientOutcome[]) {
     const row = await recordOutcomes(this.d.sequelize, {

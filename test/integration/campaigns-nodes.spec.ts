@@ -129,7 +129,11 @@ describeOverNats("two campaigns nodes sending one campaign over NATS", () => {
       const held = async () =>
         (
           await tdb.db.sequelize.query<{ contact_id: string }>(
-            `SELECT contact_id FROM campaign_recipients WHERE campaign_id = $1 AND owner IS NOT NULL ORDER BY contact_id`,
+            `SELECT r.contact_id FROM campaign_recipients r
+              WHERE r.campaign_id = $1 AND r.status = 'PENDING'
+                AND EXISTS (SELECT 1 FROM campaign_batches b WHERE b.campaign_id = r.campaign_id AND b.leased_until > now()
+                              AND (r.due_at, r.contact_id) BETWEEN (b.lo_due, b.lo_contact) AND (b.hi_due, b.hi_contact))
+              ORDER BY r.contact_id`,
             { bind: [c.id], type: QueryTypes.SELECT },
           )
         ).map((r) => `${prefix}${r.contact_id}`);

@@ -1,12 +1,10 @@
 /**
- * The sender's outcome statement reaches a batch's recipients by their key, whatever the planner
- * estimates. The case that broke it: statistics taken when `campaign_recipients` held a few rows,
+ * The sender's outcome statement reaches a batch's recipients by their key once the statistics know
+ * the campaign. The case that broke it: statistics taken when `campaign_recipients` held a few rows,
  * then a confirm's snapshot of thousands. Joined to the outcomes alone, the planner read every
  * recipient of the campaign per batch (bench:campaign at 100,000 recipients: 136 ms a batch of 500,
- * a third of PostgreSQL's time). Two things are needed, and the case fails without either: the
- * confirm's ANALYZE after a large snapshot (refreshRecipientStats), and the ids as an array too
- * (`contact_id = ANY`): the statistics see every recipient's `owner` NULL, so `owner = token` is
- * estimated at one row and, joined to the outcomes alone, a scan looked as cheap as the probes.
+ * a third of PostgreSQL's time). The confirm's ANALYZE after a large snapshot
+ * (refreshRecipientStats) fixes it; the case fails without it.
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";

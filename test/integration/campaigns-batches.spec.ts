@@ -1,0 +1,179 @@
+/**
+ * Range claims (issue 33 item 4, migration 0030): a batch of a campaign's recipients is held by one
+ * lease row in `campaign_batches`, not by a token and a lease written on each recipient.
+ * - a claim writes one lease row and no recipient row;
+ * - claims racing on one campaign never take a recipient twice;
+ * - a lease run out is ended by the next claim, which takes its recipients, and the old holder's
+ *   outcomes then write nothing; unless the holder has the lease row locked (writing its
+ *   outcomes): then the next claim leaves the recipients alone;
+ * - a heartbeat learns when its lease was ended; a give-back frees the recipients at once;
+ * - the migration moves leases in flight off the recipients and back down.
+ */
+import { randomUUID } from "node:crypto";
+import { QueryTypes } from "sequelize";
+import { inTransaction, migrator, type Database } from "../../lib/db/db";
+import { claimRecipients, giveBackBatch, recordOutcomes, renewBatch, type ClaimedRecipient } from "../../services/campaigns/campaigns.sender.queries";
+import { createTestDatabase, unmigratedTestDatabase, type TestDatabase } from "../helpers/db";
+
+let t: TestDatabase;
+beforeAll(async () => {
+  t = await createTestDatabase();
+}, 60_000);
+afterAll(() => t.drop());
+
+const q = <T extends object>(db: Database, sql: string, bind: unknown[] = []) => db.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT });
+
+async function sendingCampaign(n: number): Promise<string> {
+  const id = randomUUID();
+  await q(
+    t.db,
+    `INSERT INTO campaigns (id, company_id, name, channel, status, contact_list_ids, text, audience) VALUES ($1, 'batches', 'C', 'SMS', 'SENDING', '{1}', 'hi', $2)`,
+    [id, n],
+  );
+  await q(
+    t.db,
+    `INSERT INTO campaign_recipients (company_id, campaign_id, contact_id, destination) SELECT 'batches', $1, gen_random_uuid(), '+35191' || lpad(i::text, 7, '0') FROM generate_series(1, $2::int) i`,
+    [id, n],
+  );
+  return id;
+}
+
+const claim = (campaignId: string, size: number, leaseMs = 60_000, token = `test/${randomUUID()}`) =>
+  claimRecipients(t.db.sequelize, { campaignId, token, leaseMs, size, cursor: null }).then((rows) => ({
+    token,
+    ids: rows.filter((r: ClaimedRecipient) => r.contact_id !== null).map((r) => r.contact_id),
+  }));
+
+const sentAll = (campaignId: string, token: string, ids: string[]) =>
+  recordOutcomes(t.db.sequelize, {
+    campaignId,
+    companyId: "batches",
+    channel: "SMS",
+    token,
+    results: ids.map((id) => ({ id, ok: true, skip: false, final: false, wait: 0, error: null })),
+    retryBaseMs: 2000,
+    maxAttempts: 3,
+  });
+
+const leases = (campaignId: string) =>
+  q<{ token: string }>(t.db, `SELECT token FROM campaign_batches WHERE campaign_id = $1 ORDER BY token`, [campaignId]).then((r) => r.map((x) => x.token));
+
+it("holds a batch with one lease row and writes no recipient row at the claim", async () => {
+  const c = await sendingCampaign(50);
+  const versions = () =>
+    q<{ v: string }>(t.db, `SELECT string_agg(xmin::text, ',' ORDER BY contact_id) AS v FROM campaign_recipients WHERE campaign_id = $1`, [c]);
+  const before = await versions();
+  const b = await claim(c, 20);
+  expect(b.ids).toHaveLength(20);
+  expect(await versions()).toEqual(before);
+  expect(await leases(c)).toEqual([b.token]);
+  // The next claim takes the next 20, not the held ones.
+  const b2 = await claim(c, 20);
+  expect(b2.ids.filter((id) => b.ids.includes(id))).toEqual([]);
+  expect(b2.ids).toHaveLength(20);
+  // The outcome ends the lease.
+  expect(await sentAll(c, b.token, b.ids)).toMatchObject({ sent: 20, written: 20 });
+  expect(await leases(c)).toEqual([b2.token]);
+});
+
+it("never hands a recipient to two claims racing on the same campaign", async () => {
+  const c = await sendingCampaign(300);
+  const got = await Promise.all(Array.from({ length: 10 }, () => claim(c, 40)));
+  const all = got.flatMap((g) => g.ids);
+  expect(new Set(all).size).toBe(all.length);
+  expect(all).toHaveLength(300);
+  expect((await leases(c)).length).toBe(got.filter((g) => g.ids.length > 0).length);
+});
+
+it("ends a lease that ran out at the next claim: the recipients go to it, and the old holder's outcomes write nothing", async () => {
+  const c = await sendingCampaign(30);
+  const old = await claim(c, 30, 1);
+  expect(old.ids).toHaveLength(30);
+  await new Promise((r) => setTimeout(r, 20));
+  const next = await claim(c, 30);
+  expect(new Set(next.ids)).toEqual(new Set(old.ids));
+  expect(await leases(c)).toEqual([next.token]);
+  expect(await sentAll(c, old.token, old.ids)).toMatchObject({ sent: 0, written: 0 });
+  expect(await renewBatch(t.db.sequelize, c, old.token, 60_000)).toBe(false);
+  expect(await renewBatch(t.db.sequelize, c, next.token, 60_000)).toBe(true);
+  expect(await sentAll(c, next.token, next.ids)).toMatchObject({ sent: 30, written: 30 });
+});
+
+it("leaves the recipients of a lease that ran out alone while its holder has it locked (writing its outcomes)", async () => {
+  const c = await sendingCampaign(10);
+  const old = await claim(c, 10, 1);
+  await new Promise((r) => setTimeout(r, 20));
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((r) => (locked = r));
+  const holder = inTransaction(t.db.sequelize, async (exec) => {
+    await exec(`SELECT 1 FROM campaign_batches WHERE campaign_id = $1 AND token = $2 FOR UPDATE`, [c, old.token]);
+    locked();
+    await held;
+  });
+  await isLocked;
+  const during = await claim(c, 10);
+  expect(during.ids).toEqual([]);
+  release();
+  await holder;
+  // Unlocked and still run out: the next claim takes them.
+  expect((await claim(c, 10)).ids).toHaveLength(10);
+});
+
+it("frees a batch given back at once, and a heartbeat keeps a lease its own", async () => {
+  const c = await sendingCampaign(10);
+  const b = await claim(c, 10, 300);
+  expect(await renewBatch(t.db.sequelize, c, b.token, 60_000)).toBe(true);
+  await new Promise((r) => setTimeout(r, 350));
+  expect((await claim(c, 10)).ids).toEqual([]); // renewed: still held
+  await giveBackBatch(t.db.sequelize, c, b.token);
+  expect((await claim(c, 10)).ids).toHaveLength(10);
+});
+
+describe("migration 0030", () => {
+  let db: Database;
+  let drop: () => Promise<void> = async () => undefined;
+  beforeAll(async () => {
+    ({ db, drop } = await unmigratedTestDatabase());
+  }, 60_000);
+  afterAll(() => drop());
+
+  it("moves the leases in flight off the recipients into one row per token, and back down", async () => {
+    await migrator(db).up({ to: "20261201-0029-contacts-views" });
+    const camp = "00000000-0000-4000-8000-0000000000c1";
+    const ids = ["00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003"];
+    await q(
+      db,
+      `INSERT INTO campaigns (id, company_id, name, channel, status, contact_list_ids, text) VALUES ($1, 'acme', 'C', 'SMS', 'SENDING', '{1}', 'hi')`,
+      [camp],
+    );
+    await q(
+      db,
+      `INSERT INTO campaign_recipients (company_id, campaign_id, contact_id, destination, due_at, owner, leased_until, status) VALUES
+         ('acme', $1, $2, '+1', '2026-12-01T00:00:00Z', 'node/tok', now() + interval '1 minute', 'PENDING'),
+         ('acme', $1, $3, '+2', '2026-12-01T00:00:01Z', 'node/tok', now() + interval '2 minutes', 'PENDING'),
+         ('acme', $1, $4, '+3', '2026-12-01T00:00:02Z', NULL, NULL, 'PENDING')`,
+      [camp, ...ids],
+    );
+    await migrator(db).up({ to: "20261202-0030-campaign-batches" });
+    const rows = await q<Record<string, unknown>>(
+      db,
+      `SELECT company_id, token, lo_contact, hi_contact, lo_due = '2026-12-01T00:00:00Z' AS lo_ok, hi_due = '2026-12-01T00:00:01Z' AS hi_ok, leased_until > now() + interval '90 seconds' AS latest FROM campaign_batches`,
+    );
+    expect(rows).toEqual([{ company_id: "acme", token: "node/tok", lo_contact: ids[0], hi_contact: ids[1], lo_ok: true, hi_ok: true, latest: true }]);
+    const cols = await q<{ column_name: string }>(
+      db,
+      `SELECT column_name FROM information_schema.columns WHERE table_name = 'campaign_recipients' AND column_name IN ('owner', 'leased_until')`,
+    );
+    expect(cols).toEqual([]);
+
+    await migrator(db).down({ to: "20261202-0030-campaign-batches" });
+    const back = await q<{ contact_id: string; owner: string | null }>(db, `SELECT contact_id, owner FROM campaign_recipients ORDER BY contact_id`);
+    expect(back).toEqual([
+      { contact_id: ids[0], owner: "node/tok" },
+      { contact_id: ids[1], owner: "node/tok" },
+      { contact_id: ids[2], owner: null },
+    ]);
+  });
+});
