@@ -22,7 +22,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs, promisify } from "node:util";
 import pg from "pg";
-import { messageExportSql } from "../../services/exports/exports.queries";
+import { messageExportSelect } from "../../services/tracking/tracking.export";
 import { createBenchDatabase } from "../database";
 import { startService, type BenchService } from "../service";
 
@@ -59,7 +59,7 @@ async function seed(db: pg.Client, company: string, rows: number) {
 
 /** The floor: psql writing the same SELECT to a file (best of two). */
 async function psqlCopy(url: string, company: string, dir: string, times = 2): Promise<number> {
-  const sql = messageExportSql("MESSAGE_HISTORY", company, {}).replace(/\s+/g, " ");
+  const sql = messageExportSelect("MESSAGE_HISTORY", company, {}).replace(/\s+/g, " ");
   const file = path.join(dir, `${company}.csv`);
   let best = Infinity;
   for (let i = 0; i < times; i++) {

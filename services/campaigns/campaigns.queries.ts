@@ -6,7 +6,7 @@ import { QueryTypes, type Sequelize } from "sequelize";
 import type { Channel } from "../../lib/messaging/channels";
 import { execOf, queryRows, type Exec } from "../../lib/db/db";
 import { GSM7_BASIC, GSM7_EXTENSION } from "../../lib/messaging/sms";
-import { likeEscape } from "../contacts/contacts.contract";
+import { likeEscape } from "../../lib/db/literals";
 import { audienceSql, contactGoneSql, liveListsSql, optedOutSql } from "./campaigns.contacts";
 import { CAMPAIGN_COLUMNS, type CampaignRow } from "./campaigns.models";
 import type { CampaignSort, ListCampaignsIn } from "./campaigns.schemas";

@@ -25,7 +25,8 @@ import {
   writeContactRow,
 } from "./contacts.queries";
 import { markContacted } from "./contacts.channels.queries";
-import { type CustomFieldType } from "./contacts.contract";
+import { type ContactExportFilters, type CustomFieldType } from "./contacts.contract";
+import { contactExportSelect } from "./contacts.export";
 import {
   contactIdIn,
   contactOut,
@@ -36,6 +37,7 @@ import {
   customFieldList,
   customFieldOut,
   emptyIn,
+  exportStatementIn,
   listContactsIn,
   markContactedIn,
   updateContactIn,
@@ -143,6 +145,15 @@ export const contactActions = {
     async handler(this: ContactsThis, ctx: Ctx<MarkContactedIn>): Promise<{ updated: number }> {
       const { contactIds, channel, campaign } = ctx.params;
       return { updated: await markContacted(this.sequelize, ctx.meta.companyId, contactIds, channel, campaign ?? false) };
+    },
+  }),
+
+  /** Internal (exports): the SELECT of the account's contacts export with these filters and sort, which exports runs inside a COPY (400: a filter on a custom field not declared). */
+  exportStatement: apiAction({
+    visibility: "public",
+    params: exportStatementIn,
+    async handler(this: ContactsThis, ctx: Ctx<ContactExportFilters>): Promise<{ sql: string }> {
+      return { sql: await contactExportSelect(this.sequelize, ctx.meta.companyId, ctx.params) };
     },
   }),
 

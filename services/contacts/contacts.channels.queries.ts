@@ -28,7 +28,7 @@ export async function markContacted(sequelize: Sequelize, companyId: string, ids
  * Applies one channel's reachability changes in one statement (a contact, one number, meets at most
  * one of them): RCS or WhatsApp is added to the communicationSupported of the account's contacts
  * with that number and taken off their refused channels when `supported`, else the reverse (the
- * campaign audience skips refused channels, contacts.contract.queries.ts); contacts already so are
+ * campaign audience skips refused channels, through the view contacts_reachable); contacts already so are
  * left as they are.
  */
 export async function applyChannelSupportChanges(sequelize: Sequelize, changes: ChannelSupport[]): Promise<void> {

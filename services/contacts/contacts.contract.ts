@@ -1,12 +1,9 @@
 /**
  * What other services may import from contacts: the contact filters of GET /contacts (schema pieces
- * and types) and the read-side query builders that turn them into SQL (contactWhere, contactOrder),
- * which contact exports reuse. Every filter an index can serve, named replacements only, and every
- * refusal a 400 naming its parameter. Opt-outs (contract section 7; the table `opt_outs` is this
- * service's alone): the body of `contacts.applyOptOuts`, through which inbox (keywords) and
- * tracking's ingress (upstream reports) hand changes over. The SQL builders (`contactWhere`,
- * `contactOrder`, `likeEscape`, `CONTACT_OPTED_OUT_SQL`) are written in
- * contacts.contract.queries.ts and re-exported here.
+ * and types, which the contacts export takes too). Opt-outs (contract section 7; the table
+ * `opt_outs` is this service's alone): the body of `contacts.applyOptOuts`, through which inbox
+ * (keywords) and tracking's ingress (upstream reports) hand changes over. No SQL: the contacts
+ * export's statement is asked of `contacts.exportStatement` (contacts.export.ts).
  *
  * The read-only views contacts publishes (migration 0029), which others read in SQL of their own:
  * `contacts_opted_out (company_id, channel, phone_number)`, `contacts_existing (company_id, id)`,
@@ -19,9 +16,8 @@ import { CHANNELS, type Channel } from "../../lib/messaging/channels";
 import { UUID_PATTERN } from "../../lib/http/validator";
 import { PHONE_NUMBER_SCHEMA } from "../../lib/messaging/phone";
 import { callerOf, type Action } from "../../lib/bus/calls";
+import { pagingProperties } from "../../lib/http/paging";
 import type { MarkContactedIn } from "./contacts.schemas";
-
-export { CONTACT_OPTED_OUT_SQL, contactOrder, contactWhere, likeEscape, type Where } from "./contacts.contract.queries";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];
@@ -88,6 +84,12 @@ export const contactFilterProperties = {
 } as const;
 
 export const customFieldFilter = { "^customFields\\.[A-Za-z][A-Za-z0-9_]{0,63}$": { type: "string", maxLength: 200 } } as const;
+
+/** The filters and sort of a contacts export (those of GET /contacts). */
+export type ContactExportFilters = ContactFilters & { sortBy?: ContactSort; sortOrder?: "asc" | "desc" };
+const contactSort = pagingProperties(CONTACT_SORTS, "fullName");
+/** Its schema's properties (with `customFieldFilter` as pattern properties). */
+export const contactExportProperties = { ...contactFilterProperties, sortBy: contactSort.sortBy, sortOrder: contactSort.sortOrder } as const;
 
 // --- opt-outs: what other services hand to contacts (contract section 7)
 
@@ -156,5 +158,10 @@ export interface ContactsActions {
   "contacts.markContacted": Action<MarkContactedIn, { updated: number }>;
   /** The account's custom fields (key, type, ...), each a key a text may name as a placeholder. */
   "contacts.listCustomFields": Action<Record<string, never>, { data: Array<{ key: string }> }>;
+  /**
+   * The SELECT of the account's contacts export with these filters and sort (the exports service
+   * runs it inside a COPY); a filter naming a custom field the account does not declare is a 400.
+   */
+  "contacts.exportStatement": Action<ContactExportFilters, { sql: string }>;
 }
 export const callContacts = callerOf<ContactsActions>();

@@ -3,7 +3,8 @@
  * Queries are SQL (set-based where it matters); these are the shapes they read.
  */
 import type { Channel } from "../../lib/messaging/channels";
-import { CONTACT_OPTED_OUT_SQL, type CustomFieldType, type Gender } from "./contacts.contract";
+import type { CustomFieldType, Gender } from "./contacts.contract";
+import { CONTACT_OPTED_OUT_SQL } from "./contacts.filters";
 import type { ContactOut, CustomFieldOut, CustomValue, ListOut } from "./contacts.schemas";
 import type { ImportStatus } from "./contacts.imports.schemas";
 

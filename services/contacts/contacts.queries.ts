@@ -1,14 +1,15 @@
 /**
  * The contacts service's SQL for contacts, custom fields, lists and memberships (imports keep theirs
  * in contacts.imports.queries.ts, opt-outs in contacts.optouts.queries.ts, the channels other
- * services report in contacts.channels.queries.ts, what the contract publishes in
- * contacts.contract.queries.ts). Every
+ * services report in contacts.channels.queries.ts, the GET /contacts filters in
+ * contacts.filters.ts, the export's statement in contacts.export.ts). Every
  * statement filters by the account; bulk membership changes are single set-based statements (the
  * contacts never pass through Node).
  */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
 import { queryPage, type Page } from "../../lib/http/paging";
-import { contactOrder, contactWhere, likeEscape } from "./contacts.contract.queries";
+import { likeEscape } from "../../lib/db/literals";
+import { contactOrder, contactWhere } from "./contacts.filters";
 import { CONTACT_COLUMNS, toContactOut, toListOut, type ContactRow, type CustomFieldRow, type ListRow } from "./contacts.models";
 import type { CustomFieldType } from "./contacts.contract";
 import type { ContactOut, FindListsIn, ListContactsIn, ListIn, ListOut, ListSort, MembershipIn } from "./contacts.schemas";

@@ -10,11 +10,13 @@ import { MESSAGE_KEYWORD } from "../../lib/http/schema-messages";
 import { dateTime, uuid } from "./contacts.fields.schemas";
 import {
   CONTACT_SORTS,
+  contactExportProperties,
   contactFilterProperties,
   CUSTOM_FIELD_TYPES,
   customFieldFilter,
   GENDERS,
   listId,
+  type ContactExportFilters,
   type ContactFilters,
   type ContactSort,
   type CustomFieldType,
@@ -252,3 +254,12 @@ export const markContactedIn = {
     campaign: { type: "boolean" },
   },
 } satisfies SchemaOf<MarkContactedIn>;
+
+/** `contacts.exportStatement` (internal, the exports service): the contacts export's filters and sort; the account is the caller's. */
+export const exportStatementIn = {
+  $id: "ContactsExportStatementIn",
+  type: "object",
+  additionalProperties: false,
+  properties: contactExportProperties,
+  patternProperties: customFieldFilter,
+} satisfies SchemaOf<ContactExportFilters>;

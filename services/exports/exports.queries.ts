@@ -1,20 +1,15 @@
 /**
  * The exports service's SQL: the export_jobs statements (the list, a job, a new job and a fresh run,
  * the runner's claim, outcome, heartbeat, give-back and sweeps, the metrics' and REPL's reads), and
- * the statement each export runs: the SELECT of its type inside a COPY. Every cell is made text by
- * the query (timestamps in ISO 8601 UTC as the API writes them, booleans `true`/`false`, statuses by
- * name), and every cell a partner's data can start is passed through csv_cell (formula injection).
- * COPY takes no parameters, so the filters' values are inlined as escaped literals.
+ * the COPY each export runs around its SELECT. The SELECT is the owner's: tracking writes the message
+ * exports' (`tracking.exportStatement`), contacts the contacts export's (`contacts.exportStatement`);
+ * exports never names their tables (issue 33 item 1; lib/db/csv.ts for how cells are written).
  */
-import pg from "pg";
 import { QueryTypes, type Sequelize } from "sequelize";
 import { queryPage, type Page } from "../../lib/http/paging";
 import { leaseExpired, type ClaimSpec, type EndSpec, type JobTable } from "../../lib/jobs/jobs";
-import { CHANNELS, DELIVERY_STATUSES } from "../../lib/messaging/channels";
-import { contactOrder, contactWhere, type CustomFieldType } from "../contacts/contacts.contract";
-import { historyConditions } from "../tracking/tracking.contract";
 import { JOB_COLUMNS, toExportOut, type JobRow } from "./exports.models";
-import type { ContactExportIn, ExportOut, ExportType, MessageExportIn } from "./exports.schemas";
+import type { ExportOut, ExportType } from "./exports.schemas";
 
 // --- export_jobs
 
@@ -166,6 +161,20 @@ export async function finishRun(
   return rows.length === 1;
 }
 
+/**
+ * A run that could not start (its statement's owner did not answer) is QUEUED again with `error`,
+ * the attempt not counted, while it is still this node's run.
+ */
+export async function giveBackRun(sequelize: Sequelize, o: { id: string; run: number; nodeId: string; error: string }): Promise<boolean> {
+  const rows = await sequelize.query<{ id: string }>(
+    `UPDATE export_jobs SET status = 'QUEUED', attempts = greatest(attempts - 1, 0), node_id = NULL, leased_until = NULL, error = $4::text
+        WHERE id = $1::uuid AND run = $2::integer AND node_id = $3::text AND status = 'PROCESSING'
+       RETURNING id`,
+    { bind: [o.id, o.run, o.nodeId, o.error], type: QueryTypes.SELECT },
+  );
+  return rows.length === 1;
+}
+
 /** Completed jobs past their expiry become EXPIRED (their node no longer named). */
 export async function expireCompleted(sequelize: Sequelize): Promise<void> {
   await sequelize.query(`UPDATE export_jobs SET status = 'EXPIRED', node_id = NULL WHERE status = 'COMPLETED' AND expires_at <= now()`);
@@ -185,104 +194,3 @@ export const jobsOfFiles = (sequelize: Sequelize, ids: string[]): Promise<{ id: 
 
 /** The statement an export worker runs: `select`'s rows as CSV with a header row, written by PostgreSQL. */
 export const copyCsvSql = (select: string): string => `COPY (${select}) TO STDOUT WITH (FORMAT csv, HEADER)`;
-
-/** A value as an SQL literal of the given type (strings escaped by pg's own escapeLiteral). */
-export function sqlLiteral(value: unknown, cast: string): string {
-  if (Array.isArray(value)) return `ARRAY[${value.map((v) => pg.escapeLiteral(String(v))).join(", ")}]::${cast}`;
-  if (typeof value === "number" && Number.isFinite(value)) return `${value}::${cast}`;
-  return `${pg.escapeLiteral(String(value))}::${cast}`;
-}
-
-const iso = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
-const statusName = `CASE m.status_code ${DELIVERY_STATUSES.map((s) => `WHEN ${s.code} THEN '${s.name}'`).join(" ")} ELSE 'UNKNOWN' END`;
-const statusDescription = `CASE m.status_code ${DELIVERY_STATUSES.map((s) => `WHEN ${s.code} THEN '${s.description}'`).join(" ")} ELSE 'unknown' END`;
-
-/** Columns: header name -> expression. Order is the file's column order. */
-type Columns = Array<[string, string]>;
-
-const STATUS_COLUMNS: Columns = [
-  ["customerMessageId", "csv_cell(m.customer_message_id)"],
-  ["channel", "m.channel"],
-  ["destination", "csv_cell(m.destination)"],
-  ["sentAt", iso("m.sent_at")],
-  ["deliveryStatus", statusName],
-  ["statusCode", "m.status_code"],
-  ["description", statusDescription],
-  ["deliveryDate", iso("m.delivery_date")],
-  ["readAt", iso("m.read_at")],
-];
-const PART_COLUMNS: Columns = [
-  ["totalParts", "m.total_parts"],
-  ["price", "trim_scale(m.price)"],
-  ["simulation", "m.simulation::text"],
-];
-
-export const HISTORY_COLUMNS: Columns = [...STATUS_COLUMNS, ["text", "csv_cell(m.text)"], ["campaignId", "csv_cell(m.campaign_id)"], ...PART_COLUMNS];
-export const DELIVERY_REPORT_COLUMNS: Columns = [...STATUS_COLUMNS, ...PART_COLUMNS, ["campaignId", "csv_cell(m.campaign_id)"]];
-
-export const CONTACT_COLUMNS: Columns = [
-  ["id", "c.id"],
-  ["firstName", "csv_cell(c.first_name)"],
-  ["lastName", "csv_cell(c.last_name)"],
-  ["gender", "c.gender"],
-  ["phoneNumber", "csv_cell(c.phone_number)"],
-  ["email", "csv_cell(c.email)"],
-  ["isTest", "c.is_test::text"],
-  ["isValid", "c.is_valid::text"],
-  ["communicationSupported", "array_to_string(c.communication_supported, ',')"],
-  ["lastContactType", "c.last_contact_type"],
-  ["lastCampaignType", "c.last_campaign_type"],
-  ["createdAt", iso("c.created_at")],
-  ["updatedAt", iso("c.updated_at")],
-];
-
-const select = (columns: Columns) => columns.map(([name, expr]) => `${expr} AS "${name}"`).join(", ");
-
-/** The message exports: the history filters; history lists sent messages, delivery reports the messages with a receipt. */
-export function messageExportSql(type: Exclude<ExportType, "CONTACTS">, companyId: string, filters: MessageExportIn): string {
-  const where = historyConditions(companyId, CHANNELS, filters, sqlLiteral);
-  if (type === "MESSAGE_HISTORY") {
-    return `SELECT ${select(HISTORY_COLUMNS)} FROM messages m WHERE ${[...where, "m.sent_at IS NOT NULL"].join(" AND ")} ORDER BY m.sent_at DESC, m.id DESC`;
-  }
-  return `SELECT ${select(DELIVERY_REPORT_COLUMNS)} FROM messages m WHERE ${[...where, "m.delivery_date IS NOT NULL"].join(" AND ")} ORDER BY m.delivery_date DESC, m.id DESC`;
-}
-
-/**
- * The contacts export: every contact field, then one `customFields.<key>` column per custom field
- * the account declares (as declared when the run starts), filtered and sorted as GET /contacts.
- * A filter naming a custom field that no longer exists is the ApiError of contactWhere.
- */
-export async function contactExportSql(sequelize: Sequelize, companyId: string, filters: ContactExportIn): Promise<string> {
-  const declared = await sequelize.query<{ key: string; type: CustomFieldType }>(
-    "SELECT key, type FROM contact_custom_fields WHERE company_id = $1 ORDER BY key",
-    {
-      bind: [companyId],
-      type: QueryTypes.SELECT,
-    },
-  );
-  const { sortBy = "fullName", sortOrder = "asc", ...only } = filters;
-  const where = contactWhere(companyId, only, new Map(declared.map((d) => [d.key, d.type])));
-  const custom: Columns = declared.map((d) => [`customFields.${d.key}`, `csv_cell(c.custom_fields ->> ${pg.escapeLiteral(d.key)})`]);
-  const sql = `SELECT ${select([...CONTACT_COLUMNS, ...custom])} FROM contacts c WHERE ${where.sql} ${contactOrder(sortBy, sortOrder)}`;
-  return inlineReplacements(sql, where.replacements, (v) => {
-    if (typeof v === "string" || typeof v === "number") return sequelize.escape(v);
-    if (typeof v === "boolean") return String(v);
-    throw new Error(`a contact filter value of type ${typeof v} cannot be inlined`);
-  });
-}
-
-/**
- * `sql` with each named replacement (`:name`, as contactWhere writes them) made a literal by
- * `escape` (Sequelize's public `sequelize.escape`: quotes doubled, NUL written `\0`); an array
- * becomes its literals separated by commas, for `IN (:name)`. Quoted literals and identifiers are
- * copied as they are, and `::` casts are not names, so only the fragment's own placeholders change.
- * A name with no value is an error, never left in the statement.
- */
-export function inlineReplacements(sql: string, values: Record<string, unknown>, escape: (value: unknown) => string): string {
-  return sql.replace(/'(?:[^']|'')*'|"(?:[^"]|"")*"|::|(?<![\w:]):([A-Za-z_]\w*)/g, (match, name: string | undefined) => {
-    if (name === undefined) return match;
-    if (!Object.hasOwn(values, name) || values[name] === undefined) throw new Error(`no value for the replacement :${name}`);
-    const value = values[name];
-    return Array.isArray(value) ? value.map((v) => escape(v)).join(", ") : escape(value);
-  });
-}

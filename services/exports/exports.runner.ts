@@ -14,23 +14,24 @@ import type { Config } from "../../lib/config";
 import { Coalesced } from "../../lib/jobs/coalesce";
 import { Jobs, Loops, purgeEndedJobs } from "../../lib/jobs/jobs";
 import { destroyPool, duration, workerPool } from "../../lib/jobs/worker-pool";
-import { ApiError } from "../../lib/errors";
-import type { ContactExportIn, ExportType, MessageExportIn } from "./exports.schemas";
+import type { ExportType } from "./exports.schemas";
 import {
-  contactExportSql,
   copyCsvSql,
   expireCompleted,
   EXPORT_CLAIM,
   EXPORT_JOBS,
   finishRun,
+  giveBackRun,
   GIVE_BACK_RUNS,
   interruptedRuns,
   jobsOfFiles,
-  messageExportSql,
   RENEW_RUNS,
 } from "./exports.queries";
 import type { ExportMetrics } from "./exports.metrics";
 import type { ExportResult, ExportTask } from "./exports.worker";
+
+/** How long a node claims no export after a statement's owner (tracking, contacts) did not answer. */
+export const OWNER_WAIT_MS = 3000;
 
 /** Runs of one job before it ends FAILED (a worker that died, a node that died, a failed query). */
 export const MAX_ATTEMPTS = 3;
@@ -63,7 +64,7 @@ const PURGE_BATCHES = 10;
  */
 export const FILE_RE = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.(\d{1,9})\.([0-9a-f]{12})\.(csv\.gz|tmp)$/;
 
-interface ClaimedJob {
+export interface ClaimedJob {
   id: string;
   company_id: string;
   type: ExportType;
@@ -91,6 +92,8 @@ export class ExportRunner {
     (err) => this.log.warn({ err }, "export claim failed"),
   );
   private stopping = false;
+  /** A statement's owner did not answer: no claim before this (ms since the epoch). */
+  private claimsPausedUntil = 0;
   /** The time budget of one export's worker task (tests lower it). */
   taskBudgetMs = EXPORT_TASK_BUDGET_MS;
 
@@ -101,6 +104,8 @@ export class ExportRunner {
     private readonly nodeId: string,
     private readonly log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void },
     private readonly metrics: ExportMetrics,
+    /** The SELECT of a job, asked of its data's owner (tracking or contacts) with the job's account and filters. */
+    private readonly statementOf: (job: ClaimedJob) => Promise<string>,
   ) {
     this.loops = new Loops(log);
     this.jobs = new Jobs(sequelize, EXPORT_JOBS, EXPORT_CLAIM);
@@ -130,6 +135,7 @@ export class ExportRunner {
   private async claimAll(): Promise<void> {
     // Jobs whose node died on their last allowed attempt end here, whichever node notices.
     await this.jobs.sweep(interruptedRuns(MAX_ATTEMPTS));
+    if (Date.now() < this.claimsPausedUntil) return;
     while (!this.stopping && this.active.size < this.config.exportWorkers) {
       const job = await this.claimOne();
       if (!job) return;
@@ -172,15 +178,26 @@ export class ExportRunner {
     const started = Date.now();
     let select: string;
     try {
-      select =
-        job.type === "CONTACTS"
-          ? await contactExportSql(this.sequelize, job.company_id, job.filters as ContactExportIn)
-          : messageExportSql(job.type, job.company_id, job.filters as MessageExportIn);
+      select = await this.statementOf(job);
     } catch (err) {
-      // The filters were valid when the job was made; one no longer is (a custom field was removed).
-      if (!(err instanceof ApiError)) throw err;
-      const fields = ((err.data as { errors?: Array<{ path: string; message: string }> } | undefined)?.errors ?? []).map((e) => `${e.path} ${e.message}`);
-      if (await this.finish(job, "FAILED", null, [err.message, ...fields].join(" "))) this.metrics.ended(job.type, "FAILED");
+      const e = err as { name?: string; message?: string; data?: { errors?: Array<{ path: string; message: string }> } };
+      if (e?.name === "ApiError") {
+        // The owner refused the filters: valid when the job was made, one no longer is (a custom field was removed).
+        const fields = (e.data?.errors ?? []).map((f) => `${f.path} ${f.message}`);
+        if (await this.finish(job, "FAILED", null, [e.message, ...fields].join(" "))) this.metrics.ended(job.type, "FAILED");
+        return;
+      }
+      // No owner node answered (none running, a transport error): not the export's fault, so no
+      // attempt counted; the job waits QUEUED and this node claims nothing for OWNER_WAIT_MS.
+      const owner = job.type === "CONTACTS" ? "contacts" : "tracking";
+      this.log.warn({ err, exportId: job.id }, "export statement could not be asked of its owner; the job waits");
+      this.claimsPausedUntil = Date.now() + OWNER_WAIT_MS;
+      await giveBackRun(this.sequelize, {
+        id: job.id,
+        run: job.run,
+        nodeId: this.nodeId,
+        error: `Waiting: ${owner} did not answer (no ${owner} node running?); the export starts once one does.`,
+      });
       return;
     }
     const task: ExportTask = { url: this.dbUrl, sql: copyCsvSql(select), tmpPath, finalPath };
@@ -202,12 +219,7 @@ export class ExportRunner {
         { err: { name: (err as Error).name, message: (err as Error).message, code: (err as { code?: string }).code }, exportId: job.id, attempt: job.attempts },
         "export run failed",
       );
-      const why = died ? "the export worker stopped" : "the file could not be written";
-      const retry = job.attempts < MAX_ATTEMPTS;
-      const ended = retry
-        ? await this.finish(job, "QUEUED", null, `Attempt ${job.attempts} of ${MAX_ATTEMPTS} failed (${why}); it is retried.`)
-        : await this.finish(job, "FAILED", null, `The export failed ${MAX_ATTEMPTS} times (last: ${why}); run it again with POST /exports/{exportId}.`);
-      if (ended) this.metrics.ended(job.type, retry ? "RETRIED" : "FAILED");
+      await this.retryOrFail(job, died ? "the export worker stopped" : "the file could not be written");
       return;
     }
     const kept = await this.finish(job, "COMPLETED", result, null, path.basename(finalPath));
@@ -216,6 +228,15 @@ export class ExportRunner {
       this.metrics.ended(job.type, "COMPLETED", { rows: result.rowCount, seconds: (Date.now() - started) / 1000 });
       this.log.info({ exportId: job.id, type: job.type, rows: result.rowCount, bytes: result.bytes, ms: Date.now() - started }, "export completed");
     }
+  }
+
+  /** A failed attempt (`why`): QUEUED again for another, or FAILED after MAX_ATTEMPTS. */
+  private async retryOrFail(job: ClaimedJob, why: string): Promise<void> {
+    const retry = job.attempts < MAX_ATTEMPTS;
+    const ended = retry
+      ? await this.finish(job, "QUEUED", null, `Attempt ${job.attempts} of ${MAX_ATTEMPTS} failed (${why}); it is retried.`)
+      : await this.finish(job, "FAILED", null, `The export failed ${MAX_ATTEMPTS} times (last: ${why}); run it again with POST /exports/{exportId}.`);
+    if (ended) this.metrics.ended(job.type, retry ? "RETRIED" : "FAILED");
   }
 
   /** Records a run's outcome while the job is still this node's run; false when it no longer is. */

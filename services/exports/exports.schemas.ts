@@ -4,7 +4,7 @@
 import { pageSchema, pagingProperties, type Page } from "../../lib/http/paging";
 import type { SchemaOf } from "../../lib/http/schema-type";
 import { RANGE_BYTES } from "../../lib/http/remote-file";
-import { CONTACT_SORTS, contactFilterProperties, UUID, customFieldFilter, type ContactFilters, type ContactSort } from "../contacts/contacts.contract";
+import { contactExportProperties, UUID, customFieldFilter, type ContactExportFilters } from "../contacts/contacts.contract";
 import { historyFilterProperties, type HistoryFilters } from "../tracking/tracking.contract";
 
 export const EXPORT_TYPES = ["CONTACTS", "DELIVERY_REPORTS", "MESSAGE_HISTORY"] as const;
@@ -102,16 +102,15 @@ export const exportLinkOut = {
   },
 } satisfies SchemaOf<ExportLinkOut>;
 
-export type ContactExportIn = ContactFilters & { sortBy?: ContactSort; sortOrder?: "asc" | "desc" };
+export type ContactExportIn = ContactExportFilters;
 
-const { sortBy, sortOrder } = pagingProperties(CONTACT_SORTS, "fullName");
 export const contactExportIn = {
   $id: "ContactExportIn",
   type: "object",
   additionalProperties: false,
   description:
     "The filters of GET /contacts (combined with AND; `customFields.<key>` for a declared custom field) and its sort. An empty body exports every contact.",
-  properties: { ...contactFilterProperties, sortBy, sortOrder },
+  properties: contactExportProperties,
   patternProperties: customFieldFilter,
 } satisfies SchemaOf<ContactExportIn>;
 

@@ -1,12 +1,10 @@
 /**
- * The SQL tracking publishes through tracking.contract.ts (re-exported there, so importers name the
- * contract): the outbox insert the notifier consumes, and the history conditions (GET
- * /messages/history and its export). Builders of SQL text, save `appendOutboxEvents`, which runs the
- * outbox insert in the caller's transaction.
+ * The SQL tracking still publishes through tracking.contract.ts (re-exported there, so importers
+ * name the contract): the outbox insert the notifier consumes, which the inbox runs for INBOUND
+ * events in its own transaction (`appendOutboxEvents`; issue 33 item 1, still to move).
  */
 import { QueryTypes, type Sequelize, type Transaction } from "sequelize";
-import { CHANNELS, statusByName, type Channel } from "../../lib/messaging/channels";
-import type { HistoryFilters, OutboxEvent } from "./tracking.contract";
+import type { OutboxEvent } from "./tracking.contract";
 
 /**
  * Only for an account with a webhook: `webhook_accounts`, the view the notifier publishes (an event
@@ -30,25 +28,4 @@ export const OUTBOX_INSERT = `INSERT INTO outbox_events (company_id, channel, ev
 export async function appendOutboxEvents(sequelize: Sequelize, transaction: Transaction, events: readonly OutboxEvent[]): Promise<void> {
   if (events.length === 0) return;
   await sequelize.query(OUTBOX_INSERT, { bind: [JSON.stringify(events)], type: QueryTypes.INSERT, transaction });
-}
-
-/**
- * The history filters as SQL conditions on `messages m` of one account. `param` places each value:
- * a bind placeholder for a query, an inlined literal for a COPY (which takes no parameters).
- */
-export function historyConditions(
-  companyId: string,
-  channels: readonly Channel[],
-  q: HistoryFilters,
-  param: (value: unknown, cast: string) => string,
-): string[] {
-  const where = [`m.company_id = ${param(companyId, "text")}`];
-  const allowed = q.channel ? [q.channel] : channels;
-  if (allowed.length < CHANNELS.length) where.push(`m.channel = ANY (${param(allowed, "text[]")})`);
-  if (q.status) where.push(`m.status_code = ${param(statusByName(q.status)!.code, "smallint")}`);
-  if (q.destination) where.push(`m.destination = ${param(q.destination, "text")}`);
-  if (q.campaignId) where.push(`m.campaign_id = ${param(q.campaignId, "text")}`, "m.campaign_id IS NOT NULL");
-  if (q.from) where.push(`m.sent_at >= ${param(new Date(q.from).toISOString(), "timestamptz")}`);
-  if (q.to) where.push(`m.sent_at < ${param(new Date(q.to).toISOString(), "timestamptz")}`);
-  return where;
 }

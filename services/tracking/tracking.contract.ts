@@ -1,9 +1,10 @@
 /**
  * What other services may import from tracking: the payload of the events it emits and the history
- * filters (schema, range check, SQL conditions) that the exports of messages reuse, the status feed
- * and the actions others call. The SQL it still publishes (the outbox insert, `historyConditions`)
- * is written in tracking.contract.queries.ts and re-exported here; "a campaign's messages" is the
- * view `campaign_messages` (migration 0028), its statistics the action `tracking.campaignStats`.
+ * filters (schema, range check) that the exports of messages take too, the status feed and the
+ * actions others call (the message exports' statements: `tracking.exportStatement`). The SQL it
+ * still publishes (the outbox insert) is written in tracking.contract.queries.ts and re-exported
+ * here; "a campaign's messages" is the view `campaign_messages` (migration 0028), its statistics the
+ * action `tracking.campaignStats`.
  */
 import { instantOf } from "../../lib/messaging/time";
 import type { Channel } from "../../lib/messaging/channels";
@@ -11,12 +12,13 @@ import { badRequest, type FieldError } from "../../lib/errors";
 import type { HistoryIn, InboundIn } from "./tracking.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
 import type { CampaignStatsIn, CampaignStatsOut } from "./tracking.stats.schemas";
+import type { ExportStatementIn } from "./tracking.export";
 import type { IngestIn as TrackingIngestIn, IngestOut as TrackingIngestOut, StatusCodesIn, StatusCodesOut } from "./tracking.schemas";
 
 export { historyFilterProperties, RANGE_RULE } from "./tracking.schemas";
 export { campaignStatsIn } from "./tracking.stats.schemas";
 export type { InboundIn };
-export { appendOutboxEvents, historyConditions, OUTBOX_INSERT } from "./tracking.contract.queries";
+export { appendOutboxEvents, OUTBOX_INSERT } from "./tracking.contract.queries";
 
 /**
  * A row of `outbox_events`, the hand-over to the notifier: tracking writes DELIVERY and READ rows
@@ -124,12 +126,15 @@ export type CampaignStatsFilters = Omit<CampaignStatsIn, "companyId">;
  * What other services call of tracking (lib/bus/calls.ts): `tracking.ingest`, an upstream report as
  * the internal ingress takes it; `tracking.statusCodes`, the status codes of messages another service
  * sent (inbox replies), as GET /messages/status answers them; `tracking.campaignStats`, the statistics
- * of an account's campaign messages (GET /campaigns/stats; a heavy read under tracking's slots).
+ * of an account's campaign messages (GET /campaigns/stats; a heavy read under tracking's slots);
+ * `tracking.exportStatement`, the SELECT of an account's message export (history or delivery
+ * reports) with the history filters, which the exports service runs inside a COPY.
  */
 export interface TrackingActions {
   "tracking.ingest": Action<TrackingIngestIn, TrackingIngestOut>;
   "tracking.statusCodes": Action<StatusCodesIn, StatusCodesOut>;
   "tracking.campaignStats": Action<CampaignStatsIn, CampaignStatsOut>;
+  "tracking.exportStatement": Action<ExportStatementIn, { sql: string }>;
 }
 export const callTracking = callerOf<TrackingActions>();
-export type { TrackingIngestIn, TrackingIngestOut, StatusCodesIn, StatusCodesOut, CampaignStatsIn, CampaignStatsOut };
+export type { TrackingIngestIn, TrackingIngestOut, StatusCodesIn, StatusCodesOut, CampaignStatsIn, CampaignStatsOut, ExportStatementIn };

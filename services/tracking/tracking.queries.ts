@@ -2,15 +2,17 @@
  * The tracking service's SQL: polling (through the key, then the day by id), the message history
  * (keyset pagination on an index: no OFFSET, no COUNT), and ingestion's set-based writes
  * (tracking.writes.ts), each run by the `Exec` of the caller's transaction (the days themselves:
- * tracking.days.ts). What
- * tracking publishes to other services is in tracking.contract.queries.ts.
+ * tracking.days.ts). The history
+ * filters are in tracking.filters.ts; the outbox insert tracking publishes is in
+ * tracking.contract.queries.ts.
  */
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Channel } from "../../lib/messaging/channels";
 import type { Exec } from "../../lib/db/db";
 import { badRequest } from "../../lib/errors";
 import type { OutboxEvent } from "./tracking.contract";
-import { historyConditions, LISTENED, OUTBOX_INSERT } from "./tracking.contract.queries";
+import { LISTENED, OUTBOX_INSERT } from "./tracking.contract.queries";
+import { historyConditions } from "./tracking.filters";
 import type { MessageState } from "./tracking.fold";
 import {
   MESSAGE_COLUMNS,

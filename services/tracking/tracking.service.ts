@@ -26,6 +26,7 @@ import { campaignStats } from "./tracking.stats";
 import { campaignStatsIn, type CampaignStatsIn, type CampaignStatsOut } from "./tracking.stats.schemas";
 import { dropDaysBefore, ensureDays } from "../../lib/db/partitions";
 import { historyPage, statusesOf } from "./tracking.queries";
+import { exportStatementIn, messageExportSelect, type ExportStatementIn } from "./tracking.export";
 import {
   historyIn,
   historyOut,
@@ -100,6 +101,15 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(ctx: Context<StatusCodesIn>): Promise<StatusCodesOut> {
           const found = await statusesOf(sequelize, ctx.params.companyId, ctx.params.channel, ctx.params.ids);
           return { codes: found.map((s) => s.statusCode) };
+        },
+      },
+
+      /** The SELECT of an account's message export (history or delivery reports) with the history filters: the exports service runs it inside a COPY. */
+      exportStatement: {
+        visibility: "public",
+        params: exportStatementIn,
+        handler(ctx: Context<ExportStatementIn>): { sql: string } {
+          return { sql: messageExportSelect(ctx.params.type, ctx.params.companyId, ctx.params.filters) };
         },
       },
 

@@ -3,10 +3,15 @@
  * exports nodes, each with an EXPORT_DIR of its own. A file written by one exports node downloads
  * through the gateway whichever exports node the call reaches: another one streams it from the
  * writer through Moleculer, range by range as the client reads. Once the writer is gone, the download is a 404 problem, never a 500.
+ * The statement of each export is its data's owner's, asked over the bus (issue 33 item 1): a
+ * message export's of tracking on the core node, a contacts export's of a contacts node. Without a
+ * contacts node a contacts export is a 503 at its creation, and a queued one is retried until a
+ * contacts node answers.
  */
 import type { Readable } from "node:stream";
 import { gunzipSync } from "node:zlib";
 import { RANGE_BYTES, remoteFileStream, type RemoteFile } from "../../lib/http/remote-file";
+import { EXPORT_QUEUED } from "../../services/exports/exports.runner";
 import { exportedFileUrl } from "../helpers/exports";
 import { startTestApp, uid, type TestApp } from "../helpers/app";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
@@ -53,6 +58,72 @@ describeOverNats("exports over NATS", () => {
     await core?.stop();
     await tdb?.drop();
   });
+
+  it("asks contacts for a contacts export's statement: 503 without a contacts node, retried while none answers, written once one does", async () => {
+    const a = await core.newAccount(["EXPORTS", "CONTACTS"]);
+    await core.db.sequelize.query(
+      `INSERT INTO contacts (id, company_id, first_name, phone_number) SELECT gen_random_uuid(), $1, 'P' || i, '+35192' || lpad(i::text, 7, '0') FROM generate_series(1, 30) i`,
+      { bind: [a.companyId] },
+    );
+    const refused = await a.api.post("/exports/contacts", {});
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get("content-type")).toMatch(/problem\+json/);
+
+    // A job queued while no contacts node runs (made before it left): its run cannot get a statement; it is retried, not failed.
+    const [{ id }] = (await core.db.sequelize.query(
+      `INSERT INTO export_jobs (id, company_id, type, filters, status) VALUES (gen_random_uuid(), $1, 'CONTACTS', '{}', 'QUEUED') RETURNING id`,
+      {
+        bind: [a.companyId],
+        type: "SELECT",
+      },
+    )) as Array<{ id: string }>;
+    await core.app.broker.broadcast(EXPORT_QUEUED);
+    // Not counted as an attempt: waiting for an owner never fails the export.
+    await eventually(
+      async () => {
+        const [job] = (await core.db.sequelize.query(`SELECT status, error, attempts FROM export_jobs WHERE id = $1`, {
+          bind: [id],
+          type: "SELECT",
+        })) as Array<{
+          status: string;
+          error: string | null;
+          attempts: number;
+        }>;
+        expect(job).toMatchObject({ status: "QUEUED", error: expect.stringContaining("contacts did not answer"), attempts: 0 });
+      },
+      { timeoutMs: 20_000 },
+    );
+
+    const contactsNode = await startTestApp({
+      services: ["contacts"],
+      db: tdb.db,
+      config: { transporter: TEST_NATS_URL, databaseUrl: tdb.db.url },
+      broker: { namespace, nodeID: `${namespace}-contacts` },
+    });
+    try {
+      await eventually(async () => expect((await a.api.post("/exports/contacts", { sortBy: "firstName" })).status).toBe(202), { timeoutMs: 20_000 });
+      const { url } = await exportedFileUrl(a.api, core.app.port!, "/exports/contacts", { sortBy: "firstName" });
+      const csv = (await (await fetch(url)).text()).trim().split("\n");
+      expect(csv[0]!.startsWith("id,firstName,lastName")).toBe(true);
+      expect(csv).toHaveLength(31);
+      // The job queued without a contacts node completes on a later attempt.
+      await eventually(
+        async () => {
+          const [job] = (await core.db.sequelize.query(`SELECT status, row_count::int AS row_count FROM export_jobs WHERE id = $1`, {
+            bind: [id],
+            type: "SELECT",
+          })) as Array<{
+            status: string;
+            row_count: number;
+          }>;
+          expect(job).toMatchObject({ status: "COMPLETED", row_count: 30 });
+        },
+        { timeoutMs: 30_000 },
+      );
+    } finally {
+      await contactsNode.stop();
+    }
+  }, 90_000);
 
   it("serves a file written on another node, through any exports node, byte for byte", async () => {
     const a = await core.newAccount(["EXPORTS"]);

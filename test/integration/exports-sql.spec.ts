@@ -1,11 +1,12 @@
 /**
- * The exports' SQL inlines the filters' values (COPY takes no parameters): run against a database
+ * The exports' statements (tracking's and contacts', tracking.export.ts and contacts.export.ts) inline the filters' values (COPY takes no parameters): run against a database
  * with hostile values, the matching row comes back, nothing else, and the tables are still there.
  * (The literals' text is checked in test/unit/exports-sql.spec.ts.)
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes, type Sequelize } from "sequelize";
-import { contactExportSql, messageExportSql } from "../../services/exports/exports.queries";
+import { contactExportSelect } from "../../services/contacts/contacts.export";
+import { messageExportSelect } from "../../services/tracking/tracking.export";
 import { createTestDatabase, type TestDatabase } from "../helpers/db";
 import { NASTY } from "../helpers/nasty";
 
@@ -49,7 +50,7 @@ describe("the export SQL against a database", () => {
   it.each(NASTY.map((v, i) => [v, i]))("returns only the message whose destination and campaign are %j", async (value, i) => {
     for (const type of ["MESSAGE_HISTORY", "DELIVERY_REPORTS"] as const) {
       const found = await rows<{ customerMessageId: string; destination: string; campaignId: string }>(
-        messageExportSql(type, company, { destination: value, campaignId: value }),
+        messageExportSelect(type, company, { destination: value, campaignId: value }),
       );
       expect(found.map((r) => r.customerMessageId)).toEqual([`m-${i}`]);
     }
@@ -57,14 +58,14 @@ describe("the export SQL against a database", () => {
   });
 
   it("keeps the account an inlined literal too", async () => {
-    const found = await rows(messageExportSql("MESSAGE_HISTORY", `${company}' OR '1'='1`, {}));
+    const found = await rows(messageExportSelect("MESSAGE_HISTORY", `${company}' OR '1'='1`, {}));
     expect(found).toEqual([]);
-    expect(await rows(messageExportSql("MESSAGE_HISTORY", company, {}))).toHaveLength(NASTY.length);
+    expect(await rows(messageExportSelect("MESSAGE_HISTORY", company, {}))).toHaveLength(NASTY.length);
   });
 
   it.each(NASTY.map((v, i) => [v, i]))("returns only the contact whose custom field is %j", async (value, i) => {
     const found = await rows<{ lastName: string; email: string; "customFields.note": string }>(
-      await contactExportSql(sequelize, company, { "customFields.note": value }),
+      await contactExportSelect(sequelize, company, { "customFields.note": value }),
     );
     expect(found).toHaveLength(1);
     expect(found[0]!.email).toBe(`user${i}.${value.length}@example.com`);
@@ -73,7 +74,7 @@ describe("the export SQL against a database", () => {
 
   it.each(NASTY.map((v, i) => [v, i]))("finds the contact named %j by fullName and search, the LIKE characters taken literally", async (value, i) => {
     for (const filters of [{ fullName: value }, { search: value }]) {
-      const found = await rows<{ email: string; lastName: string }>(await contactExportSql(sequelize, company, filters));
+      const found = await rows<{ email: string; lastName: string }>(await contactExportSelect(sequelize, company, filters));
       // A value may be part of another's name ("it''s" holds "it'"): the one asked for is there, and every match holds the value.
       expect(found.map((r) => r.email)).toContain(`user${i}.${value.length}@example.com`);
       for (const r of found) expect(r.lastName.toLowerCase()).toContain(value.toLowerCase());
@@ -82,14 +83,14 @@ describe("the export SQL against a database", () => {
   });
 
   it("matches % and _ only literally", async () => {
-    expect(await rows(await contactExportSql(sequelize, company, { fullName: "%" }))).toEqual([]);
-    expect(await rows(await contactExportSql(sequelize, company, { search: "_" }))).toEqual([]);
+    expect(await rows(await contactExportSelect(sequelize, company, { fullName: "%" }))).toEqual([]);
+    expect(await rows(await contactExportSelect(sequelize, company, { search: "_" }))).toEqual([]);
   });
 
   it("keeps a NUL, a backslash and a quote of a filter inside its literal (the statement runs, finds nothing, drops nothing)", async () => {
     for (const value of ["a\u0000'; DROP TABLE contacts; --", "\\'; DROP TABLE contacts; --", "x\u0000\\\u0000'"]) {
       for (const filters of [{ fullName: value }, { search: value }, { email: value }]) {
-        expect(await rows(await contactExportSql(sequelize, company, filters))).toEqual([]);
+        expect(await rows(await contactExportSelect(sequelize, company, filters))).toEqual([]);
       }
     }
     expect(await tablesLeft()).toBe("3");

@@ -12,7 +12,7 @@ describe("the exports node's claim loop", () => {
   let t: TestApp;
   beforeAll(async () => {
     // The default safety poll (EXPORT_POLL_MS), as npm start runs it.
-    t = await startTestApp({ services: ["gateway", "auth", "exports"] });
+    t = await startTestApp({ services: ["gateway", "auth", "tracking", "exports"] });
   });
   afterAll(() => t?.stop());
 

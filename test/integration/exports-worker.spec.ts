@@ -76,7 +76,7 @@ describe("the export pool (PostgreSQL)", () => {
   beforeAll(async () => {
     if (!TEST_DATABASE_URL) return; // every test below lists itself as a todo (a failure under REQUIRE_REAL_SERVICES=1)
     // A short lease (renewed every second) so that a run outliving it shows the heartbeat at work.
-    t = await startTestApp({ services: ["gateway", "auth", "exports"], db: tdb.db, config: { exportWorkers: 2, exportLeaseMs: 3000 } });
+    t = await startTestApp({ services: ["gateway", "auth", "tracking", "exports"], db: tdb.db, config: { exportWorkers: 2, exportLeaseMs: 3000 } });
   });
   afterAll(() => t?.stop());
 
@@ -160,7 +160,7 @@ describe("the export pool (PostgreSQL)", () => {
   itWithPostgres(
     "a node that stops lets its running export finish within SHUTDOWN_TIMEOUT_MS: written and COMPLETED by that node",
     async () => {
-      const other = await startTestApp({ services: ["exports"], db: tdb.db, config: { exportWorkers: 1, shutdownTimeoutMs: 20_000 } });
+      const other = await startTestApp({ services: ["tracking", "exports"], db: tdb.db, config: { exportWorkers: 1, shutdownTimeoutMs: 20_000 } });
       const a = await t.newAccount(["EXPORTS"]);
       await seed(t, a, 10);
       // Only `other` may take it: this file's own node claims nothing meanwhile (its runner is told it
@@ -191,7 +191,7 @@ describe("the export pool (PostgreSQL)", () => {
   itWithPostgres(
     "a node that stops hands its running export back at once (the attempt not counted); another node finishes it",
     async () => {
-      const other = await startTestApp({ services: ["exports"], db: tdb.db, config: { exportWorkers: 1 } });
+      const other = await startTestApp({ services: ["tracking", "exports"], db: tdb.db, config: { exportWorkers: 1 } });
       const a = await t.newAccount(["EXPORTS"]);
       await seed(t, a, 10);
       // Whichever node polls first takes the job; that one is stopped.

@@ -1,5 +1,7 @@
-/** The contact filters as SQL (contacts' contract): parameterised, escaped, refusing what is not a filter. */
-import { contactOrder, contactWhere, CONTACT_SORTS, likeEscape, type ContactFilters, type CustomFieldType } from "../../services/contacts/contacts.contract";
+/** The contact filters as SQL (contacts.filters.ts): parameterised, escaped, refusing what is not a filter. */
+import { likeEscape } from "../../lib/db/literals";
+import { CONTACT_SORTS, type ContactFilters, type CustomFieldType } from "../../services/contacts/contacts.contract";
+import { contactOrder, contactWhere } from "../../services/contacts/contacts.filters";
 
 const NASTY = `O'Brien"; DROP TABLE contacts; -- /* $$ \\ */`;
 const types = (entries: Array<[string, CustomFieldType]> = []) => new Map<string, CustomFieldType>(entries);

@@ -4,7 +4,8 @@
  * statements against a database with the same hostile values.
  */
 import { Sequelize } from "sequelize";
-import { inlineReplacements, sqlLiteral } from "../../services/exports/exports.queries";
+import { sqlLiteral } from "../../lib/db/literals";
+import { inlineReplacements } from "../../services/contacts/contacts.export";
 import { NASTY } from "../helpers/nasty";
 
 describe("sqlLiteral", () => {

@@ -1,13 +1,13 @@
 /**
- * The SQL contacts publishes through contacts.contract.ts (re-exported there, so importers name the
- * contract): the contact filters of GET /contacts as a WHERE clause and an ORDER BY (`contactWhere`,
- * `contactOrder`, reused by contact exports and by contacts.queries.ts) and a contact's `optedOut`.
- * Builders of SQL text only: the callers run them inside their own statements. What campaigns and
- * the inbox read of contacts (consent, lists, audience) they read through the views of migration
- * 0029, in SQL of their own.
+ * The contact filters of GET /contacts as a WHERE clause and an ORDER BY (`contactWhere`,
+ * `contactOrder`), for contacts' own pages (contacts.queries.ts) and its export statement
+ * (contacts.export.ts, `contacts.exportStatement`), and a contact's `optedOut`. Contacts' own SQL:
+ * no other service imports it (issue 33 item 1). What campaigns and the inbox read of contacts
+ * (consent, lists, audience) they read through the views of migration 0029, in SQL of their own.
  */
 import { CHANNELS } from "../../lib/messaging/channels";
 import { ApiError, type FieldError } from "../../lib/errors";
+import { likeEscape } from "../../lib/db/literals";
 import type { ContactFilters, ContactSort, CustomFieldType } from "./contacts.contract";
 import { normalizeEmail, parseCustomFilter, PHONE_ERROR, toE164 } from "./contacts.normalize";
 
@@ -25,9 +25,6 @@ export interface Where {
   sql: string;
   replacements: Record<string, unknown>;
 }
-
-/** `%text%` for ILIKE, with LIKE's own characters (% _ \\) taken literally. */
-export const likeEscape = (s: string) => `%${s.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
 /** Builds the WHERE clause for alias `c` (contacts) of one account. */
 export function contactWhere(companyId: string, f: ContactFilters, customTypes: Map<string, CustomFieldType>): Where {
