@@ -11,7 +11,9 @@ import type { Sequelize } from "sequelize";
  *
  * The leases in flight when this runs move: one row per claim token still held, over the keys of
  * its recipients, with their latest lease (a batch being sent during the upgrade is not claimed
- * again before its lease runs out). Down moves them back onto the recipients.
+ * again before its lease runs out). Down moves them back onto the recipients of each range. Claims
+ * make ranges that never overlap and hold exactly the recipients their batch took, so that is
+ * exact. Stop the campaigns nodes before either step.
  */
 export async function up(sequelize: Sequelize): Promise<void> {
   await sequelize.query(`

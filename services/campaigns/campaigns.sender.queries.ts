@@ -31,25 +31,33 @@ import type { RecipientRow } from "./campaigns.models";
 /**
  * The claim's second statement (the campaign row already locked, and SENDING): the campaign's send
  * slot read; leases run out and not locked by their holder ended; recipients due, covered by no
- * lease and after the cursor taken, in pending order; one lease row over them; the slot moved on by
- * what was taken. One row per recipient taken, or one row of nulls with the slot when none was.
+ * lease and after the cursor taken, in pending order, from the first such one up to the next lease
+ * (so that leases never overlap: a lease's range holds exactly the recipients its batch took); one
+ * lease row over them, its end counted from the clock (not from the transaction's start, which may
+ * have waited for the campaign row); the slot moved on by what was taken. One row per recipient
+ * taken, or one row of nulls with the slot when none was.
  * $1 campaign, $2 token, $3 lease (ms), $4 how many, [$5 due, $6 contact: the cursor].
  */
 function claimStatement(cursor: boolean): string {
+  // A recipient a claim may take: PENDING, due, covered by no lease (and after the cursor).
+  const free = `r.campaign_id = $1 AND r.status = 'PENDING' AND r.due_at <= now() AND (k.rate IS NULL OR k.slot <= now())${cursor ? " AND (r.due_at, r.contact_id) > ($5::timestamptz, $6::uuid)" : ""}
+         AND NOT EXISTS (SELECT 1 FROM held h WHERE (r.due_at, r.contact_id) >= (h.lo_due, h.lo_contact) AND (r.due_at, r.contact_id) <= (h.hi_due, h.hi_contact))`;
   return `WITH k AS (
       SELECT id, company_id, channel, send_rate_per_second AS rate, coalesce(rate_next_at, now()) AS slot FROM campaigns WHERE id = $1),
     expired AS (SELECT b.token FROM campaign_batches b WHERE b.campaign_id = $1 AND b.leased_until < now() FOR UPDATE SKIP LOCKED),
     ended AS (DELETE FROM campaign_batches b USING expired e WHERE b.campaign_id = $1 AND b.token = e.token),
     held AS (SELECT b.lo_due, b.lo_contact, b.hi_due, b.hi_contact FROM campaign_batches b WHERE b.campaign_id = $1 AND b.token NOT IN (SELECT token FROM expired)),
+    first AS (SELECT r.due_at, r.contact_id FROM campaign_recipients r, k WHERE ${free} ORDER BY r.due_at, r.contact_id LIMIT 1),
+    stop AS (
+      SELECT h.lo_due, h.lo_contact FROM held h, first f WHERE (h.lo_due, h.lo_contact) > (f.due_at, f.contact_id) ORDER BY h.lo_due, h.lo_contact LIMIT 1),
     took AS (
       SELECT r.contact_id, r.destination, r.vars, r.simulation, r.attempts, r.due_at AS was_due, r.due_at::text AS due_key
         FROM campaign_recipients r, k
-       WHERE r.campaign_id = $1 AND r.status = 'PENDING' AND r.due_at <= now() AND (k.rate IS NULL OR k.slot <= now())${cursor ? " AND (r.due_at, r.contact_id) > ($5::timestamptz, $6::uuid)" : ""}
-         AND NOT EXISTS (SELECT 1 FROM held h WHERE (r.due_at, r.contact_id) >= (h.lo_due, h.lo_contact) AND (r.due_at, r.contact_id) <= (h.hi_due, h.hi_contact))
+       WHERE ${free} AND NOT EXISTS (SELECT 1 FROM stop s WHERE (r.due_at, r.contact_id) >= (s.lo_due, s.lo_contact))
        ORDER BY r.due_at, r.contact_id LIMIT $4),
     lease AS (
       INSERT INTO campaign_batches (campaign_id, company_id, token, lo_due, lo_contact, hi_due, hi_contact, leased_until)
-      SELECT $1, k.company_id, $2, lo.was_due, lo.contact_id, hi.was_due, hi.contact_id, now() + make_interval(secs => $3::float8 / 1000)
+      SELECT $1, k.company_id, $2, lo.was_due, lo.contact_id, hi.was_due, hi.contact_id, clock_timestamp() + make_interval(secs => $3::float8 / 1000)
         FROM k, (SELECT was_due, contact_id FROM took ORDER BY was_due, contact_id LIMIT 1) lo,
              (SELECT was_due, contact_id FROM took ORDER BY was_due DESC, contact_id DESC LIMIT 1) hi),
     moved AS (
@@ -80,25 +88,40 @@ export function claimRecipients(
 ): Promise<ClaimedRecipient[]> {
   const params: unknown[] = [c.campaignId, c.token, c.leaseMs, c.size];
   return inTransaction(sequelize, async (exec) => {
-    const sending = await exec(`SELECT 1 FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE`, [c.campaignId]);
-    if (sending.length === 0) return [];
-    return exec<ClaimedRecipient>(c.cursor ? CLAIM_AFTER : CLAIM_FROM_START, c.cursor ? [...params, c.cursor.due, c.cursor.id] : params);
+    if (!c.cursor) {
+      const sending = await exec(`SELECT 1 FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE`, [c.campaignId]);
+      if (sending.length === 0) return [];
+      return exec<ClaimedRecipient>(CLAIM_FROM_START, params);
+    }
+    // After the cursor, or after the last key leased (another node's batches ahead of this one's
+    // cursor), whichever is later: a claim never walks the rows of batches in flight.
+    const [after] = await exec<{ due: string; contact: string }>(
+      `SELECT b.due::text AS due, b.contact::text AS contact
+         FROM (SELECT id FROM campaigns WHERE id = $1 AND status = 'SENDING' FOR UPDATE) c,
+              LATERAL (SELECT $2::timestamptz AS due, $3::uuid AS contact
+                       UNION ALL
+                       SELECT h.hi_due, h.hi_contact FROM campaign_batches h WHERE h.campaign_id = $1 AND h.leased_until >= now()
+                       ORDER BY 1 DESC, 2 DESC LIMIT 1) b`,
+      [c.campaignId, c.cursor.due, c.cursor.id],
+    );
+    if (!after) return [];
+    return exec<ClaimedRecipient>(CLAIM_AFTER, [...params, after.due, after.contact]);
   });
 }
 
 /**
- * The campaign's PENDING recipients: how many, and in how many ms the first of them can be claimed
- * (its due time, or the end of the lease of a batch that covers it; null when there is none).
+ * Whether the campaign has PENDING recipients (`n`: 1 or 0), and in how many ms the first of them
+ * may be claimable: its due time when none is due yet, else the end of the first lease to end
+ * (the due ones are held: the claim that came just before took nothing). Null when none is PENDING.
+ * Two index probes and a look at the campaign's few leases: an idle worker asks about once a second.
  */
 export async function pendingLeft(sequelize: Sequelize, campaignId: string): Promise<{ n: number; wait_ms: number | null }> {
   const [left] = await queryRows<{ n: number; wait_ms: number | null }>(
     sequelize,
-    `SELECT count(*)::int AS n,
-            (EXTRACT(EPOCH FROM min(greatest(r.due_at,
-               (SELECT max(b.leased_until) FROM campaign_batches b
-                 WHERE b.campaign_id = r.campaign_id AND (r.due_at, r.contact_id) >= (b.lo_due, b.lo_contact) AND (r.due_at, r.contact_id) <= (b.hi_due, b.hi_contact))))
-             - now()) * 1000)::int AS wait_ms
-       FROM campaign_recipients r WHERE r.campaign_id = $1 AND r.status = 'PENDING'`,
+    `SELECT (d.due IS NOT NULL)::int AS n,
+            (EXTRACT(EPOCH FROM CASE WHEN d.due > now() THEN d.due
+                                     ELSE coalesce((SELECT min(b.leased_until) FROM campaign_batches b WHERE b.campaign_id = $1), d.due) END - now()) * 1000)::int AS wait_ms
+       FROM (SELECT min(due_at) AS due FROM campaign_recipients WHERE campaign_id = $1 AND status = 'PENDING') d`,
     [campaignId],
   );
   return left!;

@@ -30,7 +30,7 @@ import {
 import type { ExportMetrics } from "./exports.metrics";
 import type { ExportResult, ExportTask } from "./exports.worker";
 
-/** How long a node claims no export after a statement's owner (tracking, contacts) did not answer. */
+/** How long a run waits for its statement's owner (tracking, contacts) to be discovered, and then how long the node claims no export when none was. */
 export const OWNER_WAIT_MS = 3000;
 
 /** Runs of one job before it ends FAILED (a worker that died, a node that died, a failed query). */

@@ -23,7 +23,7 @@ import { callTracking, checkHistoryRange } from "../tracking/tracking.contract";
 import { OPS_ROWS, seconds, type OpsTable } from "../../lib/observability/ops";
 import { addNodeRegistry } from "../../lib/observability/http-metrics";
 import { ExportMetrics } from "./exports.metrics";
-import { EXPORT_QUEUED, ExportRunner, FILE_RE, type ClaimedJob } from "./exports.runner";
+import { EXPORT_QUEUED, ExportRunner, FILE_RE, OWNER_WAIT_MS, type ClaimedJob } from "./exports.runner";
 import {
   contactExportIn,
   downloadIn,
@@ -324,6 +324,8 @@ export function createExportsService(deps: Deps): ServiceSchema<ApiServiceSettin
       addNodeRegistry(this.broker, metrics.registry);
       // The statement is its data's owner's (issue 33 item 1), asked with the job's account.
       const statementOf = async (job: ClaimedJob): Promise<string> => {
+        // A node just started may not have discovered the owner's node yet: wait for it a little.
+        await this.broker.waitForServices(job.type === "CONTACTS" ? "contacts" : "tracking", OWNER_WAIT_MS, 100);
         const answer =
           job.type === "CONTACTS"
             ? await callContacts(this.broker, "contacts.exportStatement", job.filters as ContactExportIn, { meta: { companyId: job.company_id } })

@@ -147,10 +147,14 @@ describe("one account's previews of a large audience", () => {
     // one session that the previews share with everyone, so a probe may wait for the statement of the
     // preview running then, and the load of the test file running beside this one comes and goes:
     // a clean-clone run saw a median of 2x `alone`), not for a queue: 40 previews queued ahead would
-    // be 20 to 40 times `alone`. Quiet, this machine: alone 486 ms, median 605, max 754.
+    // be 20 to 40 times `alone`, the account's own queue (HEAVY_QUEUE_PER_ACCOUNT 8) 9 times. Quiet,
+    // this machine: alone 486 ms, median 605, max 754. On embedded PGlite each of the probe's
+    // statements may wait for one statement of a preview (one session, and it runs in this process),
+    // and a full-suite run saw a median of 3.6x `alone` there.
     const sorted = [...during].sort((a, b) => a - b);
     const [median, max] = [sorted[Math.floor(sorted.length / 2)]!, sorted[sorted.length - 1]!];
-    expect(median).toBeLessThan(Math.max(2000, 3 * alone));
-    expect(max).toBeLessThan(Math.max(5000, 6 * alone));
+    const [medianBound, maxBound] = t.db.embedded ? [6, 10] : [3, 6];
+    expect(median).toBeLessThan(Math.max(2000, medianBound * alone));
+    expect(max).toBeLessThan(Math.max(5000, maxBound * alone));
   }, 120_000);
 });

@@ -285,6 +285,15 @@ describe("outages answered fast and honestly, and survived", () => {
         EXPORT_SIGNING_KEY: "faults-signing-key-0123456789abcdef0123",
         EXPORT_LEASE_MS: "3000",
       };
+      // The history's statement is tracking's (tracking.exportStatement): a tracking node runs meanwhile.
+      const tracking = start(productScript("start"), {
+        ...env,
+        SERVICES: "tracking",
+        PORT: String(await freePort()),
+        INTERNAL_PORT: String(await freePort()),
+        NODE_ID: "faults-tracking",
+        INTERNAL_TOKEN: "faults-internal-token-0123456789",
+      });
       try {
         await db.query(
           `INSERT INTO messages (company_id, channel, customer_message_id, destination, sent_at, status_code, text)
@@ -342,6 +351,7 @@ describe("outages answered fast and honestly, and survived", () => {
         expect(lines).toBe(ROWS + 1); // the header, then every row
         expect(gateway.exited).toBe(false);
       } finally {
+        await stop(tracking);
         await db.end();
       }
     },
