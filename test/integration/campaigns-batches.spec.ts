@@ -6,13 +6,23 @@
  * - a lease run out is ended by the next claim, which takes its recipients, and the old holder's
  *   outcomes then write nothing; unless the holder has the lease row locked (writing its
  *   outcomes): then the next claim leaves the recipients alone;
+ * - leases never overlap: a claim stops before the next lease, and one after a cursor starts after
+ *   the last key leased;
+ * - what is left: none PENDING, or how long until the first can be claimed;
  * - a heartbeat learns when its lease was ended; a give-back frees the recipients at once;
  * - the migration moves leases in flight off the recipients and back down.
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
 import { inTransaction, migrator, type Database } from "../../lib/db/db";
-import { claimRecipients, giveBackBatch, recordOutcomes, renewBatch, type ClaimedRecipient } from "../../services/campaigns/campaigns.sender.queries";
+import {
+  claimRecipients,
+  giveBackBatch,
+  pendingLeft,
+  recordOutcomes,
+  renewBatch,
+  type ClaimedRecipient,
+} from "../../services/campaigns/campaigns.sender.queries";
 import { createTestDatabase, itWithPostgres, unmigratedTestDatabase, type TestDatabase } from "../helpers/db";
 
 let t: TestDatabase;
@@ -131,6 +141,55 @@ it("frees a batch given back at once, and a heartbeat keeps a lease its own", as
   expect((await claim(c, 10)).ids).toEqual([]); // renewed: still held
   await giveBackBatch(t.db.sequelize, c, b.token);
   expect((await claim(c, 10)).ids).toHaveLength(10);
+});
+
+it("never makes overlapping leases: a claim stops before the next lease, and one after a cursor starts after the last key leased", async () => {
+  const c = await sendingCampaign(40);
+  const first = await claim(c, 5);
+  const second = await claim(c, 5);
+  await giveBackBatch(t.db.sequelize, c, first.token);
+  // From the start: the 5 given back, and not the free keys past the second batch's lease.
+  const again = await claim(c, 20);
+  expect(new Set(again.ids)).toEqual(new Set(first.ids));
+  const ranges = await q<{ lo: string; hi: string }>(
+    t.db,
+    `SELECT lo_due::text || '/' || lo_contact AS lo, hi_due::text || '/' || hi_contact AS hi FROM campaign_batches WHERE campaign_id = $1 ORDER BY lo_due, lo_contact`,
+    [c],
+  );
+  expect(ranges).toHaveLength(2);
+  const overlap = await q<{ n: number }>(
+    t.db,
+    `SELECT count(*)::int AS n FROM campaign_batches a JOIN campaign_batches b ON a.campaign_id = b.campaign_id AND a.token < b.token
+      WHERE a.campaign_id = $1 AND (a.lo_due, a.lo_contact) <= (b.hi_due, b.hi_contact) AND (b.lo_due, b.lo_contact) <= (a.hi_due, a.hi_contact)`,
+    [c],
+  );
+  expect(overlap[0]!.n).toBe(0);
+  // A claim after a cursor at the very start: it starts past every key leased.
+  const [start] = await q<{ due: string; id: string }>(
+    t.db,
+    `SELECT due_at::text AS due, contact_id AS id FROM campaign_recipients WHERE campaign_id = $1 ORDER BY due_at, contact_id LIMIT 1`,
+    [c],
+  );
+  const rows = await claimRecipients(t.db.sequelize, { campaignId: c, token: `test/${randomUUID()}`, leaseMs: 60_000, size: 5, cursor: start! });
+  const after = rows.map((r) => r.contact_id);
+  expect(after).toHaveLength(5);
+  expect(after.filter((id) => [...first.ids, ...second.ids].includes(id))).toEqual([]);
+});
+
+it("says what is left: none PENDING, or how long until the first recipient can be claimed", async () => {
+  const c = await sendingCampaign(3);
+  const b = await claim(c, 3, 5000);
+  const held = await pendingLeft(t.db.sequelize, c);
+  expect(held.n).toBe(1);
+  expect(held.wait_ms).toBeGreaterThan(3000); // all due, all held: until the lease ends
+  expect(held.wait_ms).toBeLessThanOrEqual(5000);
+  await q(t.db, `UPDATE campaign_recipients SET due_at = now() + interval '20 seconds' WHERE campaign_id = $1`, [c]);
+  await giveBackBatch(t.db.sequelize, c, b.token);
+  const later = await pendingLeft(t.db.sequelize, c);
+  expect(later.wait_ms).toBeGreaterThan(15_000); // none due yet: until the first is due
+  expect(await sentAll(c, b.token, b.ids)).toMatchObject({ written: 0 }); // given back: its outcomes write nothing
+  await q(t.db, `UPDATE campaign_recipients SET status = 'SENT' WHERE campaign_id = $1`, [c]);
+  expect(await pendingLeft(t.db.sequelize, c)).toEqual({ n: 0, wait_ms: null });
 });
 
 describe("migration 0030", () => {
