@@ -105,12 +105,16 @@ describe("behind a trusted proxy, failed key lookups", () => {
   it("are refused with 429 past their limit per client, before auth.verify is asked", async () => {
     const client = { "x-forwarded-for": "203.0.113.50, 198.51.100.77" };
     const before = verifyCalls;
+    const started = performance.now();
     const results = await Promise.all(Array.from({ length: 40 }, () => p.api.get("/authentication/me", { headers: { ...client, "x-api-key": unknownKey() } })));
+    const elapsedS = (performance.now() - started) / 1000;
     const unauthorized = results.filter((r) => r.status === 401).length;
     const limited = results.filter((r) => r.status === 429);
     expect(unauthorized + limited.length).toBe(40);
-    // 10 a second, burst 20: at most 20 (and what refilled meanwhile) reach the lookup.
-    expect(limited.length).toBeGreaterThanOrEqual(10);
+    // 10 a second, burst 20: at most 20 and what refilled meanwhile reach the lookup (a loaded CI
+    // machine took over a second for the 40 once: 31 got through, all within the rule).
+    expect(unauthorized).toBeLessThanOrEqual(20 + Math.ceil(10 * elapsedS));
+    expect(limited.length).toBeGreaterThan(0);
     expectProblem(limited[0]!, 429);
     expect(Number(limited[0]!.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
     expect(limited[0]!.headers.get("ratelimit-limit")).toMatch(/^\d+$/);

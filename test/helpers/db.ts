@@ -121,6 +121,20 @@ export async function unmigratedTestDatabase(): Promise<{ db: Database; drop(): 
   };
 }
 
+/**
+ * For a migration test file (or describe block): an unmigrated database of its own, made before its
+ * tests (handed to `use`) and dropped after them.
+ */
+export function withUnmigratedDatabase(use: (db: Database) => void): void {
+  let drop: () => Promise<void> = async () => undefined;
+  beforeAll(async () => {
+    const made = await unmigratedTestDatabase();
+    drop = made.drop;
+    use(made.db);
+  }, 60_000);
+  afterAll(() => drop());
+}
+
 export async function createTestDatabase(): Promise<TestDatabase> {
   if (!TEST_DATABASE_URL) {
     if (REQUIRE_REAL) throw new Error("REQUIRE_REAL_SERVICES=1 but TEST_DATABASE_URL is not set");

@@ -23,7 +23,7 @@ import {
   renewBatch,
   type ClaimedRecipient,
 } from "../../services/campaigns/campaigns.sender.queries";
-import { createTestDatabase, itWithPostgres, unmigratedTestDatabase, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
 
 let t: TestDatabase;
 beforeAll(async () => {
@@ -194,11 +194,7 @@ it("says what is left: none PENDING, or how long until the first recipient can b
 
 describe("migration 0030", () => {
   let db: Database;
-  let drop: () => Promise<void> = async () => undefined;
-  beforeAll(async () => {
-    ({ db, drop } = await unmigratedTestDatabase());
-  }, 60_000);
-  afterAll(() => drop());
+  withUnmigratedDatabase((made) => (db = made));
 
   it("moves the leases in flight off the recipients into one row per token, and back down", async () => {
     await migrator(db).up({ to: "20261201-0029-contacts-views" });

@@ -7,14 +7,10 @@
 import { QueryTypes } from "sequelize";
 import { migrator, type Database } from "../../lib/db/db";
 import { appendInboxEvents } from "../../services/inbox/inbox.events";
-import { unmigratedTestDatabase } from "../helpers/db";
+import { withUnmigratedDatabase } from "../helpers/db";
 
 let db: Database;
-let drop: () => Promise<void> = async () => undefined;
-beforeAll(async () => {
-  ({ db, drop } = await unmigratedTestDatabase());
-}, 60_000);
-afterAll(() => drop());
+withUnmigratedDatabase((made) => (db = made));
 
 const q = <T extends object>(sql: string, bind: unknown[] = []) => db.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT });
 
