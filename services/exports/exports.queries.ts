@@ -127,6 +127,9 @@ export const RENEW_RUNS = { where: "j.status = 'PROCESSING'", returning: "j.id, 
 /** The give-back at a stop: runs still PROCESSING are QUEUED again, the attempt not counted. */
 export const GIVE_BACK_RUNS: EndSpec = { set: "status = 'QUEUED', attempts = greatest(j.attempts - 1, 0)", where: "j.status = 'PROCESSING'" };
 
+/** The give-back of a run that could not start (its statement's owner did not answer): the same, with why it waits. */
+export const waitingRun = (why: string): EndSpec => ({ ...GIVE_BACK_RUNS, set: `${GIVE_BACK_RUNS.set}, error = $1::text`, params: [why] });
+
 /**
  * Records a run's outcome while the job is still this node's run (`run`, held by `nodeId`,
  * PROCESSING): a COMPLETED one keeps its node (where the file is) and expires `retentionS` later; a
@@ -157,20 +160,6 @@ export async function finishRun(
       bind: [o.id, o.run, o.nodeId, o.status, o.rowCount, o.error, o.retentionS, o.file],
       type: QueryTypes.SELECT,
     },
-  );
-  return rows.length === 1;
-}
-
-/**
- * A run that could not start (its statement's owner did not answer) is QUEUED again with `error`,
- * the attempt not counted, while it is still this node's run.
- */
-export async function giveBackRun(sequelize: Sequelize, o: { id: string; run: number; nodeId: string; error: string }): Promise<boolean> {
-  const rows = await sequelize.query<{ id: string }>(
-    `UPDATE export_jobs SET status = 'QUEUED', attempts = greatest(attempts - 1, 0), node_id = NULL, leased_until = NULL, error = $4::text
-        WHERE id = $1::uuid AND run = $2::integer AND node_id = $3::text AND status = 'PROCESSING'
-       RETURNING id`,
-    { bind: [o.id, o.run, o.nodeId, o.error], type: QueryTypes.SELECT },
   );
   return rows.length === 1;
 }

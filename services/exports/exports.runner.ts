@@ -21,11 +21,11 @@ import {
   EXPORT_CLAIM,
   EXPORT_JOBS,
   finishRun,
-  giveBackRun,
   GIVE_BACK_RUNS,
   interruptedRuns,
   jobsOfFiles,
   RENEW_RUNS,
+  waitingRun,
 } from "./exports.queries";
 import type { ExportMetrics } from "./exports.metrics";
 import type { ExportResult, ExportTask } from "./exports.worker";
@@ -192,12 +192,10 @@ export class ExportRunner {
       const owner = job.type === "CONTACTS" ? "contacts" : "tracking";
       this.log.warn({ err, exportId: job.id }, "export statement could not be asked of its owner; the job waits");
       this.claimsPausedUntil = Date.now() + OWNER_WAIT_MS;
-      await giveBackRun(this.sequelize, {
-        id: job.id,
-        run: job.run,
-        nodeId: this.nodeId,
-        error: `Waiting: ${owner} did not answer (no ${owner} node running?); the export starts once one does.`,
-      });
+      await this.jobs.giveBack(
+        { ids: [job.id], owner: this.nodeId },
+        waitingRun(`Waiting: ${owner} did not answer (no ${owner} node running?); the export starts once one does.`),
+      );
       return;
     }
     const task: ExportTask = { url: this.dbUrl, sql: copyCsvSql(select), tmpPath, finalPath };

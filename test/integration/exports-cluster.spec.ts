@@ -102,6 +102,10 @@ describeOverNats("exports over NATS", () => {
     });
     try {
       await eventually(async () => expect((await a.api.post("/exports/contacts", { sortBy: "firstName" })).status).toBe(202), { timeoutMs: 20_000 });
+      // Contacts' refusal crosses the bus as the documented 400 problem.
+      const unknownField = await a.api.post("/exports/contacts", { "customFields.nope": "x" });
+      expect(unknownField.status).toBe(400);
+      expect(unknownField.headers.get("content-type")).toMatch(/problem\+json/);
       const { url } = await exportedFileUrl(a.api, core.app.port!, "/exports/contacts", { sortBy: "firstName" });
       const csv = (await (await fetch(url)).text()).trim().split("\n");
       expect(csv[0]!.startsWith("id,firstName,lastName")).toBe(true);
