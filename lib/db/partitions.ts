@@ -16,6 +16,8 @@ const MAKERS = {
   webhook_attempts: "ensure_day_partitions('webhook_attempts', $1::date, $2::date)",
   inbox_events: "ensure_day_partitions('inbox_events', $1::date, $2::date)",
   message_status_feed: "ensure_day_partitions('message_status_feed', $1::date, $2::date)",
+  message_event_feed: "ensure_day_partitions('message_event_feed', $1::date, $2::date)",
+  inbound_event_feed: "ensure_day_partitions('inbound_event_feed', $1::date, $2::date)",
 } as const;
 export type DailyTable = keyof typeof MAKERS;
 /** Every table partitioned by day. */
@@ -75,9 +77,16 @@ export async function dropDay(sequelize: Sequelize, partition: string): Promise<
  * its own statement; answers the days dropped (YYYY-MM-DD). A row of the cutoff's own day stays
  * until its whole day has passed: readers that promise an exact age filter by it.
  */
-export async function dropDaysBefore(sequelize: Sequelize, table: DailyTable, cutoff: Date): Promise<string[]> {
+export async function dropDaysBefore(
+  sequelize: Sequelize,
+  table: DailyTable,
+  cutoff: Date,
+  /** A feed's owner: whether its followers have read the whole day yet (a day not read yet stays, and the days after it). */
+  readWhole?: (partition: string) => Promise<boolean>,
+): Promise<string[]> {
   const dropped: string[] = [];
   for (const name of await daysBefore(sequelize, table, cutoff)) {
+    if (readWhole && !(await readWhole(name))) break;
     if (await dropDay(sequelize, name)) dropped.push(dayOf(name));
   }
   return dropped;

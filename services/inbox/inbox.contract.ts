@@ -18,6 +18,14 @@ import type { IngestOut as InboxIngestOut } from "./inbox.schemas";
 
 export type { IngestIn as InboxIngestIn, InboundMessageIn };
 
+/**
+ * The INBOUND webhook events of inbound messages, a read-only view over the inbox's feed
+ * `inbound_event_feed` (migration 0031) that the notifier follows: rows are `WebhookEvent`
+ * (notifier.contract.ts) with `tx` and `id`, written in the transaction that stores the messages.
+ * Kept two days, and a day is dropped only once the notifier has read all of it.
+ */
+export const INBOUND_EVENTS_VIEW = "inbound_webhook_events";
+
 /** What a live-view event tells. `data` is the message (contract "Conversation" messages) or the conversation. */
 export type InboxEventType =
   "message.created" | "message.status" | "conversation.read" | "conversation.archived" | "conversation.unarchived" | "conversation.windowClosed";

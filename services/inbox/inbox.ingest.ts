@@ -3,8 +3,8 @@
  * the HTTP body and hands the items over, whichever node runs inbox) and from the simulator's end
  * users. A call's messages are stored all or none, in a transaction it shares with the calls that
  * arrived while the previous one committed (a group commit, as tracking's ingress does for receipts):
- * conversations found or created (an archived one reopens), messages stored once, the INBOUND outbox
- * rows (the notifier's hand-over, built by tracking's contract) and the live view's
+ * conversations found or created (an archived one reopens), messages stored once, their INBOUND
+ * webhook events (the inbox's feed `inbound_event_feed`, which the notifier follows) and the live view's
  * `message.created` / `conversation.unarchived` rows; the events are announced after the commit.
  * Opt-out keywords (STOP, START, ...) are handed to contacts before (inbox.keywords.ts).
  *
@@ -22,13 +22,41 @@ import { ApiError, type FieldError } from "../../lib/errors";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs/jobs";
 import { isE164, PHONE_ERROR } from "../../lib/messaging/phone";
-import { appendOutboxEvents, inboundEvent, type OutboxEvent } from "../tracking/tracking.contract";
+import { webhookFeedInsert } from "../../lib/db/feeds";
+import { WEBHOOK_ACCOUNTS_VIEW, withoutEmpty, type WebhookEvent } from "../notifier/notifier.contract";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent } from "./inbox.events";
 import { applyKeywords } from "./inbox.keywords";
 import type { InboxMetrics } from "./inbox.metrics";
 import { toConversationOut, toThreadMessageOut } from "./inbox.models";
 import { ingestInbound } from "./inbox.queries";
 import { INBOX_CHANNELS, ingestIn, type InboundMessageIn, type IngestIn, type IngestOut } from "./inbox.schemas";
+
+/** The INBOUND event of spec part 6 for the first arrival of an inbound message. */
+export function inboundEvent(channel: "RCS" | "WHATSAPP", v: InboundMessageIn): WebhookEvent {
+  const payload: Record<string, unknown> = {
+    eventType: "INBOUND",
+    channel,
+    messageId: v.messageId,
+    source: v.source,
+    destination: v.destination,
+    receivedDate: new Date(v.receivedDate).toISOString(),
+    messageType: v.messageType,
+    text: v.text,
+    mediaKey: v.mediaKey,
+  };
+  return {
+    company_id: v.companyId,
+    channel,
+    event_type: "INBOUND",
+    message_id: v.messageId,
+    num_part: null,
+    payload: withoutEmpty(payload),
+    message_sent_at: null,
+  };
+}
+
+/** The inbox's webhook events into its feed (migration 0031; `$1`: a JSON array), for accounts with a webhook. */
+const FEED_INSERT = webhookFeedInsert("inbound_event_feed", WEBHOOK_ACCOUNTS_VIEW);
 
 export interface IngestThis extends Service<ApiServiceSettings> {
   sequelize: Sequelize;
@@ -66,7 +94,7 @@ export function ingestBytes(p: IngestIn): number {
  * Writes a group of calls in one transaction (again after a deadlock or a lost race): per channel,
  * their messages together (conversations found or created once per number, a messageId stored once
  * however many calls carry it: the first call in the group to carry it stores it), then the group's
- * INBOUND outbox rows and, last before the commit (the account event lock, inbox.events.ts), its
+ * INBOUND webhook events (its feed) and, last before the commit (the account event lock, inbox.events.ts), its
  * live-view events. Answers per call how many of its messages were new, and the events to announce.
  */
 async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ created: number[]; live: InboxEvent[] }> {
@@ -80,7 +108,7 @@ async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ cr
       sequelize.transaction(async (tx) => {
         const created = calls.map(() => 0);
         const live: InboxEvent[] = [];
-        const outbox: OutboxEvent[] = [];
+        const outbox: WebhookEvent[] = [];
         for (const channel of INBOX_CHANNELS) {
           const items =
             calls.length === 1 ? (calls[0]!.channel === channel ? calls[0]!.items : []) : calls.flatMap((c) => (c.channel === channel ? c.items : []));
@@ -100,7 +128,7 @@ async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ cr
             });
           }
         }
-        await appendOutboxEvents(sequelize, tx, outbox);
+        if (outbox.length > 0) await sequelize.query(FEED_INSERT, { bind: [JSON.stringify(outbox)], transaction: tx });
         await appendInboxEvents(sequelize, tx, live);
         return { created, live };
       }),

@@ -2,6 +2,9 @@
 import type { Sequelize } from "sequelize";
 import { queryRows } from "../../lib/db/db";
 import { dropDaysBefore } from "../../lib/db/partitions";
+import { dayReadBy } from "../../lib/db/feeds";
+import { FEED_POSITIONS_VIEW } from "../notifier/notifier.contract";
+import { INBOUND_EVENTS_VIEW } from "./inbox.contract";
 import { INBOX_EVENTS_HORIZON_SQL } from "./inbox.events.queries";
 import { appendInboxEvents, type InboxEvent } from "./inbox.events";
 import type { EventsSinceOut, LiveEvent } from "./inbox.live.schemas";
@@ -123,4 +126,14 @@ export async function closeWindows(sequelize: Sequelize, batch: number): Promise
  */
 export function purgeEvents(sequelize: Sequelize, hours: number): Promise<string[]> {
   return dropDaysBefore(sequelize, "inbox_events", new Date(Date.now() - hours * 3600_000));
+}
+
+/** The inbox's webhook-event feed (migration 0031) keeps this many days, and a day the notifier has not read whole stays. */
+export const EVENT_FEED_KEEP_DAYS = 2;
+
+/** The days of the inbox's webhook-event feed past EVENT_FEED_KEEP_DAYS that the notifier has read whole, dropped. */
+export function purgeEventFeed(sequelize: Sequelize): Promise<string[]> {
+  return dropDaysBefore(sequelize, "inbound_event_feed", new Date(Date.now() - EVENT_FEED_KEEP_DAYS * 86_400_000), (day) =>
+    dayReadBy(sequelize, day, FEED_POSITIONS_VIEW, INBOUND_EVENTS_VIEW),
+  );
 }

@@ -15,7 +15,7 @@ import { Coalesced } from "../../lib/jobs/coalesce";
 import { STATUS_FEED_WRITTEN } from "../tracking/tracking.contract";
 import { FEED_BATCH, FEED_POLL_MS, followStatusFeed } from "./inbox.feed";
 import { announceInboxEvents } from "./inbox.events";
-import { accountHorizon, closeWindows, conversationExists, eventsSince, purgeEvents } from "./inbox.live.queries";
+import { accountHorizon, closeWindows, conversationExists, eventsSince, purgeEventFeed, purgeEvents } from "./inbox.live.queries";
 import { ensureDays } from "../../lib/db/partitions";
 import {
   accountEventsIn,
@@ -154,15 +154,18 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
       /** The days of events made a week ahead, and those wholly past INBOX_EVENT_RETENTION_HOURS dropped (migration 0025). */
       async purgeEvents(this: LiveThis): Promise<string[]> {
         await ensureDays(sequelize, "inbox_events");
+        await ensureDays(sequelize, "inbound_event_feed");
         const days = await purgeEvents(sequelize, config.inboxEventRetentionHours);
         if (days.length > 0) this.logger.info({ days }, "old inbox events removed");
+        const feed = await purgeEventFeed(sequelize);
+        if (feed.length > 0) this.logger.info({ days: feed }, "old webhook event feed days dropped");
         return days;
       },
     },
 
     async started(this: LiveThis) {
       // Today's partition of the events before the first write (the days ahead, then from the retention loop).
-      await ensureDays(sequelize, "inbox_events").catch((err: unknown) =>
+      await Promise.all([ensureDays(sequelize, "inbox_events"), ensureDays(sequelize, "inbound_event_feed")]).catch((err: unknown) =>
         this.logger.warn({ err }, "could not make the days of the live-view events now; tried again by the retention loop"),
       );
       this.liveLoops = new Loops(this.logger);

@@ -2,7 +2,8 @@
  * notifier: the account's delivery-status webhook (spec parts 2, 4 and 6; contract section 4).
  * Registration validates the callback URL by the rules of spec part 6 (notifier.url.ts); every
  * replica delivers events from the outbox (notifier.delivery.ts) through the pinned-address client
- * (notifier.client.ts), and partners read the attempts log. A webhook may sign its deliveries
+ * (notifier.client.ts), and partners read the attempts log. The outbox is the notifier's own
+ * schedule: it follows tracking's and the inbox's webhook-event feeds into it (notifier.feed.ts). A webhook may sign its deliveries
  * (contract section 8, notifier.signing.ts): its secret is shown once, sealed at rest, rotated with
  * an overlap (WEBHOOK_SECRET_OVERLAP_MS).
  */
@@ -17,6 +18,7 @@ import { INBOX_EVENTS_WRITTEN } from "../inbox/inbox.contract";
 import { CallbackClient } from "./notifier.client";
 import { OUTBOX_WRITTEN } from "./notifier.contract";
 import { Deliverer } from "./notifier.delivery";
+import { FeedFollower } from "./notifier.feed";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
 import {
@@ -47,6 +49,7 @@ import { ensureDays } from "../../lib/db/partitions";
 
 interface NotifierVars {
   deliverer: Deliverer;
+  follower: FeedFollower;
   client: CallbackClient;
   signer: Signer;
 }
@@ -207,13 +210,13 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
     },
 
     events: {
-      /** Events were committed to the outbox (tracking's receipts and reads): claim them now. */
+      /** Tracking committed webhook events to its feed (receipts and reads): follow it now. */
       [OUTBOX_WRITTEN](this: NotifierThis) {
-        this.deliverer.wake();
+        this.follower.wake();
       },
-      /** The inbox committed (inbound messages write their INBOUND events to the outbox with them). */
+      /** The inbox committed (inbound messages write their INBOUND events to its feed with them). */
       [INBOX_EVENTS_WRITTEN](this: NotifierThis) {
-        this.deliverer.wake();
+        this.follower.wake();
       },
     },
 
@@ -227,6 +230,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         connections: config.notifierEndpointConcurrency,
       });
       this.deliverer = new Deliverer({ config, sequelize, client: this.client, signer: this.signer, metrics, logger: this.logger });
+      this.follower = new FeedFollower({ sequelize, logger: this.logger, onCopied: () => this.deliverer.wake() });
     },
 
     async started(this: NotifierThis) {
@@ -235,9 +239,11 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         this.logger.warn({ err }, "could not make the days of the attempts log now; tried again by the housekeeping"),
       );
       this.deliverer.start();
+      this.follower.start(config.notifierPollMs);
     },
 
     async stopped(this: NotifierThis) {
+      await this.follower.close();
       await this.deliverer.stop();
       await this.client.close();
     },

@@ -1,13 +1,11 @@
 /**
  * What other services may import from tracking: the payload of the events it emits and the history
  * filters (schema, range check) that the exports of messages take too, the status feed and the
- * actions others call (the message exports' statements: `tracking.exportStatement`). The SQL it
- * still publishes (the outbox insert) is written in tracking.contract.queries.ts and re-exported
- * here; "a campaign's messages" is the view `campaign_messages` (migration 0028), its statistics the
+ * actions others call (the message exports' statements: `tracking.exportStatement`). It publishes no
+ * SQL: its webhook events are the feed `message_webhook_events` the notifier follows; "a campaign's messages" is the view `campaign_messages` (migration 0028), its statistics the
  * action `tracking.campaignStats`.
  */
 import { instantOf } from "../../lib/messaging/time";
-import type { Channel } from "../../lib/messaging/channels";
 import { badRequest, type FieldError } from "../../lib/errors";
 import type { HistoryIn, InboundIn } from "./tracking.schemas";
 import { callerOf, type Action } from "../../lib/bus/calls";
@@ -18,51 +16,14 @@ import type { IngestIn as TrackingIngestIn, IngestOut as TrackingIngestOut, Stat
 export { historyFilterProperties, RANGE_RULE } from "./tracking.schemas";
 export { campaignStatsIn } from "./tracking.stats.schemas";
 export type { InboundIn };
-export { appendOutboxEvents, OUTBOX_INSERT } from "./tracking.contract.queries";
 
 /**
- * A row of `outbox_events`, the hand-over to the notifier: tracking writes DELIVERY and READ rows
- * with each status change, inbox writes INBOUND rows with each inbound message (same transaction).
+ * The webhook events of tracking's writes (DELIVERY, READ, and RETRACT of a late simulated message's
+ * events), a read-only view over its feed `message_event_feed` (migration 0031) that the notifier
+ * follows: rows are `WebhookEvent` (notifier.contract.ts) with `tx` and `id`. Kept two days, and a day
+ * is dropped only once the notifier has read all of it.
  */
-export interface OutboxEvent {
-  company_id: string;
-  channel: Channel;
-  event_type: "DELIVERY" | "READ" | "INBOUND";
-  message_id: string;
-  num_part: number | null;
-  payload: Record<string, unknown>;
-  message_sent_at: string | null;
-}
-
-/** Fields without a value are omitted (spec part 6). */
-export function withoutEmpty(payload: Record<string, unknown>): Record<string, unknown> {
-  for (const k of Object.keys(payload)) if (payload[k] === undefined || payload[k] === null) delete payload[k];
-  return payload;
-}
-
-/** The INBOUND event of spec part 6 for the first arrival of an inbound message. */
-export function inboundEvent(channel: "RCS" | "WHATSAPP", v: InboundIn): OutboxEvent {
-  const payload: Record<string, unknown> = {
-    eventType: "INBOUND",
-    channel,
-    messageId: v.messageId,
-    source: v.source,
-    destination: v.destination,
-    receivedDate: new Date(v.receivedDate).toISOString(),
-    messageType: v.messageType,
-    text: v.text,
-    mediaKey: v.mediaKey,
-  };
-  return {
-    company_id: v.companyId,
-    channel,
-    event_type: "INBOUND",
-    message_id: v.messageId,
-    num_part: null,
-    payload: withoutEmpty(payload),
-    message_sent_at: null,
-  };
-}
+export const MESSAGE_EVENTS_VIEW = "message_webhook_events";
 
 /**
  * The status feed tracking publishes (migration 0027): the read-only view `message_status_changes`

@@ -1,14 +1,15 @@
 /**
  * The status model, pure (unit-tested): receipts and reads are folded into a message's state in
  * arrival order, and every change the spec says produces an event yields that event, exactly once.
- * The payloads of the outbox events (spec part 6) are built here too. Nothing here touches the
+ * The payloads of the webhook events (spec part 6) are built here too. Nothing here touches the
  * database: tracking.writes.ts reads the rows, folds, and writes the result.
  */
 import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/messaging/channels";
-import { withoutEmpty, type ChannelSupport, type OutboxEvent } from "./tracking.contract";
+import type { ChannelSupport } from "./tracking.contract";
+import { withoutEmpty, type WebhookEvent } from "../notifier/notifier.contract";
 import type { RegistrationIn } from "./tracking.schemas";
 
-export type { OutboxEvent };
+export type { WebhookEvent };
 export { withoutEmpty };
 
 export interface ReceiptItem {
@@ -86,7 +87,7 @@ const later = (a: string | null, b: string) => (a === null || Date.parse(b) > Da
  * Folds one receipt or read into a message's state (mutating it) and returns the event it produces,
  * or null: a repeat, a receipt for a message already final, or a simulated message.
  */
-export function fold(s: MessageState, item: ReceiptItem | ReadItem): OutboxEvent | null {
+export function fold(s: MessageState, item: ReceiptItem | ReadItem): WebhookEvent | null {
   if (item.kind === "read") {
     if (s.readAt !== null) return null;
     s.readAt = item.date;
@@ -144,7 +145,7 @@ export function deliveryPayload(r: ReceiptItem, totalParts: number, numPart: num
   });
 }
 
-function event(s: MessageState, type: OutboxEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): OutboxEvent {
+function event(s: MessageState, type: WebhookEvent["event_type"], numPart: number | null, payload: Record<string, unknown>): WebhookEvent {
   return {
     company_id: s.companyId,
     channel: s.channel,

@@ -2,16 +2,15 @@
  * The tracking service's SQL: polling (through the key, then the day by id), the message history
  * (keyset pagination on an index: no OFFSET, no COUNT), and ingestion's set-based writes
  * (tracking.writes.ts), each run by the `Exec` of the caller's transaction (the days themselves:
- * tracking.days.ts). The history
- * filters are in tracking.filters.ts; the outbox insert tracking publishes is in
- * tracking.contract.queries.ts.
+ * tracking.days.ts). The history filters are in tracking.filters.ts. Webhook events go to tracking's
+ * own feed, `message_event_feed` (migration 0031), which the notifier follows.
  */
 import { QueryTypes, type Sequelize } from "sequelize";
 import type { Channel } from "../../lib/messaging/channels";
 import type { Exec } from "../../lib/db/db";
 import { badRequest } from "../../lib/errors";
-import type { OutboxEvent } from "./tracking.contract";
-import { LISTENED, OUTBOX_INSERT } from "./tracking.contract.queries";
+import { webhookFeedInsert } from "../../lib/db/feeds";
+import { WEBHOOK_ACCOUNTS_VIEW, type WebhookEvent } from "../notifier/notifier.contract";
 import { historyConditions } from "./tracking.filters";
 import type { MessageState } from "./tracking.fold";
 import {
@@ -261,14 +260,26 @@ export async function upsertRegistrations(exec: Exec, rows: RegistrationRecord[]
   );
 }
 
-/** Deletes the DELIVERY and READ events of late simulated messages, all written since each one's row was (the BRIN index on created_at keeps this to recent blocks). */
-export async function deleteLateSimulationEvents(exec: Exec, late: LateSimulation[]): Promise<void> {
-  await exec(
-    `DELETE FROM outbox_events o USING jsonb_to_recordset($1::jsonb) AS x(c text, ch text, id text, since timestamptz)
-      WHERE o.created_at >= x.since AND o.company_id = x.c AND o.channel = x.ch AND o.message_id = x.id AND o.event_type IN ('DELIVERY', 'READ')`,
-    [JSON.stringify(late.map((r) => ({ c: r.company_id, ch: r.channel, id: r.customer_message_id, since: new Date(r.created_at).toISOString() })))],
-  );
+/**
+ * Takes back the DELIVERY and READ events of late simulated messages (their events must never go
+ * out): a RETRACT row in the feed for each, naming the time its row was made (every event of it was
+ * written since). The notifier drops those it has not sent (notifier.feed.ts).
+ */
+export async function retractLateSimulationEvents(exec: Exec, late: LateSimulation[]): Promise<void> {
+  const rows: WebhookEvent[] = late.map((r) => ({
+    company_id: r.company_id,
+    channel: r.channel as Channel,
+    event_type: "RETRACT",
+    message_id: r.customer_message_id,
+    num_part: null,
+    payload: null,
+    message_sent_at: new Date(r.created_at).toISOString(),
+  }));
+  await exec(FEED_INSERT, [JSON.stringify(rows)]);
 }
+
+/** Tracking's webhook events into its feed (`$1`: a JSON array of `WebhookEvent`), for accounts with a webhook. */
+const FEED_INSERT = webhookFeedInsert("message_event_feed", WEBHOOK_ACCOUNTS_VIEW);
 
 /** A first receipt of a single-part message, as the one-statement update reads it (`i`: its place in the batch; `mid`: its message's id). */
 export interface FirstReceiptRecord {
@@ -313,8 +324,9 @@ export function applyFirstReceipts(exec: Exec, rows: FirstReceiptRecord[]): Prom
           AND m.status_code IN (0, 1) AND m.total_parts = 1
        RETURNING x.i, m.simulation, m.sent_at, x.c, x.ch, x.id, x.payload, m.status_code, m.delivery_date, m.read_at),
      ev AS (
-       INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
-       SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd WHERE NOT simulation AND ${LISTENED("c")} ORDER BY i
+       INSERT INTO message_event_feed (company_id, channel, event_type, message_id, num_part, payload, message_sent_at)
+       SELECT c, ch, 'DELIVERY', id, CASE WHEN ch = 'SMS' THEN 1 END, payload, sent_at FROM upd
+        WHERE NOT simulation AND EXISTS (SELECT 1 FROM ${WEBHOOK_ACCOUNTS_VIEW} w WHERE w.company_id = upd.c) ORDER BY i
        RETURNING 1)
      SELECT i, simulation, (SELECT count(*) FROM ev) AS events, status_code, delivery_date, read_at FROM upd`,
     [JSON.stringify(rows), rows.map((r) => r.mid)],
@@ -360,10 +372,10 @@ export async function insertPlaceholders(exec: Exec, fresh: MessageState[]): Pro
 }
 
 /**
- * Writes the folded states of `changed` (by id) and the outbox rows `events` in one statement (one
+ * Writes the folded states of `changed` (by id) and the webhook events `events` in one statement (one
  * round trip); answers how many events were written (those of accounts with a webhook).
  */
-export async function updateStatesWithEvents(exec: Exec, changed: MessageState[], events: OutboxEvent[]): Promise<number> {
+export async function updateStatesWithEvents(exec: Exec, changed: MessageState[], events: WebhookEvent[]): Promise<number> {
   const [row] = await exec<{ n: number }>(
     `WITH upd AS (
        UPDATE messages AS m
@@ -371,15 +383,15 @@ export async function updateStatesWithEvents(exec: Exec, changed: MessageState[]
               part_codes = x.part_codes, last_part_date = x.last_part_date, total_parts = x.total_parts, updated_at = now()
          FROM jsonb_to_recordset($1::jsonb) AS x(id bigint, c text, ${STATE_COLUMNS})
         WHERE m.company_id = x.c AND m.id = x.id AND m.id = ANY ($3::bigint[])),
-     ev AS (${OUTBOX_INSERT.replace("$1", "$2")} RETURNING 1)
+     ev AS (${FEED_INSERT.replace("$1", "$2")} RETURNING 1)
      SELECT count(*)::int AS n FROM ev`,
     [JSON.stringify(changed.map((s) => ({ id: s.id, c: s.companyId, ...stateJson(s) }))), JSON.stringify(events), changed.map((s) => s.id)],
   );
   return Number(row?.n ?? 0);
 }
 
-/** Writes outbox rows (one statement); answers how many were written (those of accounts with a webhook). */
-export async function insertOutboxEvents(exec: Exec, events: OutboxEvent[]): Promise<number> {
-  const [row] = await exec<{ n: number }>(`WITH ev AS (${OUTBOX_INSERT} RETURNING 1) SELECT count(*)::int AS n FROM ev`, [JSON.stringify(events)]);
+/** Writes webhook events to the feed (one statement); answers how many were written (those of accounts with a webhook). */
+export async function insertWebhookEvents(exec: Exec, events: WebhookEvent[]): Promise<number> {
+  const [row] = await exec<{ n: number }>(`WITH ev AS (${FEED_INSERT} RETURNING 1) SELECT count(*)::int AS n FROM ev`, [JSON.stringify(events)]);
   return Number(row?.n ?? 0);
 }

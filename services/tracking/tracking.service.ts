@@ -3,7 +3,8 @@
  * Upstreams report registrations, receipts, reads and inbound messages on the internal ingress
  * (tracking.ingress.ts; inbound messages are validated there and handed to `inbox.ingest`, which owns them, and opt-out reports
  * to `contacts.applyOptOuts`); partners poll statuses and page through their message history through the
- * gateway. Every event a status change produces is written to the outbox in the same transaction.
+ * gateway. Every event a status change produces is written to its webhook-event feed in the same
+ * transaction (the notifier follows it).
  * Messages live in daily partitions made ahead hourly; retention (MESSAGE_RETENTION_DAYS) drops whole days.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
@@ -13,14 +14,15 @@ import type { Deps } from "../../lib/deps";
 import { ApiError, badRequest } from "../../lib/errors";
 import { heavyGateOf, withHeavyRead } from "../../lib/db/heavy";
 import { Loops } from "../../lib/jobs/jobs";
-import { OUTBOX_WRITTEN } from "../notifier/notifier.contract";
+import { FEED_POSITIONS_VIEW, OUTBOX_WRITTEN } from "../notifier/notifier.contract";
+import { dayReadBy } from "../../lib/db/feeds";
 import { IngressMixin, parseIngest, type InboundItem, type OptOutItem } from "./tracking.ingress";
 import type { OptOutChange } from "../contacts/contacts.contract";
 import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
-import { checkHistoryRange, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
+import { checkHistoryRange, MESSAGE_EVENTS_VIEW, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
 import { purgeBefore } from "./tracking.days";
 import { campaignStats } from "./tracking.stats";
 import { campaignStatsIn, type CampaignStatsIn, type CampaignStatsOut } from "./tracking.stats.schemas";
@@ -227,7 +229,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       async ensureDays(this: TrackingThis) {
         const made = await ensureDays(sequelize, "messages", PARTITION_DAYS_AHEAD);
         const feed = await ensureDays(sequelize, "message_status_feed", PARTITION_DAYS_AHEAD);
-        if (made + feed > 0) this.logger.info({ made, feed }, "partitions made");
+        const events = await ensureDays(sequelize, "message_event_feed", PARTITION_DAYS_AHEAD);
+        if (made + feed + events > 0) this.logger.info({ made, feed, events }, "partitions made");
       },
 
       /** One retention run (its failure is logged by the loop that runs it). */
@@ -236,6 +239,11 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         if (out.messages > 0 || out.days.length > 0) this.logger.info(out, "old messages removed");
         const feed = await dropDaysBefore(sequelize, "message_status_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000));
         if (feed.length > 0) this.logger.info({ days: feed }, "old status feed days dropped");
+        // The webhook events' days once the notifier has read them whole (a notifier down keeps them).
+        const events = await dropDaysBefore(sequelize, "message_event_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000), (day) =>
+          dayReadBy(sequelize, day, FEED_POSITIONS_VIEW, MESSAGE_EVENTS_VIEW),
+        );
+        if (events.length > 0) this.logger.info({ days: events }, "old webhook event feed days dropped");
       },
     },
 

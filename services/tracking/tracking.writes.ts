@@ -1,8 +1,8 @@
 /**
- * Ingestion's writes: what upstreams report becomes message rows, statuses and outbox events,
+ * Ingestion's writes: what upstreams report becomes message rows, statuses and webhook events,
  * set-based, in the one transaction the caller holds. Registrations first, then the common receipt
  * in one statement, then everything else folded (tracking.fold.ts) into the rows it concerns, then
- * the outbox rows of exactly these changes. (Inbound messages belong to inbox: inbox.ingest.) The
+ * the webhook events of exactly these changes (tracking's feed, which the notifier follows). (Inbound messages belong to inbox: inbox.ingest.) The
  * statements are in tracking.queries.ts.
  */
 import type { Exec } from "../../lib/db/db";
@@ -15,16 +15,16 @@ import {
   placeholder,
   type IngestItem,
   type MessageState,
-  type OutboxEvent,
+  type WebhookEvent,
   type ReadItem,
   type ReceiptItem,
 } from "./tracking.fold";
 import { stateOf } from "./tracking.models";
 import {
   applyFirstReceipts,
-  deleteLateSimulationEvents,
+  retractLateSimulationEvents,
   idsOf,
-  insertOutboxEvents,
+  insertWebhookEvents,
   insertPlaceholders,
   keyOf,
   lockMessages,
@@ -46,7 +46,7 @@ export class RetryWrite extends Error {}
 
 /** Everything a batch of ingress items changes, in one transaction the caller holds (`exec` runs in it). */
 export async function writeItems(exec: Exec, items: IngestItem[]): Promise<WriteEffects> {
-  let events: OutboxEvent[] = [];
+  let events: WebhookEvent[] = [];
   let eventCount = 0;
   const support: ChannelSupport[] = [];
   // RCS/WhatsApp messages whose status or read changed here, with their status as this write leaves
@@ -88,9 +88,8 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       st: inFlightCode(m.channel),
     }));
     const late = await upsertRegistrations(exec, rows);
-    // A simulated message whose receipt came first: its events must never go out. They were all
-    // written since its row was (the BRIN index on created_at keeps this to recent blocks).
-    if (late.length > 0) await deleteLateSimulationEvents(exec, late);
+    // A simulated message whose receipt came first: its events must never go out (taken back in the feed).
+    if (late.length > 0) await retractLateSimulationEvents(exec, late);
   }
 
   // 2a. The common case in one statement: the first receipt of a registered single-part message
@@ -185,15 +184,15 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
       if (inserted !== fresh.length) throw new RetryWrite("a message row appeared concurrently");
     }
     if (changed.length > 0) {
-      // The updates, and the outbox rows of what came so far, in one statement (one round trip).
+      // The updates, and the webhook events of what came so far, in one statement (one round trip).
       const pending = events;
       events = [];
       eventCount += await updateStatesWithEvents(exec, changed, pending);
     }
   }
 
-  // 3. The outbox: the events of exactly these changes (those not written with the updates above).
-  if (events.length > 0) eventCount += await insertOutboxEvents(exec, events);
+  // 3. The feed: the webhook events of exactly these changes (those not written with the updates above).
+  if (events.length > 0) eventCount += await insertWebhookEvents(exec, events);
 
   // 4. The status feed (migration 0027): the changed RCS/WhatsApp messages, for the inbox's live view of its replies.
   const statusChanges = statusChanged.size > 0 ? await appendStatusFeed(exec, [...statusChanged.values()]) : 0;

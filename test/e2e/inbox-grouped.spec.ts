@@ -12,6 +12,7 @@ import type { GroupCommitter } from "../../lib/db/group-commit";
 import { listening, startTestApp, uid, type TestApp } from "../helpers/app";
 import { inboundIn, phone } from "../helpers/builders";
 import { eventually } from "../helpers/eventually";
+import { WEBHOOK_EVENTS } from "../helpers/db";
 
 let t: TestApp;
 /** What each `inbox.eventsWritten` broadcast found committed when it arrived: message.created rows of its accounts. */
@@ -55,7 +56,7 @@ async function holdings(companyId: string) {
       (r) => r.message_id,
     ),
     outbox: (
-      await rows<{ message_id: string }>(`SELECT message_id FROM outbox_events WHERE company_id = $1 AND event_type = 'INBOUND' ORDER BY message_id`, [
+      await rows<{ message_id: string }>(`SELECT message_id FROM ${WEBHOOK_EVENTS} WHERE company_id = $1 AND event_type = 'INBOUND' ORDER BY message_id`, [
         companyId,
       ])
     ).map((r) => r.message_id),

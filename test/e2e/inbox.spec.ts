@@ -9,7 +9,7 @@ import type { AddressInfo } from "node:net";
 import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { inboundIn, phone, uniqueId } from "../helpers/builders";
-import { itWithPostgres } from "../helpers/db";
+import { itWithPostgres, WEBHOOK_EVENTS } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 import { expectProblem } from "../helpers/expect";
 import { png, uploadMedia } from "../helpers/media";
@@ -68,7 +68,7 @@ const inbound = async (channel: "rcs" | "whatsapp", body: unknown) => {
 const rows = <T extends object>(sql: string, bind: unknown[]) => t.db.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT });
 const outboxOf = (companyId: string) =>
   rows<{ event_type: string; message_id: string; payload: Record<string, unknown> }>(
-    `SELECT event_type, message_id, payload FROM outbox_events WHERE company_id = $1 ORDER BY id`,
+    `SELECT event_type, message_id, payload FROM ${WEBHOOK_EVENTS} WHERE company_id = $1 ORDER BY tx, id`,
     [companyId],
   );
 const liveOf = (companyId: string) =>

@@ -11,6 +11,7 @@ import { QueryTypes } from "sequelize";
 import { startTestApp, type Account, type TestApp } from "../helpers/app";
 import { inboundIn, phone } from "../helpers/builders";
 import { expectProblem } from "../helpers/expect";
+import { WEBHOOK_EVENTS } from "../helpers/db";
 
 let t: TestApp;
 let server: Server;
@@ -54,7 +55,7 @@ const chatOf = async (a: Account, n: string, channel: string) => {
 };
 const inboundEvents = (companyId: string) =>
   t.db.sequelize.query<{ message_id: string; payload: { text?: string } }>(
-    `SELECT message_id, payload FROM outbox_events WHERE company_id = $1 AND event_type = 'INBOUND' ORDER BY id`,
+    `SELECT message_id, payload FROM ${WEBHOOK_EVENTS} WHERE company_id = $1 AND event_type = 'INBOUND' ORDER BY tx, id`,
     { bind: [companyId], type: QueryTypes.SELECT },
   );
 const at = (offsetS: number) => new Date(Date.now() + offsetS * 1000).toISOString();

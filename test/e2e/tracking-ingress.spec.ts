@@ -12,6 +12,7 @@ import { applyChannelSupport } from "../../services/contacts/contacts.support";
 import { inTransaction } from "../../lib/db/db";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { writeItems } from "../../services/tracking/tracking.writes";
+import { WEBHOOK_EVENTS } from "../helpers/db";
 
 let t: TestApp;
 beforeAll(async () => {
@@ -30,7 +31,7 @@ interface EventRow {
 }
 const eventsOf = (companyId: string, messageId?: string) =>
   t.db.sequelize.query<EventRow>(
-    `SELECT event_type, channel, message_id, num_part, payload FROM outbox_events WHERE company_id = $1 ${messageId ? "AND message_id = $2" : ""} ORDER BY id`,
+    `SELECT event_type, channel, message_id, num_part, payload FROM ${WEBHOOK_EVENTS} WHERE company_id = $1 ${messageId ? "AND message_id = $2" : ""} ORDER BY tx, id`,
     { bind: messageId ? [companyId, messageId] : [companyId], type: QueryTypes.SELECT },
   );
 
@@ -364,7 +365,16 @@ describe("simulation", () => {
     });
     expect(await eventsOf(a.companyId)).toHaveLength(1);
     await register(a.companyId, { ...m, channel: "RCS", simulation: true });
-    expect(await eventsOf(a.companyId)).toEqual([]);
+    // Taken back in the feed (the notifier drops it unsent: notifier-feed.spec).
+    expect(
+      await t.db.sequelize.query(`SELECT event_type, message_id FROM message_webhook_events WHERE company_id = $1 ORDER BY tx, id`, {
+        bind: [a.companyId],
+        type: QueryTypes.SELECT,
+      }),
+    ).toEqual([
+      { event_type: "DELIVERY", message_id: m.customerMessageId },
+      { event_type: "RETRACT", message_id: m.customerMessageId },
+    ]);
     expect(await status(a, "RCS", m.customerMessageId)).toMatchObject({ deliveryStatus: "DELIVERED", simulation: true });
   });
 });
@@ -483,7 +493,7 @@ describe("inbound", () => {
       });
       expectProblem(res, 503);
       expect(res.headers.get("retry-after")).toBe("5");
-      const [row] = await alone.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM outbox_events WHERE company_id = $1`, {
+      const [row] = await alone.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM ${WEBHOOK_EVENTS} WHERE company_id = $1`, {
         bind: [companyId],
         type: QueryTypes.SELECT,
       });

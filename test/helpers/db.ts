@@ -154,3 +154,11 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     },
   };
 }
+
+/**
+ * The webhook events the producers have written (migration 0031): tracking's and the inbox's feeds,
+ * the RETRACT rows left out, in the order they were written (`tx`, `id`). What a producer's test
+ * reads, with no notifier running; the notifier's own schedule is `outbox_events`.
+ */
+export const WEBHOOK_EVENTS = `(SELECT company_id, tx, id, channel, event_type, message_id, num_part, payload FROM message_webhook_events WHERE event_type <> 'RETRACT'
+  UNION ALL SELECT company_id, tx, id, channel, event_type, message_id, num_part, payload FROM inbound_webhook_events) AS e`;

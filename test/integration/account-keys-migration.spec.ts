@@ -16,7 +16,7 @@ withUnmigratedDatabase((made) => (db = made));
 const q = <T extends object>(sql: string, bind: unknown[] = []) => db.sequelize.query<T>(sql, { bind, type: QueryTypes.SELECT });
 
 /** Small and global (docs/scaling.md, "reference tables"): their keys need no account. */
-const GLOBAL = ["api_keys", "inbox_feed_cursors", "schema_migrations"];
+const GLOBAL = ["api_keys", "inbox_feed_cursors", "notifier_feed_cursors", "schema_migrations"];
 /**
  * Keys still to change before the schema can be distributed, each with its reason in docs/scaling.md:
  * the outbox's `(id)` (keyed with `company_id`, the notifier ran at half its rate; migration 0026).

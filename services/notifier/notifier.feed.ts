@@ -1,0 +1,164 @@
+/**
+ * The notifier follows the webhook-event feeds of tracking and the inbox (migration 0031) into its own
+ * schedule, `outbox_events`, which no other service writes (issue 33 item 1).
+ *
+ * - **No event missed.** A round reads past the feed's cursor (`notifier_feed_cursors`), in `(tx, id)`
+ *   order, only rows whose transaction ended before the oldest one still running began
+ *   (`tx < pg_snapshot_xmin(pg_current_snapshot())`), and copies them with the cursor moved, in one
+ *   transaction: a row that commits later is read by a later round, a round that fails moves nothing.
+ * - **One follower at a time.** Every notifier node follows, on the producers' broadcasts, every
+ *   NOTIFIER_POLL_MS, and again at once after a full batch. A round locks the feed's cursor row with
+ *   SKIP LOCKED, so a node whose peer is mid-round does nothing now and looks again after
+ *   RECHECK_MS (the peer's snapshot may have been taken before the rows it was woken for).
+ * - **Rows held back.** Committed rows behind a transaction still running are counted by the round;
+ *   the follower looks again after RECHECK_MS, not at the next poll.
+ * - **Order.** Events are copied in feed order; the schedule's ids are the order of delivery per account.
+ * - **RETRACT** (tracking's feed): the DELIVERY and READ events of that message written since the
+ *   row's time are dropped from the schedule (or not copied, in the same round); one already being
+ *   attempted may still go out, as when tracking deleted them itself.
+ * - Events of an account whose webhook is gone meanwhile are not copied.
+ */
+import type { Service } from "moleculer";
+import type { Sequelize } from "sequelize";
+import { inTransaction } from "../../lib/db/db";
+import { Coalesced } from "../../lib/jobs/coalesce";
+import { Loops } from "../../lib/jobs/jobs";
+import { INBOUND_EVENTS_VIEW } from "../inbox/inbox.contract";
+import { MESSAGE_EVENTS_VIEW } from "../tracking/tracking.contract";
+
+/** The feeds followed (views their owners publish), in this order each round. */
+export const WEBHOOK_FEEDS = [MESSAGE_EVENTS_VIEW, INBOUND_EVENTS_VIEW] as const;
+export type WebhookFeed = (typeof WEBHOOK_FEEDS)[number];
+/** Rows read per round of a feed; a full round is followed by another at once. */
+export const FOLLOW_BATCH = 2000;
+/** Rounds of one feed in a row before the other feed's turn (a backlog of one never holds up the other for long). */
+const ROUNDS_IN_A_ROW = 10;
+/**
+ * A peer held the cursor, or committed rows waited behind a transaction still running: look again
+ * this soon, twice as late each time it happens again in a row, up to RECHECK_MAX_MS.
+ */
+const RECHECK_MS = 20;
+const RECHECK_MAX_MS = 1000;
+
+const round = (view: WebhookFeed) => `WITH f AS MATERIALIZED (
+    SELECT f.company_id, f.tx, f.id, f.channel, f.event_type, f.message_id, f.num_part, f.payload, f.message_sent_at, f.created_at
+      FROM ${view} f
+     WHERE (f.tx, f.id) > ($1::xid8, $2::bigint) AND f.tx < pg_snapshot_xmin(pg_current_snapshot())
+     ORDER BY f.tx, f.id LIMIT $3),
+  last AS (SELECT tx, id FROM f ORDER BY tx DESC, id DESC LIMIT 1),
+  moved AS (UPDATE notifier_feed_cursors c SET tx = last.tx, id = last.id FROM last WHERE c.feed = $4 RETURNING 1),
+  r AS (SELECT company_id, channel, message_id, min(message_sent_at) AS since FROM f WHERE event_type = 'RETRACT' GROUP BY company_id, channel, message_id),
+  gone AS (
+    DELETE FROM outbox_events o USING r
+     WHERE o.company_id = r.company_id AND o.channel = r.channel AND o.message_id = r.message_id
+       AND o.event_type IN ('DELIVERY', 'READ') AND o.created_at >= r.since
+    RETURNING 1),
+  ins AS (
+    INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at, created_at)
+    SELECT f.company_id, f.channel, f.event_type, f.message_id, f.num_part, f.payload, f.message_sent_at, f.created_at
+      FROM f
+     WHERE f.event_type <> 'RETRACT'
+       AND EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = f.company_id)
+       AND NOT EXISTS (SELECT 1 FROM r WHERE f.event_type IN ('DELIVERY', 'READ') AND r.company_id = f.company_id AND r.channel = f.channel
+                          AND r.message_id = f.message_id AND f.created_at >= r.since)
+     ORDER BY f.tx, f.id
+    RETURNING 1)
+  SELECT (SELECT count(*) FROM f)::int AS read, (SELECT count(*) FROM ins)::int AS written, (SELECT count(*) FROM gone)::int AS retracted,
+         EXISTS (SELECT 1 FROM ${view} h WHERE (h.tx, h.id) > ($1::xid8, $2::bigint) AND h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
+const ROUND_SQL = Object.fromEntries(WEBHOOK_FEEDS.map((v) => [v, round(v)])) as Record<WebhookFeed, string>;
+
+export interface FollowRound {
+  /** Another node holds the cursor: this round did nothing. */
+  busy: boolean;
+  /** Feed rows read (FOLLOW_BATCH: there may be more). */
+  read: number;
+  /** Events copied into the schedule. */
+  written: number;
+  /** Events taken back out of the schedule (RETRACT). */
+  retracted: number;
+  /** Committed rows past the cursor wait behind a transaction still running. */
+  held: boolean;
+}
+
+/** One round of following `feed`, in one transaction of its own. */
+export function followFeed(sequelize: Sequelize, feed: WebhookFeed, batch = FOLLOW_BATCH): Promise<FollowRound> {
+  return inTransaction(sequelize, async (exec) => {
+    const [cursor] = await exec<{ tx: string; id: string }>(`SELECT tx::text AS tx, id FROM notifier_feed_cursors WHERE feed = $1 FOR UPDATE SKIP LOCKED`, [feed]);
+    if (!cursor) return { busy: true, read: 0, written: 0, retracted: 0, held: false };
+    // A statement of its own, after the lock: its snapshot sees the cursor as the last round left it.
+    const [row] = await exec<Omit<FollowRound, "busy">>(ROUND_SQL[feed], [cursor.tx, cursor.id, batch, feed]);
+    return { busy: false, ...row! };
+  });
+}
+
+/** A notifier node's follower of both feeds: rounds one at a time, asked for by wakes and the poll. */
+export class FeedFollower {
+  private readonly rounds: Coalesced;
+  private recheck: NodeJS.Timeout | null = null;
+  private streak = 0;
+  private closed = false;
+  private readonly loops: Loops;
+
+  constructor(
+    private readonly o: {
+      sequelize: Sequelize;
+      logger: Service["logger"];
+      /** Events were copied into the schedule (or taken out): claim now. */
+      onCopied: () => void;
+      batch?: number;
+    },
+  ) {
+    this.rounds = new Coalesced(
+      () => this.follow(),
+      (err) => o.logger.warn({ err }, "could not follow the webhook event feeds; retrying at the next poll"),
+    );
+    this.loops = new Loops(o.logger);
+  }
+
+  /** Follows now and every `pollMs` (the safety net for a lost broadcast). */
+  start(pollMs: number): void {
+    this.loops.every(pollMs, "webhook feeds poll", () => this.wake());
+    this.wake();
+  }
+
+  /** Follows now (or once more after the round in progress). */
+  wake(): void {
+    this.rounds.request();
+  }
+
+  private later(): void {
+    if (this.closed || this.recheck) return;
+    const ms = Math.min(RECHECK_MAX_MS, RECHECK_MS * 2 ** this.streak++);
+    this.recheck = setTimeout(() => {
+      this.recheck = null;
+      this.wake();
+    }, ms);
+    this.recheck.unref();
+  }
+
+  private async follow(): Promise<void> {
+    const batch = this.o.batch ?? FOLLOW_BATCH;
+    let more = false;
+    let waiting = false;
+    for (const feed of WEBHOOK_FEEDS) {
+      for (let i = 0; i < ROUNDS_IN_A_ROW && !this.closed; i++) {
+        const r = await followFeed(this.o.sequelize, feed, batch);
+        if (r.written > 0 || r.retracted > 0) this.o.onCopied();
+        if (r.busy || r.held) waiting = true;
+        if (r.busy || r.read < batch) break;
+        if (i === ROUNDS_IN_A_ROW - 1) more = true;
+      }
+    }
+    if (waiting) this.later();
+    else this.streak = 0;
+    if (more) this.rounds.repeat();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.loops.stop();
+    if (this.recheck) clearTimeout(this.recheck);
+    this.recheck = null;
+    await this.rounds.close();
+  }
+}
