@@ -221,7 +221,7 @@ async function main() {
     }
     const companies = [...PHASES].filter((p) => p === "a" || p === "b").map((p) => `co-${p}`);
     const { rows: check } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM messages WHERE company_id = ANY ($1) AND status_code = 3`, [companies]);
-    const { rows: events } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM outbox_events`);
+    const { rows: events } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM message_webhook_events`);
     const want = companies.length * N;
     if (Number(check[0]!.n) !== want || Number(events[0]!.n) !== want)
       throw new Error(`expected ${want} delivered messages and events, found ${check[0]!.n} and ${events[0]!.n}`);

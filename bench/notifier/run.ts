@@ -4,7 +4,8 @@
  * receiver on 127.0.0.1:8443 (answering 200; its CA handed over as NODE_EXTRA_CA_CERTS).
  *
  * (a) Throughput: N events made due by the ingress (N SMS messages registered and receipted, in
- *     arrays, while no notifier runs), then a notifier process (`npm start` with SERVICES=notifier)
+ *     arrays, while no notifier runs: they wait in tracking's feed, which the notifier follows into
+ *     its schedule as it delivers), then a notifier process (`npm start` with SERVICES=notifier)
  *     started: events/s from its first delivery to the Nth. Floor, in the same run: a bare undici
  *     Pool in a process of its own posting the same N bodies to the same receiver with the same
  *     number of connections (NOTIFIER_ENDPOINT_CONCURRENCY). Target: ratio >= 0.6.
@@ -77,9 +78,10 @@ async function main() {
     // (a) N due events, then a notifier.
     await inArrays(`${ingress}/messages`, N, (i) => registration(COMPANY, "m", i));
     await inArrays(`${ingress}/receipts/sms`, N, (i) => receipt(COMPANY, "m", i));
-    const { rows } = await client.query(`SELECT count(*)::int AS n FROM outbox_events`);
-    if (rows[0].n !== N) throw new Error(`outbox holds ${rows[0].n} events, expected ${N}`);
-    if (eventBody(0) !== (await client.query(`SELECT payload::text AS p FROM outbox_events WHERE message_id = 'm-0'`)).rows[0].p)
+    // In tracking's feed (migration 0031): the notifier follows it into its schedule, then delivers.
+    const { rows } = await client.query(`SELECT count(*)::int AS n FROM message_webhook_events`);
+    if (rows[0].n !== N) throw new Error(`tracking's feed holds ${rows[0].n} events, expected ${N}`);
+    if (eventBody(0) !== (await client.query(`SELECT payload::text AS p FROM message_webhook_events WHERE message_id = 'm-0'`)).rows[0].p)
       throw new Error("the floor's body differs from the event's");
     await client.query("CHECKPOINT");
     const notifier = await startService(db.url, port + 1, {

@@ -83,7 +83,9 @@ export interface FollowRound {
 /** One round of following `feed`, in one transaction of its own. */
 export function followFeed(sequelize: Sequelize, feed: WebhookFeed, batch = FOLLOW_BATCH): Promise<FollowRound> {
   return inTransaction(sequelize, async (exec) => {
-    const [cursor] = await exec<{ tx: string; id: string }>(`SELECT tx::text AS tx, id FROM notifier_feed_cursors WHERE feed = $1 FOR UPDATE SKIP LOCKED`, [feed]);
+    const [cursor] = await exec<{ tx: string; id: string }>(`SELECT tx::text AS tx, id FROM notifier_feed_cursors WHERE feed = $1 FOR UPDATE SKIP LOCKED`, [
+      feed,
+    ]);
     if (!cursor) return { busy: true, read: 0, written: 0, retracted: 0, held: false };
     // A statement of its own, after the lock: its snapshot sees the cursor as the last round left it.
     const [row] = await exec<Omit<FollowRound, "busy">>(ROUND_SQL[feed], [cursor.tx, cursor.id, batch, feed]);
