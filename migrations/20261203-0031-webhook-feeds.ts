@@ -21,6 +21,9 @@ import type { Sequelize } from "sequelize";
  *   (`tx < pg_snapshot_xmin(pg_current_snapshot())`), in `(tx, id)` order, so it never steps over a
  *   row that commits later (as the inbox follows the status feed, migration 0027).
  *
+ * The inbox publishes its cursors likewise (`inbox_feed_positions`), so that tracking drops a day of
+ * its status feed only once the inbox has read it whole.
+ *
  * Rows already in `outbox_events` stay where they are and are delivered as before. The way down
  * copies what the notifier had not followed yet into `outbox_events` first, so no event is lost.
  */
@@ -61,6 +64,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
     );
     INSERT INTO notifier_feed_cursors (feed, tx, id) VALUES ${FEEDS.map((f) => `('${f.view}', '0', 0)`).join(", ")};
     CREATE VIEW webhook_feed_positions AS SELECT feed, tx, id FROM notifier_feed_cursors;
+    CREATE VIEW inbox_feed_positions AS SELECT feed, tx, id FROM inbox_feed_cursors;
   `);
 }
 
@@ -84,6 +88,7 @@ export async function down(sequelize: Sequelize): Promise<void> {
     `);
   }
   await sequelize.query(`
+    DROP VIEW inbox_feed_positions;
     DROP VIEW webhook_feed_positions;
     DROP TABLE notifier_feed_cursors;
     ${FEEDS.map((f) => `DROP VIEW ${f.view}; DROP TABLE ${f.table};`).join("\n")}

@@ -26,6 +26,9 @@ export type { IngestIn as InboxIngestIn, InboundMessageIn };
  */
 export const INBOUND_EVENTS_VIEW = "inbound_webhook_events";
 
+/** How far the inbox has followed each feed (tracking's status feed): `feed`, `tx`, `id` (a read-only view, migration 0031). */
+export const INBOX_FEED_POSITIONS_VIEW = "inbox_feed_positions";
+
 /** What a live-view event tells. `data` is the message (contract "Conversation" messages) or the conversation. */
 export type InboxEventType =
   "message.created" | "message.status" | "conversation.read" | "conversation.archived" | "conversation.unarchived" | "conversation.windowClosed";

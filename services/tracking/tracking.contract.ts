@@ -31,7 +31,8 @@ export const MESSAGE_EVENTS_VIEW = "message_webhook_events";
  * status that write left, written in that write's transaction. Its columns are
  * {@link StatusFeedRow}. A follower reads past its own cursor, in `(tx, id)` order, only the rows
  * whose `tx` is below `pg_snapshot_xmin(pg_current_snapshot())`. Those transactions have ended, so
- * nothing can commit behind the cursor. Rows are kept two days, dropped by day.
+ * nothing can commit behind the cursor. Rows are kept two days, dropped by day once the inbox
+ * has read the whole day (its view `inbox_feed_positions`).
  * `STATUS_FEED_WRITTEN` is broadcast after a commit that appended rows.
  */
 export const STATUS_FEED_VIEW = "message_status_changes";

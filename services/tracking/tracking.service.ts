@@ -22,7 +22,8 @@ import type { IngestItem } from "./tracking.fold";
 import type { InboxIngestIn } from "../inbox/inbox.contract";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
-import { checkHistoryRange, MESSAGE_EVENTS_VIEW, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
+import { checkHistoryRange, MESSAGE_EVENTS_VIEW, STATUS_FEED_VIEW, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
+import { INBOX_FEED_POSITIONS_VIEW } from "../inbox/inbox.contract";
 import { purgeBefore } from "./tracking.days";
 import { campaignStats } from "./tracking.stats";
 import { campaignStatsIn, type CampaignStatsIn, type CampaignStatsOut } from "./tracking.stats.schemas";
@@ -237,7 +238,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       async purgeOld(this: TrackingThis) {
         const out = await this.actions.purge({});
         if (out.messages > 0 || out.days.length > 0) this.logger.info(out, "old messages removed");
-        const feed = await dropDaysBefore(sequelize, "message_status_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000));
+        // The status feed's days once the inbox has read them whole (an inbox down keeps them).
+        const feed = await dropDaysBefore(sequelize, "message_status_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000), (day) =>
+          dayReadBy(sequelize, day, INBOX_FEED_POSITIONS_VIEW, STATUS_FEED_VIEW),
+        );
         if (feed.length > 0) this.logger.info({ days: feed }, "old status feed days dropped");
         // The webhook events' days once the notifier has read them whole (a notifier down keeps them).
         const events = await dropDaysBefore(sequelize, "message_event_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000), (day) =>

@@ -11,6 +11,9 @@ import { inTransaction, migrator } from "../../lib/db/db";
 import { writeItems } from "../../services/tracking/tracking.writes";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { followStatusFeed } from "../../services/inbox/inbox.feed";
+import { dayReadBy } from "../../lib/db/feeds";
+import { INBOX_FEED_POSITIONS_VIEW } from "../../services/inbox/inbox.contract";
+import { STATUS_FEED_VIEW } from "../../services/tracking/tracking.contract";
 import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 
@@ -161,6 +164,17 @@ itWithPostgres("lets one node follow at a time: a round whose peer holds the cur
   release();
   await peer;
   expect((await followStatusFeed(t.db.sequelize)).busy).toBe(false);
+});
+
+it("counts a day of the status feed read, for tracking's retention, only once the inbox has followed all of it", async () => {
+  const a = `feed-${randomUUID()}`;
+  await followStatusFeed(t.db.sequelize);
+  const [{ part }] = await q<{ part: string }>(`SELECT 'message_status_feed_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD') AS part`);
+  await inTransaction(t.db.sequelize, (exec) => writeItems(exec, [registration(a, "day-1")]));
+  await inTransaction(t.db.sequelize, (exec) => writeItems(exec, [receipt(a, "day-1", 3)]));
+  expect(await dayReadBy(t.db.sequelize, part!, INBOX_FEED_POSITIONS_VIEW, STATUS_FEED_VIEW)).toBe(false);
+  while ((await followStatusFeed(t.db.sequelize)).read > 0);
+  expect(await dayReadBy(t.db.sequelize, part!, INBOX_FEED_POSITIONS_VIEW, STATUS_FEED_VIEW)).toBe(true);
 });
 
 it("is migration 0027: down drops the feed, its view and the cursor; up makes them again", async () => {
