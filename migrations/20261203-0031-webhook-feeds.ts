@@ -11,6 +11,9 @@ import type { Sequelize } from "sequelize";
  *   `message_webhook_events`.
  * - `inbound_event_feed`, the inbox's: the INBOUND event of each inbound message, in the ingest's
  *   transaction. Published read-only as the view `inbound_webhook_events`.
+ * - A RETRACT may come before the events it takes back in feed order (the registration's
+ *   transaction drew its id first and then waited for the receipt's): the follower looks each
+ *   DELIVERY and READ up among the RETRACT rows (a partial index, as rare as they are).
  * - Both in daily partitions of `created_at`, written only for accounts with a webhook (the
  *   notifier's view `webhook_accounts`), insert-only, retired by dropping whole days once followed.
  * - `outbox_events` is now the notifier's own delivery schedule, written by it alone: it follows
@@ -51,6 +54,7 @@ export async function up(sequelize: Sequelize): Promise<void> {
       ) PARTITION BY RANGE (created_at);
       ALTER SEQUENCE ${f.table}_id_seq OWNED BY ${f.table}.id;
       CREATE INDEX ${f.table}_order ON ${f.table} (tx, id);
+      ${f.table === "message_event_feed" ? `CREATE INDEX ${f.table}_retract ON ${f.table} (company_id, channel, message_id) WHERE event_type = 'RETRACT';` : ""}
       SELECT ensure_day_partitions('${f.table}', (now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7);
       CREATE VIEW ${f.view} AS
         SELECT company_id, id, tx, channel, event_type, message_id, num_part, payload, message_sent_at, created_at FROM ${f.table};

@@ -40,32 +40,52 @@ const ROUNDS_IN_A_ROW = 10;
 const RECHECK_MS = 20;
 const RECHECK_MAX_MS = 1000;
 
-const round = (view: WebhookFeed) => `WITH f AS MATERIALIZED (
+/**
+ * One round's statement ($1 cursor tx, $2 cursor id, $3 batch, $4 the feed). `retracts`: the feed may
+ * hold RETRACT rows (tracking's). A RETRACT drops the events copied already; an event read after its
+ * RETRACT (which can come first in feed order: the registration's transaction may have drawn its id
+ * before the receipt's, then waited for its key) is not copied: it is looked up among every RETRACT
+ * of the feed (a partial index). `held`: rows at or above the snapshot's xmin are all unread (the
+ * cursor is always below it), so the probe starts there, not at the cursor.
+ */
+const round = (view: WebhookFeed, retracts: boolean) => `WITH f AS MATERIALIZED (
     SELECT f.company_id, f.tx, f.id, f.channel, f.event_type, f.message_id, f.num_part, f.payload, f.message_sent_at, f.created_at
       FROM ${view} f
      WHERE (f.tx, f.id) > ($1::xid8, $2::bigint) AND f.tx < pg_snapshot_xmin(pg_current_snapshot())
      ORDER BY f.tx, f.id LIMIT $3),
   last AS (SELECT tx, id FROM f ORDER BY tx DESC, id DESC LIMIT 1),
   moved AS (UPDATE notifier_feed_cursors c SET tx = last.tx, id = last.id FROM last WHERE c.feed = $4 RETURNING 1),
-  r AS (SELECT company_id, channel, message_id, min(message_sent_at) AS since FROM f WHERE event_type = 'RETRACT' GROUP BY company_id, channel, message_id),
+  ${
+    retracts
+      ? `r AS (SELECT company_id, channel, message_id, min(message_sent_at) AS since FROM f WHERE event_type = 'RETRACT' GROUP BY company_id, channel, message_id),
   gone AS (
     DELETE FROM outbox_events o USING r
      WHERE o.company_id = r.company_id AND o.channel = r.channel AND o.message_id = r.message_id
        AND o.event_type IN ('DELIVERY', 'READ') AND o.created_at >= r.since
-    RETURNING 1),
+    RETURNING 1),`
+      : `gone AS (SELECT 1 WHERE false),`
+  }
   ins AS (
     INSERT INTO outbox_events (company_id, channel, event_type, message_id, num_part, payload, message_sent_at, created_at)
     SELECT f.company_id, f.channel, f.event_type, f.message_id, f.num_part, f.payload, f.message_sent_at, f.created_at
       FROM f
      WHERE f.event_type <> 'RETRACT'
        AND EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = f.company_id)
-       AND NOT EXISTS (SELECT 1 FROM r WHERE f.event_type IN ('DELIVERY', 'READ') AND r.company_id = f.company_id AND r.channel = f.channel
-                          AND r.message_id = f.message_id AND f.created_at >= r.since)
+       ${
+         retracts
+           ? `AND NOT (f.event_type IN ('DELIVERY', 'READ') AND EXISTS (
+                 SELECT 1 FROM ${view} x WHERE x.event_type = 'RETRACT' AND x.company_id = f.company_id AND x.channel = f.channel
+                    AND x.message_id = f.message_id AND f.created_at >= x.message_sent_at))`
+           : ""
+       }
      ORDER BY f.tx, f.id
     RETURNING 1)
   SELECT (SELECT count(*) FROM f)::int AS read, (SELECT count(*) FROM ins)::int AS written, (SELECT count(*) FROM gone)::int AS retracted,
-         EXISTS (SELECT 1 FROM ${view} h WHERE (h.tx, h.id) > ($1::xid8, $2::bigint) AND h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
-const ROUND_SQL = Object.fromEntries(WEBHOOK_FEEDS.map((v) => [v, round(v)])) as Record<WebhookFeed, string>;
+         EXISTS (SELECT 1 FROM ${view} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
+const ROUND_SQL: Record<WebhookFeed, string> = {
+  [MESSAGE_EVENTS_VIEW]: round(MESSAGE_EVENTS_VIEW, true),
+  [INBOUND_EVENTS_VIEW]: round(INBOUND_EVENTS_VIEW, false),
+};
 
 export interface FollowRound {
   /** Another node holds the cursor: this round did nothing. */
@@ -112,7 +132,11 @@ export class FeedFollower {
   ) {
     this.rounds = new Coalesced(
       () => this.follow(),
-      (err) => o.logger.warn({ err }, "could not follow the webhook event feeds; retrying at the next poll"),
+      (err) => {
+        // A deadlock with a notifier's outcomes (both delete a message's events), a lost connection: soon again.
+        o.logger.warn({ err }, "could not follow the webhook event feeds; retrying");
+        this.later();
+      },
     );
     this.loops = new Loops(o.logger);
   }
