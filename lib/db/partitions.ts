@@ -18,6 +18,7 @@ const MAKERS = {
   message_status_feed: "ensure_day_partitions('message_status_feed', $1::date, $2::date)",
   message_event_feed: "ensure_day_partitions('message_event_feed', $1::date, $2::date)",
   inbound_event_feed: "ensure_day_partitions('inbound_event_feed', $1::date, $2::date)",
+  inbound_message_feed: "ensure_day_partitions('inbound_message_feed', $1::date, $2::date)",
 } as const;
 export type DailyTable = keyof typeof MAKERS;
 /** Every table partitioned by day. */

@@ -165,3 +165,6 @@ export interface ContactsActions {
   "contacts.exportStatement": Action<ContactExportFilters, { sql: string }>;
 }
 export const callContacts = callerOf<ContactsActions>();
+
+/** Opt-out keywords (contract section 7): what a message's text says, and handing a request's keywords to contacts (503 when it cannot be reached). */
+export { applyKeywords, keywordAction, keywordChanges, type KeywordMessage } from "./contacts.keywords";

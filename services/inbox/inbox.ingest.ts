@@ -6,7 +6,7 @@
  * conversations found or created (an archived one reopens), messages stored once, their INBOUND
  * webhook events (the inbox's feed `inbound_event_feed`, which the notifier follows) and the live view's
  * `message.created` / `conversation.unarchived` rows; the events are announced after the commit.
- * Opt-out keywords (STOP, START, ...) are handed to contacts before (inbox.keywords.ts).
+ * Opt-out keywords (STOP, START, ...) are handed to contacts before (contacts.keywords.ts, through contacts.contract.ts).
  *
  * The grouping lives here, in the inbox node, not in tracking's ingress: it then serves every caller
  * (the ingress on any number of tracking nodes, the simulator) and gathers all of one inbox node's
@@ -16,7 +16,7 @@
  */
 import type { Context, Service } from "moleculer";
 import { instantOf } from "../../lib/messaging/time";
-import type { Sequelize } from "sequelize";
+import type { Sequelize, Transaction } from "sequelize";
 import type { ApiServiceSettings } from "../../lib/http/api";
 import { ApiError, type FieldError } from "../../lib/errors";
 import { GroupCommitter } from "../../lib/db/group-commit";
@@ -25,7 +25,7 @@ import { isE164, PHONE_ERROR } from "../../lib/messaging/phone";
 import { webhookFeedInsert } from "../../lib/db/feeds";
 import { WEBHOOK_ACCOUNTS_VIEW, withoutEmpty, type WebhookEvent } from "../notifier/notifier.contract";
 import { announceInboxEvents, appendInboxEvents, type InboxEvent } from "./inbox.events";
-import { applyKeywords } from "./inbox.keywords";
+import { applyKeywords } from "../contacts/contacts.contract";
 import type { InboxMetrics } from "./inbox.metrics";
 import { toConversationOut, toThreadMessageOut } from "./inbox.models";
 import { ingestInbound } from "./inbox.queries";
@@ -65,7 +65,7 @@ export interface IngestThis extends Service<ApiServiceSettings> {
 }
 
 /** An end user's number that is no valid number, or a date-time that is no instant PostgreSQL can store. */
-function badItems(items: IngestIn["items"]): FieldError[] {
+export function badItems(items: IngestIn["items"]): FieldError[] {
   const errors: FieldError[] = [];
   items.forEach((it, i) => {
     if (!isE164(it.source)) errors.push({ path: `items[${i}].source`, message: PHONE_ERROR });
@@ -97,7 +97,7 @@ export function ingestBytes(p: IngestIn): number {
  * INBOUND webhook events (its feed) and, last before the commit (the account event lock, inbox.events.ts), its
  * live-view events. Answers per call how many of its messages were new, and the events to announce.
  */
-async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ created: number[]; live: InboxEvent[] }> {
+export async function writeGroup(sequelize: Sequelize, calls: IngestIn[], around?: GroupHooks): Promise<{ created: number[]; live: InboxEvent[] } | null> {
   // Which call each message is of (a message object given twice counts for the first call).
   const callOf = new Map<InboundMessageIn, number>();
   calls.forEach((c, i) => c.items.forEach((it) => callOf.has(it) || callOf.set(it, i)));
@@ -106,6 +106,7 @@ async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ cr
     5,
     () =>
       sequelize.transaction(async (tx) => {
+        if (around && !(await around.before(tx))) return null;
         const created = calls.map(() => 0);
         const live: InboxEvent[] = [];
         const outbox: WebhookEvent[] = [];
@@ -129,11 +130,18 @@ async function writeGroup(sequelize: Sequelize, calls: IngestIn[]): Promise<{ cr
           }
         }
         if (outbox.length > 0) await sequelize.query(FEED_INSERT, { bind: [JSON.stringify(outbox)], transaction: tx });
+        await around?.after(tx);
         await appendInboxEvents(sequelize, tx, live);
         return { created, live };
       }),
     { delayMs: (n) => 5 * n + Math.random() * 10 },
   );
+}
+
+/** What a caller adds to a group's transaction: `before`, first (false: write nothing), and `after`, with the writes. */
+export interface GroupHooks {
+  before(tx: Transaction): Promise<boolean>;
+  after(tx: Transaction): Promise<void>;
 }
 
 /**
@@ -145,7 +153,7 @@ export function createIngestCommitter(svc: Pick<IngestThis, "sequelize" | "metri
   return new GroupCommitter<IngestIn, IngestOut>(
     async (calls) => {
       const started = process.hrtime.bigint();
-      const out = await writeGroup(svc.sequelize, calls);
+      const out = (await writeGroup(svc.sequelize, calls))!;
       svc.metrics.transaction(
         calls.reduce((n, c) => n + c.items.length, 0),
         Number(process.hrtime.bigint() - started) / 1e9,
@@ -161,7 +169,7 @@ export function createIngestCommitter(svc: Pick<IngestThis, "sequelize" | "metri
 /**
  * Stores one channel's inbound messages, all or none, in a transaction shared with concurrent calls;
  * answers how many were new. Opt-out keywords among them are recorded first, by contacts
- * (inbox.keywords.ts): the call fails (503) rather than store a STOP whose opt-out is not kept.
+ * (contacts.keywords.ts, through contacts.contract.ts): the call fails (503) rather than store a STOP whose opt-out is not kept.
  */
 export async function ingest(svc: IngestThis, p: IngestIn, ctx: Context): Promise<IngestOut> {
   const bad = badItems(p.items);

@@ -36,6 +36,17 @@ export class InboxMetrics {
     registers: [this.registry],
   });
 
+  private readonly refusedRows = new Counter({
+    name: "inbox_inbound_refused_total",
+    help: "Inbound messages of tracking's inbound feed the database refused, skipped (logged with account and messageId), by channel",
+    labelNames: ["channel"] as const,
+    registers: [this.registry],
+  });
+
+  refused(channel: string): void {
+    this.refusedRows.labels(channel).inc();
+  }
+
   stored(channel: string, n: number): void {
     if (n > 0) this.inbound.labels(channel).inc(n);
   }

@@ -23,6 +23,9 @@ import type { IngestIn, IngestOut } from "./inbox.schemas";
 import { callSimulator } from "../simulator/simulator.contract";
 import { callTracking, campaignStatsIn, type CampaignStatsIn } from "../tracking/tracking.contract";
 import { campaignResponded } from "./inbox.stats";
+import { INBOUND_POLL_MS, inboundFollower } from "./inbox.inbound";
+import type { FeedLoop } from "../../lib/jobs/follow";
+import { INBOUND_FEED_WRITTEN } from "../tracking/tracking.contract";
 
 /** How often an inbox node releases the media of replies that became final. */
 const REPLY_MEDIA_LOOP_MS = 30_000;
@@ -35,6 +38,7 @@ interface InboxVars {
   ingestCommitter: GroupCommitter<IngestIn, IngestOut>;
   upstream: Upstream;
   metrics: InboxMetrics;
+  inbound: FeedLoop;
 }
 type InboxThis = Service<ApiServiceSettings> & InboxVars;
 
@@ -60,12 +64,19 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
       },
     },
     methods: { ...replyMethods },
+    events: {
+      /** Tracking committed inbound messages to its inbound feed: follow it now. */
+      [INBOUND_FEED_WRITTEN](this: InboxThis) {
+        this.inbound.wake();
+      },
+    },
     created(this: InboxThis) {
       this.sequelize = db.sequelize;
       this.heavyGate = heavyGateOf(db, config);
       this.metrics = new InboxMetrics();
       this.ingestCommitter = createIngestCommitter(this);
       addNodeRegistry(this.broker, this.metrics.registry);
+      this.inbound = inboundFollower({ sequelize: this.sequelize, broker: this.broker, metrics: this.metrics, logger: this.logger });
       this.upstream = createUpstream(
         config,
         (messages: OutboundMessage[]) => callSimulator(this.broker, "simulator.send", { messages }),
@@ -75,9 +86,11 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
     started(this: InboxThis) {
       this.loops = new Loops(this.logger);
       this.loops.every(REPLY_MEDIA_LOOP_MS, "reply media release", () => this.releaseReplyMedia(), { firstAfterMs: 5000 });
+      this.inbound.start(INBOUND_POLL_MS);
     },
     async stopped(this: InboxThis) {
       this.loops?.stop();
+      await this.inbound?.close();
       await this.upstream?.close();
     },
   };

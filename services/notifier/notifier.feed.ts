@@ -8,10 +8,10 @@
  *   transaction: a row that commits later is read by a later round, a round that fails moves nothing.
  * - **One follower at a time.** Every notifier node follows, on the producers' broadcasts, every
  *   NOTIFIER_POLL_MS, and again at once after a full batch. A round locks the feed's cursor row with
- *   SKIP LOCKED, so a node whose peer is mid-round does nothing now and looks again after
- *   RECHECK_MS (the peer's snapshot may have been taken before the rows it was woken for).
+ *   SKIP LOCKED, so a node whose peer is mid-round does nothing now and looks again soon
+ *   (lib/jobs/follow.ts: the peer's snapshot may have been taken before the rows it was woken for).
  * - **Rows held back.** Committed rows behind a transaction still running are counted by the round;
- *   the follower looks again after RECHECK_MS, not at the next poll.
+ *   the follower looks again soon, not at the next poll.
  * - **Order.** Events are copied in feed order; the schedule's ids are the order of delivery per account.
  * - **RETRACT** (tracking's feed): the DELIVERY and READ events of that message written since the
  *   row's time are dropped from the schedule (or not copied, in the same round); one already being
@@ -21,8 +21,7 @@
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import { inTransaction } from "../../lib/db/db";
-import { Coalesced } from "../../lib/jobs/coalesce";
-import { Loops } from "../../lib/jobs/jobs";
+import { FeedLoop } from "../../lib/jobs/follow";
 import { INBOUND_EVENTS_VIEW } from "../inbox/inbox.contract";
 import { MESSAGE_EVENTS_VIEW } from "../tracking/tracking.contract";
 
@@ -33,12 +32,6 @@ export type WebhookFeed = (typeof WEBHOOK_FEEDS)[number];
 export const FOLLOW_BATCH = 2000;
 /** Rounds of one feed in a row before the other feed's turn (a backlog of one never holds up the other for long). */
 const ROUNDS_IN_A_ROW = 10;
-/**
- * A peer held the cursor, or committed rows waited behind a transaction still running: look again
- * this soon, twice as late each time it happens again in a row, up to RECHECK_MAX_MS.
- */
-const RECHECK_MS = 20;
-const RECHECK_MAX_MS = 1000;
 
 /**
  * One round's statement ($1 cursor tx, $2 cursor id, $3 batch, $4 the feed). `retracts`: the feed may
@@ -113,78 +106,43 @@ export function followFeed(sequelize: Sequelize, feed: WebhookFeed, batch = FOLL
   });
 }
 
-/** A notifier node's follower of both feeds: rounds one at a time, asked for by wakes and the poll. */
+/** A notifier node's follower of both feeds (lib/jobs/follow.ts: wakes, the poll, rechecks). */
 export class FeedFollower {
-  private readonly rounds: Coalesced;
-  private recheck: NodeJS.Timeout | null = null;
-  private streak = 0;
-  private closed = false;
-  private readonly loops: Loops;
+  private readonly loop: FeedLoop;
 
-  constructor(
-    private readonly o: {
-      sequelize: Sequelize;
-      logger: Service["logger"];
-      /** Events were copied into the schedule (or taken out): claim now. */
-      onCopied: () => void;
-      batch?: number;
-    },
-  ) {
-    this.rounds = new Coalesced(
-      () => this.follow(),
-      (err) => {
-        // A deadlock with a notifier's outcomes (both delete a message's events), a lost connection: soon again.
-        o.logger.warn({ err }, "could not follow the webhook event feeds; retrying");
-        this.later();
-      },
-    );
-    this.loops = new Loops(o.logger);
-  }
-
-  /** Follows now and every `pollMs` (the safety net for a lost broadcast). */
-  start(pollMs: number): void {
-    this.loops.every(pollMs, "webhook feeds poll", () => this.wake());
-    this.wake();
-  }
-
-  /** Follows now (or once more after the round in progress). */
-  wake(): void {
-    this.rounds.request();
-  }
-
-  private later(): void {
-    if (this.closed || this.recheck) return;
-    const ms = Math.min(RECHECK_MAX_MS, RECHECK_MS * 2 ** this.streak++);
-    this.recheck = setTimeout(() => {
-      this.recheck = null;
-      this.wake();
-    }, ms);
-    this.recheck.unref();
-  }
-
-  private async follow(): Promise<void> {
-    const batch = this.o.batch ?? FOLLOW_BATCH;
-    let more = false;
-    let waiting = false;
-    for (const feed of WEBHOOK_FEEDS) {
-      for (let i = 0; i < ROUNDS_IN_A_ROW && !this.closed; i++) {
-        const r = await followFeed(this.o.sequelize, feed, batch);
-        if (r.written > 0 || r.retracted > 0) this.o.onCopied();
-        if (r.busy || r.held) waiting = true;
-        if (r.busy || r.read < batch) break;
-        if (i === ROUNDS_IN_A_ROW - 1) more = true;
+  constructor(o: {
+    sequelize: Sequelize;
+    logger: Service["logger"];
+    /** Events were copied into the schedule (or taken out): claim now. */
+    onCopied: () => void;
+    batch?: number;
+  }) {
+    const batch = o.batch ?? FOLLOW_BATCH;
+    this.loop = new FeedLoop("the webhook event feeds", o.logger, async () => {
+      let more = false;
+      let waiting = false;
+      for (const feed of WEBHOOK_FEEDS) {
+        for (let i = 0; i < ROUNDS_IN_A_ROW; i++) {
+          const r = await followFeed(o.sequelize, feed, batch);
+          if (r.written > 0 || r.retracted > 0) o.onCopied();
+          if (r.busy || r.held) waiting = true;
+          if (r.busy || r.read < batch) break;
+          if (i === ROUNDS_IN_A_ROW - 1) more = true;
+        }
       }
-    }
-    if (waiting) this.later();
-    else this.streak = 0;
-    if (more) this.rounds.repeat();
+      return { waiting, more };
+    });
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    this.loops.stop();
-    if (this.recheck) clearTimeout(this.recheck);
-    this.recheck = null;
-    await this.rounds.close();
+  start(pollMs: number): void {
+    this.loop.start(pollMs);
+  }
+
+  wake(): void {
+    this.loop.wake();
+  }
+
+  close(): Promise<void> {
+    return this.loop.close();
   }
 }

@@ -6,11 +6,11 @@
 import type { Sequelize } from "sequelize";
 import { inTransaction } from "../../lib/db/db";
 import { RETRYABLE_SQLSTATES, retryOn } from "../../lib/jobs/jobs";
-import type { IngestItem } from "./tracking.fold";
+import type { WriteItem } from "./tracking.fold";
 import { RetryWrite, writeItems, type WriteEffects } from "./tracking.writes";
 
 /** Runs `writeItems` in a transaction, again (up to 5 times) after a deadlock, serialization failure or lost race. */
-export function writeWithRetry(sequelize: Sequelize, items: IngestItem[]): Promise<WriteEffects> {
+export function writeWithRetry(sequelize: Sequelize, items: WriteItem[]): Promise<WriteEffects> {
   return retryOn(RETRYABLE_SQLSTATES, 5, () => inTransaction(sequelize, (exec) => writeItems(exec, items)), {
     also: (err) => err instanceof RetryWrite,
     delayMs: (n) => 5 * n + Math.random() * 10,

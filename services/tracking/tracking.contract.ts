@@ -36,6 +36,30 @@ export const MESSAGE_EVENTS_VIEW = "message_webhook_events";
  * `STATUS_FEED_WRITTEN` is broadcast after a commit that appended rows.
  */
 export const STATUS_FEED_VIEW = "message_status_changes";
+
+/**
+ * The inbound feed tracking publishes (migration 0032): the read-only view `inbound_messages_received`
+ * holds each inbound message the internal ingress accepted (validated), written in the transaction
+ * the 202 waited for. Its columns are {@link InboundFeedRow}. The inbox follows it as the status feed
+ * (rows of ended transactions only, in `(tx, id)` order, past its cursor) and stores the messages;
+ * tracking calls nothing of the inbox's. Kept two days, dropped by day once the inbox has read the
+ * whole day. `INBOUND_FEED_WRITTEN` is broadcast after a commit that appended rows.
+ */
+export const INBOUND_FEED_VIEW = "inbound_messages_received";
+export const INBOUND_FEED_WRITTEN = "tracking.inboundWritten";
+export interface InboundFeedRow {
+  company_id: string;
+  id: string;
+  tx: string;
+  channel: "RCS" | "WHATSAPP";
+  message_id: string;
+  source: string;
+  destination: string;
+  received_date: string;
+  message_type: string;
+  text: string | null;
+  media_key: string | null;
+}
 export const STATUS_FEED_WRITTEN = "tracking.statusFeedWritten";
 export interface StatusFeedRow {
   company_id: string;

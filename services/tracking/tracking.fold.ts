@@ -7,7 +7,7 @@
 import { DELIVERED, inFlightCode, statusByCode, type Channel } from "../../lib/messaging/channels";
 import type { ChannelSupport } from "./tracking.contract";
 import { withoutEmpty, type WebhookEvent } from "../notifier/notifier.contract";
-import type { RegistrationIn } from "./tracking.schemas";
+import type { InboundIn, RegistrationIn } from "./tracking.schemas";
 
 export type { WebhookEvent };
 export { withoutEmpty };
@@ -37,6 +37,16 @@ export interface ReadItem {
 }
 
 export type IngestItem = { kind: "message"; message: RegistrationIn } | ReceiptItem | ReadItem;
+
+/** An inbound message, validated by the ingress and stored in tracking's inbound feed, which the inbox follows (migration 0032). */
+export interface InboundItem {
+  kind: "inbound";
+  channel: "RCS" | "WHATSAPP";
+  inbound: InboundIn;
+}
+
+/** What one ingress request writes, all or none: message items, or inbound messages. */
+export type WriteItem = IngestItem | InboundItem;
 
 /** A message row as the fold sees it (tracking.models.ts reads it from a row). */
 export interface MessageState {

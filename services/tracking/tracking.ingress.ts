@@ -40,7 +40,9 @@ import {
   type IngestOut,
 } from "./tracking.schemas";
 import { dateError } from "./tracking.contract";
-import type { IngestItem } from "./tracking.fold";
+import type { InboundItem, IngestItem } from "./tracking.fold";
+
+export type { InboundItem };
 import { IngestMetrics } from "./tracking.metrics";
 import { drainOf } from "../../lib/http/drain";
 import { closeListener, createListener, listen, requestIdCallOptions, type WebHandler, type WebService } from "../../lib/http/moleculer-web";
@@ -65,12 +67,6 @@ function tokenGuard(token: string | null) {
   };
 }
 
-/** An inbound message, validated here and handed to inbox (`inbox.ingest`), which owns them. */
-export interface InboundItem {
-  kind: "inbound";
-  channel: "RCS" | "WHATSAPP";
-  inbound: InboundIn;
-}
 /** An upstream's opt-out report, validated here and handed to contacts (`contacts.applyOptOuts`), which owns opt-outs. */
 export interface OptOutItem {
   kind: "optOut";

@@ -1,8 +1,9 @@
 /**
  * tracking: messages and their delivery statuses (spec parts 2, 3 and 6; contract sections 4 and 6).
  * Upstreams report registrations, receipts, reads and inbound messages on the internal ingress
- * (tracking.ingress.ts; inbound messages are validated there and handed to `inbox.ingest`, which owns them, and opt-out reports
- * to `contacts.applyOptOuts`); partners poll statuses and page through their message history through the
+ * (tracking.ingress.ts; inbound messages are validated there and stored in tracking's inbound feed,
+ * which the inbox follows and stores them from: tracking calls nothing of the inbox's; opt-out reports
+ * go to `contacts.applyOptOuts`); partners poll statuses and page through their message history through the
  * gateway. Every event a status change produces is written to its webhook-event feed in the same
  * transaction (the notifier follows it).
  * Messages live in daily partitions made ahead hourly; retention (MESSAGE_RETENTION_DAYS) drops whole days.
@@ -16,13 +17,20 @@ import { heavyGateOf, withHeavyRead } from "../../lib/db/heavy";
 import { Loops } from "../../lib/jobs/jobs";
 import { FEED_POSITIONS_VIEW, OUTBOX_WRITTEN } from "../notifier/notifier.contract";
 import { dayReadBy } from "../../lib/db/feeds";
-import { IngressMixin, parseIngest, type InboundItem, type OptOutItem } from "./tracking.ingress";
+import { IngressMixin, parseIngest, type OptOutItem } from "./tracking.ingress";
 import type { OptOutChange } from "../contacts/contacts.contract";
-import type { IngestItem } from "./tracking.fold";
-import type { InboxIngestIn } from "../inbox/inbox.contract";
+import type { InboundItem, WriteItem } from "./tracking.fold";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
-import { checkHistoryRange, MESSAGE_EVENTS_VIEW, STATUS_FEED_VIEW, STATUS_FEED_WRITTEN, type ChannelSupportEvent } from "./tracking.contract";
+import {
+  checkHistoryRange,
+  INBOUND_FEED_VIEW,
+  INBOUND_FEED_WRITTEN,
+  MESSAGE_EVENTS_VIEW,
+  STATUS_FEED_VIEW,
+  STATUS_FEED_WRITTEN,
+  type ChannelSupportEvent,
+} from "./tracking.contract";
 import { INBOX_FEED_POSITIONS_VIEW } from "../inbox/inbox.contract";
 import { purgeBefore } from "./tracking.days";
 import { campaignStats } from "./tracking.stats";
@@ -53,11 +61,10 @@ import {
   type StatusIn,
 } from "./tracking.schemas";
 import type { IngestMetrics } from "./tracking.metrics";
-import { callInbox } from "../inbox/inbox.contract";
-import { callContacts } from "../contacts/contacts.contract";
+import { applyKeywords, callContacts } from "../contacts/contacts.contract";
 
 interface TrackingVars {
-  committer: GroupCommitter<IngestItem[]>;
+  committer: GroupCommitter<WriteItem[]>;
   ingestMetrics: IngestMetrics;
   ingestBody(path: string, body: unknown): Promise<IngestOut>;
   loops: Loops;
@@ -196,19 +203,6 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       /** Validates a posted body (object or array) for one ingress path and resolves once it is committed. */
       async ingestBody(this: TrackingThis, path: string, body: unknown): Promise<IngestOut> {
         const parsed = parseIngest(path, body);
-        if (path.startsWith("inbound/")) {
-          const inbound = parsed as InboundItem[];
-          const handed: InboxIngestIn = { channel: inbound[0]!.channel, items: inbound.map((i) => i.inbound) };
-          await callInbox(this.broker, "inbox.ingest", handed).catch((err: unknown) => {
-            const e = err as { name?: string; code?: number };
-            // No inbox node (yet, or any more): the upstream tries again later.
-            if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError")
-              throw new ApiError("SERVICE_UNAVAILABLE", "Inbound messages cannot be stored right now (no inbox node); try again.", { retryAfter: 5 });
-            throw err;
-          });
-          this.ingestMetrics.stored(path, inbound.length);
-          return { accepted: inbound.length };
-        }
         if (path === "opt-outs") {
           const reports = (parsed as OptOutItem[]).map((i): OptOutChange => ({ ...i.report, source: "UPSTREAM" }));
           await callContacts(this.broker, "contacts.applyOptOuts", { items: reports }).catch((err: unknown) => {
@@ -220,7 +214,17 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
           this.ingestMetrics.stored(path, reports.length);
           return { accepted: reports.length };
         }
-        const items = parsed as IngestItem[];
+        // Message items, or inbound messages (stored in the inbound feed the inbox follows; their
+        // opt-out keywords recorded at contacts first: 503 and nothing stored when it cannot be reached).
+        const items = parsed as WriteItem[];
+        if (path.startsWith("inbound/")) {
+          const inbound = items as InboundItem[];
+          await applyKeywords(
+            this.broker,
+            inbound[0]!.channel,
+            inbound.map((i) => i.inbound),
+          );
+        }
         await this.committer.submit(items);
         this.ingestMetrics.stored(path, items.length);
         return { accepted: items.length };
@@ -231,7 +235,8 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         const made = await ensureDays(sequelize, "messages", PARTITION_DAYS_AHEAD);
         const feed = await ensureDays(sequelize, "message_status_feed", PARTITION_DAYS_AHEAD);
         const events = await ensureDays(sequelize, "message_event_feed", PARTITION_DAYS_AHEAD);
-        if (made + feed + events > 0) this.logger.info({ made, feed, events }, "partitions made");
+        const inbound = await ensureDays(sequelize, "inbound_message_feed", PARTITION_DAYS_AHEAD);
+        if (made + feed + events + inbound > 0) this.logger.info({ made, feed, events, inbound }, "partitions made");
       },
 
       /** One retention run (its failure is logged by the loop that runs it). */
@@ -248,12 +253,17 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
           dayReadBy(sequelize, day, FEED_POSITIONS_VIEW, MESSAGE_EVENTS_VIEW),
         );
         if (events.length > 0) this.logger.info({ days: events }, "old webhook event feed days dropped");
+        // The inbound feed's days once the inbox has read them whole.
+        const inbound = await dropDaysBefore(sequelize, "inbound_message_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000), (day) =>
+          dayReadBy(sequelize, day, INBOX_FEED_POSITIONS_VIEW, INBOUND_FEED_VIEW),
+        );
+        if (inbound.length > 0) this.logger.info({ days: inbound }, "old inbound feed days dropped");
       },
     },
 
     created(this: TrackingThis) {
       // Each request's items are one submission (atomic); a group writes their concatenation.
-      this.committer = new GroupCommitter<IngestItem[]>(
+      this.committer = new GroupCommitter<WriteItem[]>(
         async (submissions) => {
           const items = submissions.length === 1 ? submissions[0]! : submissions.flat();
           const started = process.hrtime.bigint();
@@ -268,6 +278,10 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
           if (effects.events > 0) {
             // Wakes the notifiers for the events just committed (rows: a lost broadcast only waits for their poll).
             Promise.resolve(this.broker.broadcast(OUTBOX_WRITTEN)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the notifiers"));
+          }
+          if (effects.inbound > 0) {
+            // Wakes the inbox, which follows the inbound feed (a lost broadcast only waits for its poll).
+            Promise.resolve(this.broker.broadcast(INBOUND_FEED_WRITTEN)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the inbox"));
           }
           if (effects.statusChanges > 0) {
             // Wakes the status feed's followers (the inbox): the rows are there, a lost broadcast only waits for their poll.

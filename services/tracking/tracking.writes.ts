@@ -13,7 +13,9 @@ import {
   deliveryPayload,
   fold,
   placeholder,
+  type InboundItem,
   type IngestItem,
+  type WriteItem,
   type MessageState,
   type WebhookEvent,
   type ReadItem,
@@ -32,20 +34,24 @@ import {
   upsertRegistrations,
 } from "./tracking.queries";
 import type { RegistrationIn } from "./tracking.schemas";
-import { appendStatusFeed, type StatusChange } from "./tracking.feed";
+import { appendInboundFeed, appendStatusFeed, type StatusChange } from "./tracking.feed";
 
 export interface WriteEffects {
   events: number;
   support: ChannelSupport[];
   /** RCS/WhatsApp status changes appended to `message_status_feed` (its followers are woken after the commit). */
   statusChanges: number;
+  /** Inbound messages appended to `inbound_message_feed` (the inbox is woken after the commit). */
+  inbound: number;
 }
 
 /** A placeholder lost its insert to a concurrent writer: the whole write is retried. */
 export class RetryWrite extends Error {}
 
 /** Everything a batch of ingress items changes, in one transaction the caller holds (`exec` runs in it). */
-export async function writeItems(exec: Exec, items: IngestItem[]): Promise<WriteEffects> {
+export async function writeItems(exec: Exec, all: WriteItem[]): Promise<WriteEffects> {
+  const inboundItems = all.filter((it): it is InboundItem => it.kind === "inbound");
+  const items = inboundItems.length === 0 ? (all as IngestItem[]) : all.filter((it): it is IngestItem => it.kind !== "inbound");
   let events: WebhookEvent[] = [];
   let eventCount = 0;
   const support: ChannelSupport[] = [];
@@ -197,5 +203,7 @@ export async function writeItems(exec: Exec, items: IngestItem[]): Promise<Write
   // 4. The status feed (migration 0027): the changed RCS/WhatsApp messages, for the inbox's live view of its replies.
   const statusChanges = statusChanged.size > 0 ? await appendStatusFeed(exec, [...statusChanged.values()]) : 0;
   // The events written (an account without a webhook gets none): the notifiers are woken only for them.
-  return { events: eventCount, support, statusChanges };
+  // 5. The inbound feed (migration 0032): inbound messages, for the inbox to follow.
+  const inbound = inboundItems.length > 0 ? await appendInboundFeed(exec, inboundItems) : 0;
+  return { events: eventCount, support, statusChanges, inbound };
 }

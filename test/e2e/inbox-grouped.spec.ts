@@ -1,5 +1,6 @@
 /**
- * Inbound messages in grouped transactions (inbox.ingest.ts over lib/db/group-commit.ts): concurrent
+ * Inbound messages in grouped transactions (inbox.ingest.ts over lib/db/group-commit.ts; the ingress's
+ * messages come through tracking's inbound feed, inbox.inbound.ts, a batch a transaction): concurrent
  * calls share a transaction and keep every guarantee of a call of their own: each answered once its
  * messages are committed, each call all or nothing (a call the database refuses fails alone, the
  * others of its group commit), a messageId stored once however many calls of one group carry it,
@@ -64,10 +65,9 @@ async function holdings(companyId: string) {
   };
 }
 
-it("keeps one conversation with every message when concurrent requests bring a new number's first messages, in fewer transactions than requests", async () => {
+it("keeps one conversation with every message when concurrent ingress requests bring a new number's first messages", async () => {
   const companyId = await listening(t.db);
   const source = phone();
-  const before = { ...committerOf(t).stats };
   // 40 requests at once through the ingress: single objects and arrays of 3, all for one new number.
   const bodies = Array.from({ length: 40 }, (_, i) =>
     i % 4 === 0 ? [1, 2, 3].map((k) => inboundIn(companyId, { source, messageId: `m-${i}-${k}` })) : inboundIn(companyId, { source, messageId: `m-${i}` }),
@@ -80,10 +80,28 @@ it("keeps one conversation with every message when concurrent requests bring a n
   expect(held.messages).toHaveLength(total);
   expect(held.outbox).toEqual(held.messages);
   expect(held.created).toBe(total);
-  // Grouped: the 40 requests took fewer transactions than requests.
-  const after = committerOf(t).stats;
-  expect(after.committed - before.committed).toBe(40);
-  expect(after.groups - before.groups).toBeLessThan(40);
+});
+
+it("skips only the message of tracking's inbound feed the database refuses: the rest of its batch is stored, the feed goes on", async () => {
+  const companyId = await listening(t.db);
+  await t.db.sequelize.query(`
+    CREATE FUNCTION test_refuse_venom() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.message_id LIKE 'venom%' THEN RAISE EXCEPTION 'refused %', NEW.message_id; END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER test_refuse_venom BEFORE INSERT ON conversation_messages FOR EACH ROW EXECUTE FUNCTION test_refuse_venom();`);
+  try {
+    // One request (one feed transaction): the inbox reads them as one batch, which the database refuses.
+    const body = ["ok-1", "ok-2", "venom-3", "ok-4", "ok-5"].map((messageId) => inboundIn(companyId, { messageId }));
+    expect((await t.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
+    await eventually(async () => expect((await holdings(companyId)).messages).toEqual(["ok-1", "ok-2", "ok-4", "ok-5"]));
+    // And the feed goes on.
+    expect((await t.ingress.post("/inbound/whatsapp", inboundIn(companyId, { messageId: "ok-6" }))).status).toBe(202);
+    await eventually(async () => expect((await holdings(companyId)).messages).toContain("ok-6"));
+  } finally {
+    await t.db.sequelize.query(`DROP TRIGGER test_refuse_venom ON conversation_messages; DROP FUNCTION test_refuse_venom();`);
+  }
 });
 
 it("keeps one conversation when two inbox nodes (committers of their own) store a new number's first messages at the same moment", async () => {

@@ -478,27 +478,46 @@ describe("inbound", () => {
     expect(stored).toEqual([{ message_id: body.messageId, sender_id: body.destination, contact_number: body.source }]);
   });
 
-  it("answers 503 (retryable) when no inbox node runs, storing nothing", async () => {
+  it("accepts an inbound message while no inbox node runs, and the inbox stores it once one starts (tracking calls nothing of the inbox's)", async () => {
     const alone = await startTestApp({ services: ["tracking"] });
+    let inbox: TestApp | undefined;
     try {
-      // A webhook in this app's own database: were the message stored, its INBOUND event would be too.
       const companyId = await listening(alone.db);
-      const res = await alone.ingress.post("/inbound/rcs", {
+      const body = {
         companyId,
         messageId: mid(),
         source: phone(),
         destination: "agent",
         receivedDate: "2026-11-20T11:00:00Z",
         messageType: "TEXT",
-      });
-      expectProblem(res, 503);
-      expect(res.headers.get("retry-after")).toBe("5");
-      const [row] = await alone.db.sequelize.query<{ n: string }>(`SELECT count(*) AS n FROM ${WEBHOOK_EVENTS} WHERE company_id = $1`, {
-        bind: [companyId],
-        type: QueryTypes.SELECT,
-      });
-      expect(Number(row!.n)).toBe(0);
+        text: "hi",
+      };
+      expect((await alone.ingress.post("/inbound/rcs", body)).status).toBe(202);
+      const held = () =>
+        alone.db.sequelize.query<{ message_id: string }>(`SELECT message_id FROM conversation_messages WHERE company_id = $1`, {
+          bind: [companyId],
+          type: QueryTypes.SELECT,
+        });
+      // In tracking's feed, not yet in the inbox.
+      expect(
+        await alone.db.sequelize.query(`SELECT message_id FROM inbound_messages_received WHERE company_id = $1`, {
+          bind: [companyId],
+          type: QueryTypes.SELECT,
+        }),
+      ).toEqual([{ message_id: body.messageId }]);
+      expect(await held()).toEqual([]);
+      inbox = await startTestApp({ services: ["inbox"], db: alone.db });
+      await eventually(async () => expect(await held()).toEqual([{ message_id: body.messageId }]));
+      const [row] = await alone.db.sequelize.query<{ n: string }>(
+        `SELECT count(*) AS n FROM ${WEBHOOK_EVENTS} WHERE company_id = $1 AND event_type = 'INBOUND'`,
+        {
+          bind: [companyId],
+          type: QueryTypes.SELECT,
+        },
+      );
+      expect(Number(row!.n)).toBe(1);
     } finally {
+      await inbox?.stop();
       await alone.stop();
     }
   });

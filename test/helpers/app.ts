@@ -93,6 +93,39 @@ export async function listening(db: Database, companyId: string = uid()): Promis
   return companyId;
 }
 
+/**
+ * Resolves once the inbox has followed every inbound message tracking's feed holds now (migration
+ * 0032: the ingress answers 202 once the message is in the feed; the inbox stores it a round later),
+ * or after `timeoutMs` (the test's own checks then fail on what is missing).
+ */
+export async function inboxFollowed(db: Database, timeoutMs = 10_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const [row] = (await db.sequelize.query(
+      `SELECT NOT EXISTS (SELECT 1 FROM inbound_messages_received f, inbox_feed_positions c
+                           WHERE c.feed = 'inbound_messages_received' AND (f.tx, f.id) > (c.tx, c.id)) AS done`,
+      { type: "SELECT" },
+    )) as Array<{ done: boolean }>;
+    if (row?.done || Date.now() > until) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The ingress of an app that runs the inbox: a 202 to an inbound message resolves once the inbox has stored it. */
+class InboundWaitingHttp extends Http {
+  constructor(
+    baseUrl: string,
+    private readonly db: Database,
+  ) {
+    super(baseUrl);
+  }
+  override async request(...args: Parameters<Http["request"]>): ReturnType<Http["request"]> {
+    const res = await super.request(...args);
+    if (args[0] === "POST" && args[1].startsWith("/inbound/") && res.status === 202) await inboxFollowed(this.db);
+    return res;
+  }
+}
+
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
   let tdb: TestDatabase | null = null;
   const db = opts.db ?? (tdb = await createTestDatabase()).db;
@@ -113,7 +146,9 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     config,
     root: new Http(base),
     api: new Http(base + API_PREFIX),
-    ingress: new Http(`http://127.0.0.1:${app.internalPort ?? 1}/internal/v1`),
+    ingress: services.includes("inbox")
+      ? new InboundWaitingHttp(`http://127.0.0.1:${app.internalPort ?? 1}/internal/v1`, db)
+      : new Http(`http://127.0.0.1:${app.internalPort ?? 1}/internal/v1`),
     async newAccount(operations, o = {}) {
       const companyId = o.companyId ?? uid();
       const key = await createKey(models, {

@@ -1,10 +1,12 @@
 /**
  * The inbox on a node of its own over real NATS, as k8s/base/inbox.yaml runs it: tracking's ingress
- * (another node) hands inbound messages to inbox.ingest across the wire, the gateway (a third node)
+ * (another node) stores inbound messages in its inbound feed, which the inbox node follows, the gateway (a third node)
  * reaches its actions, problems cross as problems, a reply leaves through the simulator (a fourth
- * node) and comes back DELIVERED; with no inbox node left the ingress answers a retryable 503.
+ * node) and comes back DELIVERED; with no inbox node left the ingress still takes inbound messages
+ * (tracking's inbound feed) and the next inbox node stores them.
  */
-import { startTestApp, uid, type Account, type TestApp, type TestAppOptions } from "../helpers/app";
+import { QueryTypes } from "sequelize";
+import { inboxFollowed, startTestApp, uid, type Account, type TestApp, type TestAppOptions } from "../helpers/app";
 import { inboundIn } from "../helpers/builders";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
@@ -19,9 +21,11 @@ describeOverNats("inbox over NATS", () => {
   let a: Account;
   const namespace = uid("inbox");
 
+  let cluster: NonNullable<TestAppOptions["config"]>;
+
   beforeAll(async () => {
     tdb = await createTestDatabase();
-    const cluster = {
+    cluster = {
       transporter: TEST_NATS_URL,
       databaseUrl: tdb.db.url,
       internalTokenDisabled: true,
@@ -54,6 +58,7 @@ describeOverNats("inbox over NATS", () => {
     expect(tracker.app.broker.getLocalService("inbox")).toBeFalsy();
     const body = inboundIn(a.companyId, { text: "over the wire" });
     expect((await tracker.ingress.post("/inbound/whatsapp", [body])).status).toBe(202);
+    await inboxFollowed(tdb.db);
     const list = await a.api.get(`/inbox/conversations?search=${encodeURIComponent(body.source)}`);
     expect(list.body.data).toEqual([expect.objectContaining({ contactNumber: body.source, unreadCount: 1, lastMessagePreview: "over the wire" })]);
     const chatId = list.body.data[0].chatId as string;
@@ -72,9 +77,19 @@ describeOverNats("inbox over NATS", () => {
     expect((await a.api.request("PATCH", `/conversations/${chatId}/unarchive`)).status).toBe(204);
   }, 30_000);
 
-  it("answers 503 at the ingress once no inbox node is left", async () => {
+  it("accepts inbound messages while no inbox node is left, and an inbox node stores them once one is back", async () => {
     await inbox!.stop();
     inbox = null;
-    await eventually(async () => expectProblem(await tracker.ingress.post("/inbound/rcs", inboundIn(a.companyId)), 503), { timeoutMs: 15_000 });
+    const body = inboundIn(a.companyId, { text: "while nobody listened" });
+    expect((await tracker.ingress.post("/inbound/whatsapp", body)).status).toBe(202);
+    const stored = () =>
+      tdb.db.sequelize.query(`SELECT text FROM conversation_messages WHERE company_id = $1 AND message_id = $2`, {
+        bind: [a.companyId, body.messageId],
+        type: QueryTypes.SELECT,
+      });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await stored()).toEqual([]);
+    inbox = await startTestApp({ services: ["inbox"], db: tdb.db, config: cluster, broker: { namespace, nodeID: `${namespace}-inbox-2` } });
+    await eventually(async () => expect(await stored()).toEqual([{ text: "while nobody listened" }]), { timeoutMs: 15_000 });
   }, 30_000);
 });

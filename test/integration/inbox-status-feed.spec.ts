@@ -7,14 +7,14 @@
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
-import { inTransaction, migrator } from "../../lib/db/db";
+import { inTransaction, migrator, type Database } from "../../lib/db/db";
 import { writeItems } from "../../services/tracking/tracking.writes";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { followStatusFeed } from "../../services/inbox/inbox.feed";
 import { dayReadBy } from "../../lib/db/feeds";
 import { INBOX_FEED_POSITIONS_VIEW } from "../../services/inbox/inbox.contract";
 import { STATUS_FEED_VIEW } from "../../services/tracking/tracking.contract";
-import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 
 let t: TestDatabase;
@@ -186,5 +186,32 @@ it("is migration 0027: down drops the feed, its view and the cursor; up makes th
     [{ f: null, v: null, c: null }],
   );
   await migrator(t.db).up();
-  expect(await q(`SELECT feed, tx::text AS tx, id FROM inbox_feed_cursors`)).toEqual([{ feed: "message_status_changes", tx: "0", id: "0" }]);
+  expect(await q(`SELECT feed, tx::text AS tx, id FROM inbox_feed_cursors ORDER BY feed`)).toEqual([
+    { feed: "inbound_messages_received", tx: "0", id: "0" },
+    { feed: "message_status_changes", tx: "0", id: "0" },
+  ]);
+});
+
+describe("migration 0032 (tracking's inbound feed)", () => {
+  let db: Database;
+  withUnmigratedDatabase((made) => (db = made));
+
+  it("makes the feed, its view and the inbox's cursor; refuses to go down while the inbox has not followed every row", async () => {
+    await migrator(db).up({ to: "20261203-0032-inbound-feed" });
+    const rows = <T extends object>(sql: string) => db.sequelize.query<T>(sql, { type: QueryTypes.SELECT });
+    expect(await rows(`SELECT feed, tx::text AS tx, id FROM inbox_feed_positions WHERE feed = 'inbound_messages_received'`)).toEqual([
+      { feed: "inbound_messages_received", tx: "0", id: "0" },
+    ]);
+    await db.sequelize.query(
+      `INSERT INTO inbound_message_feed (company_id, channel, message_id, source, destination, received_date, message_type) VALUES ('acme', 'RCS', 'm1', '+351911111111', 'agent', '2026-11-20T11:00:00Z', 'TEXT')`,
+    );
+    await expect(migrator(db).down({ to: "20261203-0032-inbound-feed" })).rejects.toThrow(/1 inbound messages are not followed/);
+    await db.sequelize.query(`UPDATE inbox_feed_cursors c SET tx = f.tx, id = f.id FROM inbound_message_feed f WHERE c.feed = 'inbound_messages_received'`);
+    await migrator(db).down({ to: "20261203-0032-inbound-feed" });
+    expect(
+      await rows(
+        `SELECT to_regclass('inbound_message_feed') AS t, (SELECT count(*)::int FROM inbox_feed_cursors WHERE feed = 'inbound_messages_received') AS n`,
+      ),
+    ).toEqual([{ t: null, n: 0 }]);
+  });
 });

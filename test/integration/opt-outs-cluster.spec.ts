@@ -1,12 +1,12 @@
 /**
  * Opt-outs across nodes over real NATS, as k8s/base runs them (contacts, inbox and tracking each on
- * a node of its own): a STOP posted to tracking's ingress is handed to inbox.ingest on the inbox
- * node, which records it at contacts.applyOptOuts on the contacts node before storing the message;
+ * a node of its own): a STOP posted to tracking's ingress is recorded at contacts.applyOptOuts on
+ * the contacts node before the ingress stores the message in its inbound feed, which the inbox node follows;
  * an upstream report travels from tracking to contacts; the gateway (a fourth node) lists them and
  * a reply to the number is a 409 recipient-opted-out problem across the wire. With no contacts node
  * left, a keyword message is a 503 to retry (nothing stored), and the retry succeeds once one is back.
  */
-import { startTestApp, uid, type Account, type TestApp, type TestAppOptions } from "../helpers/app";
+import { inboxFollowed, startTestApp, uid, type Account, type TestApp, type TestAppOptions } from "../helpers/app";
 import { inboundIn, phone } from "../helpers/builders";
 import { createTestDatabase, describeOverNats, TEST_NATS_URL, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
@@ -53,6 +53,7 @@ describeOverNats("opt-outs over NATS", () => {
     const n = phone();
     const stop = inboundIn(a.companyId, { source: n, text: "STOP" });
     expect((await tracker.ingress.post("/inbound/whatsapp", stop)).status).toBe(202);
+    await inboxFollowed(tdb.db);
     const listed = await a.api.get(`/contacts/opt-outs?phoneNumber=${encodeURIComponent(n)}`);
     expect(listed.body.data).toEqual([expect.objectContaining({ channel: "WHATSAPP", phoneNumber: n, source: "KEYWORD" })]);
 
@@ -95,6 +96,7 @@ describeOverNats("opt-outs over NATS", () => {
         expect.objectContaining({ channel: "RCS", source: "KEYWORD" }),
       ]),
     );
+    await inboxFollowed(tdb.db);
     expect((await a.api.get(`/inbox/conversations?status=ALL&search=${encodeURIComponent(n)}`)).body.data).toEqual([
       expect.objectContaining({ lastMessagePreview: "unsubscribe", unreadCount: 1 }),
     ]);

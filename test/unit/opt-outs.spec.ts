@@ -5,7 +5,7 @@
  */
 import { toOptedOut } from "../../services/contacts/contacts.import-rows";
 import { foldChange, importedOptOuts, type Change, type OptOutState } from "../../services/contacts/contacts.optouts.queries";
-import { keywordAction, keywordChanges } from "../../services/inbox/inbox.keywords";
+import { keywordAction, keywordChanges } from "../../services/contacts/contacts.keywords";
 
 describe("keywordAction", () => {
   it("takes the whole text, trimmed and case-insensitive, as an opt-out or opt-in keyword", () => {

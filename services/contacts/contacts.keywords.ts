@@ -5,17 +5,27 @@
  * sentence that merely contains one ("please stop") changes nothing. The message itself is stored
  * and announced (INBOUND) as any other.
  *
- * Opt-outs are the contacts service's (`contacts.applyOptOuts`). The inbox hands the keywords over
- * before it stores the call's messages, and answers the call only once both are committed: a
- * contacts service that cannot be reached fails the call (503, the upstream sends it again; the
+ * Opt-outs are the contacts service's (`contacts.applyOptOuts`), and so is this rule; other services
+ * use it through contacts.contract.ts. Tracking's ingress hands a request's keywords over before it
+ * stores the request's inbound messages (in the inbound feed the inbox follows), and answers only
+ * once both are committed; the inbox does the same for the simulator's `inbox.ingest` calls. A
+ * contacts service that cannot be reached fails the request (503, the upstream sends it again; the
  * messages and the opt-out are idempotent), so an opt-out is never lost with a node that dies after
- * answering. Each change carries the message's receivedDate, so a STOP delivered again after a
+ * answering, and the inbox, following the feed, never waits for contacts. Each change carries the message's receivedDate, so a STOP delivered again after a
  * START does not undo it.
  */
-import type { Context } from "moleculer";
+import type { Caller } from "../../lib/bus/calls";
 import { ApiError, UNAVAILABLE_RETRY_AFTER_S } from "../../lib/errors";
-import { callContacts, type OptOutAction, type OptOutChange } from "../contacts/contacts.contract";
-import type { InboundMessageIn, InboxChannel } from "./inbox.schemas";
+import { callContacts, type OptOutAction, type OptOutChange } from "./contacts.contract";
+
+/** An inbound message as far as its keyword goes. */
+export interface KeywordMessage {
+  companyId: string;
+  source: string;
+  text?: string;
+  receivedDate: string;
+}
+type KeywordChannel = "RCS" | "WHATSAPP";
 
 const OPT_OUT_WORDS = new Set(["STOP", "STOPALL", "STOP ALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "OPTOUT", "REVOKE"]);
 const OPT_IN_WORDS = new Set(["START", "UNSTOP", "YES"]);
@@ -32,7 +42,7 @@ export function keywordAction(text: string | undefined): OptOutAction | null {
 }
 
 /** The opt-out changes a call's messages make (source KEYWORD, dated by receivedDate). */
-export function keywordChanges(channel: InboxChannel, items: readonly InboundMessageIn[]): OptOutChange[] {
+export function keywordChanges(channel: KeywordChannel, items: readonly KeywordMessage[]): OptOutChange[] {
   const out: OptOutChange[] = [];
   for (const it of items) {
     const action = keywordAction(it.text);
@@ -54,7 +64,7 @@ const UNREACHABLE = new Set([
 ]);
 
 /** Hands a call's keywords to contacts and resolves once they are committed; 503 (retry) when contacts cannot be reached. */
-export async function applyKeywords(ctx: Context, channel: InboxChannel, items: readonly InboundMessageIn[]): Promise<void> {
+export async function applyKeywords(ctx: Caller, channel: KeywordChannel, items: readonly KeywordMessage[]): Promise<void> {
   const changes = keywordChanges(channel, items);
   if (changes.length === 0) return;
   try {
