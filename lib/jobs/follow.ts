@@ -3,7 +3,8 @@
  * wake (the owner's broadcast after a commit), by a poll (the safety net for a lost broadcast), and
  * again at once when a step read a full batch. A step that found the cursor held by a peer, or
  * committed rows held back by a transaction still running, is retried after RECHECK_MS, twice as late
- * each time it happens again in a row, up to RECHECK_MAX_MS; so is a step that failed (a deadlock, a
+ * each time it happens again in a row without a row read meanwhile (a long transaction, not a busy
+ * stream of short ones), up to RECHECK_MAX_MS; so is a step that failed (a deadlock, a
  * lost connection), which is logged.
  */
 import type { Service } from "moleculer";
@@ -19,6 +20,8 @@ export interface FollowStep {
   waiting: boolean;
   /** A full batch was read: there may be more now. */
   more: boolean;
+  /** Rows were read (progress: a wait that follows starts again at RECHECK_MS). */
+  progress?: boolean;
 }
 
 export class FeedLoop {
@@ -37,6 +40,7 @@ export class FeedLoop {
     this.steps = new Coalesced(
       async () => {
         const r = await step();
+        if (r.progress) this.streak = 0;
         if (r.waiting) this.later();
         else this.streak = 0;
         if (r.more) this.steps.repeat();

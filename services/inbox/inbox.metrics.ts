@@ -25,13 +25,13 @@ export class InboxMetrics {
 
   private readonly groupSize = new Histogram({
     name: "inbox_ingest_transaction_messages",
-    help: "Inbound messages written per inbox.ingest transaction (concurrent calls are grouped)",
+    help: "Inbound messages written per transaction (inbox.ingest: concurrent calls grouped; the inbound feed: a round's batch)",
     buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2000],
     registers: [this.registry],
   });
   private readonly groupTime = new Histogram({
     name: "inbox_ingest_transaction_duration_seconds",
-    help: "Time per inbox.ingest transaction, retries included",
+    help: "Time per inbound transaction (inbox.ingest or a round of the inbound feed), retries included",
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [this.registry],
   });

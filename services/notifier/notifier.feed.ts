@@ -121,16 +121,18 @@ export class FeedFollower {
     this.loop = new FeedLoop("the webhook event feeds", o.logger, async () => {
       let more = false;
       let waiting = false;
+      let progress = false;
       for (const feed of WEBHOOK_FEEDS) {
         for (let i = 0; i < ROUNDS_IN_A_ROW; i++) {
           const r = await followFeed(o.sequelize, feed, batch);
           if (r.written > 0 || r.retracted > 0) o.onCopied();
           if (r.busy || r.held) waiting = true;
+          if (r.read > 0) progress = true;
           if (r.busy || r.read < batch) break;
           if (i === ROUNDS_IN_A_ROW - 1) more = true;
         }
       }
-      return { waiting, more };
+      return { waiting, more, progress };
     });
   }
 
