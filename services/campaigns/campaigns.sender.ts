@@ -25,11 +25,6 @@
  *   confirm (two primary-key probes a recipient inside the claim statement: no extra round trip);
  *   such a recipient is not sent and ends SKIPPED, counted in the campaign's `skipped`.
  *
- * - Bulk work backs off (lib/jobs/latency-pacer.ts): each claim's duration is observed, and while
- *   the recent ones stand well above the least of them (the database queues: CPU, locks, I/O, and
- *   interactive requests queue there too), the batches in flight are halved, down to one; they
- *   come back one by one as the claims speed up, up to CAMPAIGN_CONCURRENCY.
- *
  * Its statements are in campaigns.sender.queries.ts.
  */
 import { randomUUID } from "node:crypto";
@@ -48,7 +43,6 @@ import {
   type RecipientOutcome,
 } from "./campaigns.sender.queries";
 import { fits, MAX_TEXT, parseText, render, type Parsed } from "./campaigns.text";
-import { LatencyPacer } from "../../lib/jobs/latency-pacer";
 
 export const MAX_ATTEMPTS = 3;
 /**
@@ -103,8 +97,6 @@ export class CampaignSend {
   private cursor: { due: string; id: string } | null = null;
   private claims: Promise<unknown> = Promise.resolve();
   private claiming = true;
-  /** Batches at once: CAMPAIGN_CONCURRENCY, fewer while the claims say the database is slow. */
-  readonly pacer: LatencyPacer;
   /** Resolves once every worker has ended (its batch recorded). */
   readonly done: Promise<void>;
 
@@ -117,7 +109,6 @@ export class CampaignSend {
     this.size = Math.min(d.config.campaignBatchSize, this.rate ?? Infinity);
     // Judged once it holds as many as it can (a small campaign fills it with its whole audience).
     this.windowSize = Math.max(1, Math.min(PAUSE_WINDOW, d.config.campaignBatchSize, Number(c.audience) || 1));
-    this.pacer = new LatencyPacer(d.config.campaignConcurrency);
     this.done = Promise.all(Array.from({ length: d.config.campaignConcurrency }, () => this.worker())).then(() => undefined);
   }
 
@@ -129,46 +120,33 @@ export class CampaignSend {
 
   private async worker(): Promise<void> {
     while (this.claiming) {
-      // At most the pacer's limit of batches at once: fewer while the database is slow (a queue
-      // interactive requests stand in too), back up to CAMPAIGN_CONCURRENCY as it recovers.
-      await this.pacer.acquire(this.abort.signal);
+      let got: Claim;
       try {
-        if (!(await this.turn())) break;
+        got = await this.claim();
+      } catch (err) {
+        this.d.log.warn({ err, campaignId: this.c.id }, "campaign claim failed");
+        await sleep(Math.min(this.d.config.campaignPollMs, SEND_WAIT_MAX_MS), this.abort.signal);
+        continue;
+      }
+      if (got.kind === "off") break;
+      if (got.kind === "none") {
+        const wait = got.slotWaitMs > 0 ? got.slotWaitMs : await this.idle();
+        if (wait === null) break;
+        await sleep(Math.max(wait, 5), this.abort.signal);
+        continue;
+      }
+      this.batches.set(got.token, { ids: got.rows.map((r) => r.contact_id), leasedAt: Date.now() });
+      try {
+        await this.send(got.token, got.rows);
+      } catch (err) {
+        // Its recipients stay held until their lease runs out; then any node claims them again.
+        this.d.log.warn({ err, campaignId: this.c.id }, "campaign batch failed; its recipients are claimed again after their lease");
       } finally {
-        this.pacer.release();
+        this.batches.delete(got.token);
       }
     }
     // Off, ended or paused: the other workers end too (after their batch).
     this.stopClaiming();
-  }
-
-  /** One claim and its batch; false when this worker is done (off, ended, paused). */
-  private async turn(): Promise<boolean> {
-    let got: Claim;
-    try {
-      got = await this.claim();
-    } catch (err) {
-      this.d.log.warn({ err, campaignId: this.c.id }, "campaign claim failed");
-      await sleep(Math.min(this.d.config.campaignPollMs, SEND_WAIT_MAX_MS), this.abort.signal);
-      return true;
-    }
-    if (got.kind === "off") return false;
-    if (got.kind === "none") {
-      const wait = got.slotWaitMs > 0 ? got.slotWaitMs : await this.idle();
-      if (wait === null) return false;
-      await sleep(Math.max(wait, 5), this.abort.signal);
-      return true;
-    }
-    this.batches.set(got.token, { ids: got.rows.map((r) => r.contact_id), leasedAt: Date.now() });
-    try {
-      await this.send(got.token, got.rows);
-    } catch (err) {
-      // Its recipients stay held until their lease runs out; then any node claims them again.
-      this.d.log.warn({ err, campaignId: this.c.id }, "campaign batch failed; its recipients are claimed again after their lease");
-    } finally {
-      this.batches.delete(got.token);
-    }
-    return true;
   }
 
   /** One claim at a time on this node, each after the cursor the last one left. */
@@ -182,7 +160,6 @@ export class CampaignSend {
     if (!this.claiming) return { kind: "off" };
     const token = `${this.d.nodeId}/${randomUUID()}`;
     const from = this.cursor;
-    const t0 = performance.now();
     const rows = await claimRecipients(this.d.sequelize, {
       campaignId: this.c.id,
       token,
@@ -190,7 +167,6 @@ export class CampaignSend {
       size: this.size,
       cursor: from,
     });
-    this.pacer.observe(performance.now() - t0);
     if (rows.length === 0) return { kind: "off" };
     const taken = rows.filter((r) => r.contact_id !== null);
     if (taken.length === 0) {
