@@ -46,6 +46,21 @@ const committerOf = (app: TestApp) =>
 const ingest = (app: TestApp, channel: "RCS" | "WHATSAPP", items: unknown[]) =>
   app.app.broker.call("inbox.ingest", { channel, items }) as Promise<{ created: number }>;
 
+/**
+ * A refusal the validation cannot foresee (as a constraint or a bad value would be): a trigger of
+ * this test's database refuses messages whose id starts with `prefix`. Answers the undo.
+ */
+async function refuseMessages(prefix: string): Promise<() => Promise<unknown>> {
+  await t.db.sequelize.query(`
+    CREATE FUNCTION test_refuse_${prefix}() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.message_id LIKE '${prefix}%' THEN RAISE EXCEPTION 'refused %', NEW.message_id; END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER test_refuse_${prefix} BEFORE INSERT ON conversation_messages FOR EACH ROW EXECUTE FUNCTION test_refuse_${prefix}();`);
+  return () => t.db.sequelize.query(`DROP TRIGGER test_refuse_${prefix} ON conversation_messages; DROP FUNCTION test_refuse_${prefix}();`);
+}
+
 /** What one account holds: conversations, messages, INBOUND outbox rows and message.created events. */
 async function holdings(companyId: string) {
   return {
@@ -84,13 +99,7 @@ it("keeps one conversation with every message when concurrent ingress requests b
 
 it("skips only the message of tracking's inbound feed the database refuses: the rest of its batch is stored, the feed goes on", async () => {
   const companyId = await listening(t.db);
-  await t.db.sequelize.query(`
-    CREATE FUNCTION test_refuse_venom() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.message_id LIKE 'venom%' THEN RAISE EXCEPTION 'refused %', NEW.message_id; END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER test_refuse_venom BEFORE INSERT ON conversation_messages FOR EACH ROW EXECUTE FUNCTION test_refuse_venom();`);
+  const undo = await refuseMessages("venom");
   try {
     // One request (one feed transaction): the inbox reads them as one batch, which the database refuses.
     const body = ["ok-1", "ok-2", "venom-3", "ok-4", "ok-5"].map((messageId) => inboundIn(companyId, { messageId }));
@@ -100,7 +109,7 @@ it("skips only the message of tracking's inbound feed the database refuses: the 
     expect((await t.ingress.post("/inbound/whatsapp", inboundIn(companyId, { messageId: "ok-6" }))).status).toBe(202);
     await eventually(async () => expect((await holdings(companyId)).messages).toContain("ok-6"));
   } finally {
-    await t.db.sequelize.query(`DROP TRIGGER test_refuse_venom ON conversation_messages; DROP FUNCTION test_refuse_venom();`);
+    await undo();
   }
 });
 
@@ -120,19 +129,12 @@ it("keeps one conversation when two inbox nodes (committers of their own) store 
 });
 
 describe("a group with a call the database refuses", () => {
-  // A refusal the validation cannot foresee (as a constraint or a bad value would be): a trigger of
-  // this test's database refuses messages whose id starts with "poison".
+  let undo: () => Promise<unknown>;
   beforeAll(async () => {
-    await t.db.sequelize.query(`
-      CREATE FUNCTION test_refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.message_id LIKE 'poison%' THEN RAISE EXCEPTION 'refused %', NEW.message_id; END IF;
-        RETURN NEW;
-      END $$;
-      CREATE TRIGGER test_refuse_poison BEFORE INSERT ON conversation_messages FOR EACH ROW EXECUTE FUNCTION test_refuse_poison();`);
+    undo = await refuseMessages("poison");
   });
   afterAll(async () => {
-    await t.db.sequelize.query(`DROP TRIGGER test_refuse_poison ON conversation_messages; DROP FUNCTION test_refuse_poison();`);
+    await undo();
   });
 
   it("commits the others of the group and fails only that call, nothing of it stored", async () => {
