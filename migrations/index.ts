@@ -35,6 +35,7 @@ import * as m0029 from "./20261201-0029-contacts-views";
 import * as m0030 from "./20261202-0030-campaign-batches";
 import * as m0031 from "./20261203-0031-webhook-feeds";
 import * as m0032 from "./20261203-0032-inbound-feed";
+import * as m0033 from "./20261203-0033-outbox-key";
 
 export interface Migration {
   name: string;
@@ -75,4 +76,5 @@ export const migrations: Migration[] = [
   { name: "20261202-0030-campaign-batches", ...m0030 },
   { name: "20261203-0031-webhook-feeds", ...m0031 },
   { name: "20261203-0032-inbound-feed", ...m0032 },
+  { name: "20261203-0033-outbox-key", ...m0033 },
 ];

@@ -53,7 +53,7 @@ export function claimSql(t: JobTable, c: ClaimSpec): string {
     candidates = `SELECT ${col(t, t.key)} FROM ${t.table} ${t.alias}\n WHERE ${where}\n ORDER BY ${orderBy}\n LIMIT ${limit}\n FOR UPDATE SKIP LOCKED`;
   }
   const set = [`${t.owner} = ${c.owner}`, leaseSet(t, c.leaseMs), ...(c.set ? [c.set] : [])].join(", ");
-  const match = `${col(t, t.key)} = ${as}.${t.key}${t.group ? ` AND ${col(t, t.group.column)} = ${as}.${t.group.column}` : ""}`;
+  const match = `${col(t, t.key)} = ${as}.${t.key}${t.group ? ` AND ${col(t, t.group.column)} = ${as}.${t.group.column}` : ""}${c.matchAlso ? ` AND ${col(t, c.matchAlso)} = ${as}.${c.matchAlso}` : ""}`;
   return `WITH ${as} AS (${candidates}\n) UPDATE ${t.table} ${t.alias} SET ${set} FROM ${as} WHERE ${match} RETURNING ${c.returning}`;
 }
 

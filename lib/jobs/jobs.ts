@@ -77,6 +77,12 @@ export interface ClaimSpec {
   leaseMs?: string;
   /** What else the claim sets, e.g. `status = 'PROCESSING', attempts = j.attempts + 1`. */
   set?: string;
+  /**
+   * A column of the table's key besides `key` that the candidates also yield, matched too (the
+   * whole key: a table keyed `(id, company_id)` then has its rows found by a unique probe, which the
+   * planner does not trade for a scan).
+   */
+  matchAlso?: string;
   returning: string;
 }
 

@@ -301,6 +301,7 @@ export class Deliverer {
     const startedAt = Date.now();
     const base: OutcomeRow = {
       id: ev.id,
+      c: ev.company_id,
       token,
       n,
       at: new Date(startedAt).toISOString(),

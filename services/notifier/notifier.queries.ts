@@ -131,8 +131,9 @@ export const OUTBOX: JobTable = { table: "outbox_events", alias: "o", key: "id",
  */
 export const OUTBOX_CLAIM: ClaimSpec = {
   as: "c",
+  matchAlso: "company_id",
   candidates: `
-    SELECT e.id, w.callback_url, w.signing
+    SELECT e.id, w.company_id, w.callback_url, w.signing
       FROM (SELECT company_id, callback_url, CASE WHEN signing_secret IS NOT NULL THEN signing_version END AS signing FROM webhooks ORDER BY random()) w
       CROSS JOIN LATERAL (
         SELECT o.id FROM outbox_events o
@@ -157,22 +158,22 @@ export const OUTBOX_CLAIM: ClaimSpec = {
  */
 export const RECORD = `
   WITH r AS (
-    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, token text, n smallint, at timestamptz, hs smallint, ms integer, err text, delay float8, outcome text)),
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, c text, token text, n smallint, at timestamptz, hs smallint, ms integer, err text, delay float8, outcome text)),
   d AS (
     SELECT r.*, now() + make_interval(secs => r.delay / 1000) AS next FROM r),
   e AS (
-    SELECT d.*, o.company_id, o.channel, o.event_type, o.message_id, o.num_part FROM d JOIN outbox_events o ON o.id = d.id AND o.claim_token = d.token),
+    SELECT d.*, o.company_id, o.channel, o.event_type, o.message_id, o.num_part FROM d JOIN outbox_events o ON o.id = d.id AND o.company_id = d.c AND o.claim_token = d.token),
   gone AS (
-    DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
+    DELETE FROM outbox_events o USING r WHERE o.id = r.id AND o.company_id = r.c AND o.claim_token = r.token AND r.outcome <> 'RETRYING' RETURNING 1),
   later AS (
     UPDATE outbox_events o SET due_at = d.next, attempts = d.n, claim_token = NULL, leased_until = NULL
-      FROM d WHERE o.id = d.id AND o.claim_token = d.token AND d.outcome = 'RETRYING' RETURNING 1)
+      FROM d WHERE o.id = d.id AND o.company_id = d.c AND o.claim_token = d.token AND d.outcome = 'RETRYING' RETURNING 1)
   INSERT INTO webhook_attempts (company_id, channel, event_type, message_id, num_part, attempt, attempted_at, http_status, duration_ms, error, next_attempt_at, outcome)
   SELECT company_id, channel, event_type, message_id, num_part, n, at, hs, ms, err, next, outcome FROM e`;
 
 /** Housekeeping: events of accounts that have no webhook any more (deleted while events waited; nobody to send them to). */
-export const PURGE_ORPHAN_EVENTS = `DELETE FROM outbox_events WHERE id IN (
-         SELECT o.id FROM outbox_events o WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = o.company_id) LIMIT $1 FOR UPDATE SKIP LOCKED)`;
+export const PURGE_ORPHAN_EVENTS = `DELETE FROM outbox_events WHERE (id, company_id) IN (
+         SELECT o.id, o.company_id FROM outbox_events o WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.company_id = o.company_id) LIMIT $1 FOR UPDATE SKIP LOCKED)`;
 
 /** Housekeeping: secrets a rotation replaced, once their overlap is over (deliveries stopped using them then). */
 export const PURGE_REPLACED_SECRETS = `UPDATE webhooks SET previous_signing_key_id = NULL, previous_signing_secret = NULL, previous_signing_until = NULL

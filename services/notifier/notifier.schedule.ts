@@ -24,6 +24,8 @@ export interface ClaimedEvent extends SignedEvent {
 
 export interface OutcomeRow {
   id: string;
+  /** The event's account (with `id`, the schedule's key). */
+  c: string;
   token: string;
   n: number;
   at: string;

@@ -186,7 +186,7 @@ it("says a day of an owner's feed is read only once the notifier has followed al
   expect(await scheduled(a)).toEqual([{ event_type: "INBOUND", message_id: "in-1" }]);
 });
 
-describe("migration 0031", () => {
+describe("migrations 0031 and 0033", () => {
   let db: Database;
   withUnmigratedDatabase((made) => (db = made));
 
@@ -215,5 +215,23 @@ describe("migration 0031", () => {
       { event_type: "INBOUND", message_id: "in" },
     ]);
     expect(await q(`SELECT to_regclass('message_event_feed') AS t`, [], db)).toEqual([{ t: null }]);
+  });
+
+  it("is migration 0033: the schedule keyed (id, company_id), its rows kept, and back", async () => {
+    await migrator(db).up({ to: "20261203-0032-inbound-feed" });
+    await q(`INSERT INTO outbox_events (company_id, channel, event_type, message_id, payload) VALUES ('acme', 'SMS', 'DELIVERY', 'kept-33', '{}')`, [], db);
+    const key = () =>
+      q<{ cols: string }>(
+        `SELECT string_agg(a.attname, ',' ORDER BY k.n) AS cols FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n), pg_attribute a
+          WHERE i.indrelid = 'outbox_events'::regclass AND i.indisprimary AND a.attrelid = i.indrelid AND a.attnum = k.attnum`,
+        [],
+        db,
+      );
+    expect(await key()).toEqual([{ cols: "id" }]);
+    await migrator(db).up({ to: "20261203-0033-outbox-key" });
+    expect(await key()).toEqual([{ cols: "id,company_id" }]);
+    expect(await q(`SELECT message_id FROM outbox_events WHERE message_id = 'kept-33'`, [], db)).toEqual([{ message_id: "kept-33" }]);
+    await migrator(db).down({ to: "20261203-0033-outbox-key" });
+    expect(await key()).toEqual([{ cols: "id" }]);
   });
 });

@@ -55,6 +55,18 @@ describe("claimSql", () => {
     );
   });
 
+  it("matches the rest of the key too when the candidates yield it (matchAlso: a unique probe of a two-column key)", () => {
+    const sql = claimSql(leased, {
+      as: "c",
+      matchAlso: "company_id",
+      candidates: "SELECT x.id, x.company_id FROM x FOR UPDATE SKIP LOCKED",
+      owner: "$1",
+      leaseMs: "$2",
+      returning: "j.id",
+    });
+    expect(oneLine(sql)).toContain("FROM c WHERE j.id = c.id AND j.company_id = c.company_id RETURNING j.id");
+  });
+
   it("refuses a candidate query that does not skip locked rows, and a lease without its length", () => {
     expect(() => claimSql(leased, { candidates: "SELECT id FROM jobs FOR UPDATE", owner: "$1", leaseMs: "$2", returning: "j.id" })).toThrow(/SKIP LOCKED/);
     expect(() => claimSql(leased, { candidates: { where: "true", orderBy: "j.id", limit: 1 }, owner: "$1", returning: "j.id" })).toThrow(/leaseMs/);
