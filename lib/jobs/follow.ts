@@ -5,7 +5,8 @@
  * committed rows held back by a transaction still running, is retried after RECHECK_MS, twice as late
  * each time it happens again in a row without a row read meanwhile (a long transaction, not a busy
  * stream of short ones), up to RECHECK_MAX_MS; so is a step that failed (a deadlock, a
- * lost connection), which is logged.
+ * lost connection), which is logged. Its users: the notifier (the webhook-event feeds), the inbox
+ * (tracking's inbound feed and its status feed).
  */
 import type { Service } from "moleculer";
 import { Coalesced } from "./coalesce";

@@ -11,7 +11,7 @@ import { apiAction, type AuthMeta } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import { ApiError } from "../../lib/errors";
 import { Loops } from "../../lib/jobs/jobs";
-import { Coalesced } from "../../lib/jobs/coalesce";
+import { FeedLoop } from "../../lib/jobs/follow";
 import { STATUS_FEED_WRITTEN } from "../tracking/tracking.contract";
 import { FEED_BATCH, FEED_POLL_MS, followStatusFeed } from "./inbox.feed";
 import { announceInboxEvents } from "./inbox.events";
@@ -48,7 +48,7 @@ const resumeHeader = {
 
 interface LiveVars {
   liveLoops: Loops;
-  statusFeed: Coalesced;
+  statusFeed: FeedLoop;
   closeWindows(): Promise<number>;
   purgeEvents(): Promise<string[]>;
 }
@@ -84,7 +84,7 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
     events: {
       /** Tracking committed status changes: follow them now (any node may; one at a time). */
       [STATUS_FEED_WRITTEN](this: LiveThis) {
-        this.statusFeed?.request();
+        this.statusFeed?.wake();
       },
     },
     actions: {
@@ -169,18 +169,16 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
         this.logger.warn({ err }, "could not make the days of the live-view events now; tried again by the retention loop"),
       );
       this.liveLoops = new Loops(this.logger);
-      this.statusFeed = new Coalesced(
-        async () => {
-          const round = await followStatusFeed(sequelize);
-          announceInboxEvents(
-            this.broker,
-            round.companies.map((companyId) => ({ companyId })),
-          );
-          if (round.read === FEED_BATCH) this.statusFeed.repeat();
-        },
-        (err) => this.logger.warn({ err }, "could not follow the status feed; tried again"),
-      );
-      this.liveLoops.every(FEED_POLL_MS, "status feed", () => this.statusFeed.request(), { runNow: true });
+      // The followers' loop (lib/jobs/follow.ts): wakes, the poll, again at once after a full batch.
+      this.statusFeed = new FeedLoop("tracking's status feed", this.logger, async () => {
+        const round = await followStatusFeed(sequelize);
+        announceInboxEvents(
+          this.broker,
+          round.companies.map((companyId) => ({ companyId })),
+        );
+        return { waiting: false, more: round.read === FEED_BATCH, progress: round.read > 0 };
+      });
+      this.statusFeed.start(FEED_POLL_MS);
       this.liveLoops.every(WINDOW_LOOP_MS, "inbox window closing", () => this.closeWindows(), { firstAfterMs: 1000 });
       this.liveLoops.every(PURGE_LOOP_MS, "inbox event retention", () => this.purgeEvents(), { firstAfterMs: 60_000 });
     },

@@ -106,45 +106,23 @@ export function followFeed(sequelize: Sequelize, feed: WebhookFeed, batch = FOLL
   });
 }
 
-/** A notifier node's follower of both feeds (lib/jobs/follow.ts: wakes, the poll, rechecks). */
-export class FeedFollower {
-  private readonly loop: FeedLoop;
-
-  constructor(o: {
-    sequelize: Sequelize;
-    logger: Service["logger"];
-    /** Events were copied into the schedule (or taken out): claim now. */
-    onCopied: () => void;
-    batch?: number;
-  }) {
-    const batch = o.batch ?? FOLLOW_BATCH;
-    this.loop = new FeedLoop("the webhook event feeds", o.logger, async () => {
-      let more = false;
-      let waiting = false;
-      let progress = false;
-      for (const feed of WEBHOOK_FEEDS) {
-        for (let i = 0; i < ROUNDS_IN_A_ROW; i++) {
-          const r = await followFeed(o.sequelize, feed, batch);
-          if (r.written > 0 || r.retracted > 0) o.onCopied();
-          if (r.busy || r.held) waiting = true;
-          if (r.read > 0) progress = true;
-          if (r.busy || r.read < batch) break;
-          if (i === ROUNDS_IN_A_ROW - 1) more = true;
-        }
+/** A notifier node's follower of both feeds (lib/jobs/follow.ts: wakes, the poll, rechecks); `onCopied`: events were copied into the schedule (or taken out), claim now. */
+export function feedFollower(o: { sequelize: Sequelize; logger: Service["logger"]; onCopied: () => void; batch?: number }): FeedLoop {
+  const batch = o.batch ?? FOLLOW_BATCH;
+  return new FeedLoop("the webhook event feeds", o.logger, async () => {
+    let more = false;
+    let waiting = false;
+    let progress = false;
+    for (const feed of WEBHOOK_FEEDS) {
+      for (let i = 0; i < ROUNDS_IN_A_ROW; i++) {
+        const r = await followFeed(o.sequelize, feed, batch);
+        if (r.written > 0 || r.retracted > 0) o.onCopied();
+        if (r.busy || r.held) waiting = true;
+        if (r.read > 0) progress = true;
+        if (r.busy || r.read < batch) break;
+        if (i === ROUNDS_IN_A_ROW - 1) more = true;
       }
-      return { waiting, more, progress };
-    });
-  }
-
-  start(pollMs: number): void {
-    this.loop.start(pollMs);
-  }
-
-  wake(): void {
-    this.loop.wake();
-  }
-
-  close(): Promise<void> {
-    return this.loop.close();
-  }
+    }
+    return { waiting, more, progress };
+  });
 }

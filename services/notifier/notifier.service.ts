@@ -18,7 +18,8 @@ import { INBOX_EVENTS_WRITTEN } from "../inbox/inbox.contract";
 import { CallbackClient } from "./notifier.client";
 import { OUTBOX_WRITTEN } from "./notifier.contract";
 import { Deliverer } from "./notifier.delivery";
-import { FeedFollower } from "./notifier.feed";
+import { feedFollower } from "./notifier.feed";
+import type { FeedLoop } from "../../lib/jobs/follow";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
 import {
@@ -49,7 +50,7 @@ import { ensureDays } from "../../lib/db/partitions";
 
 interface NotifierVars {
   deliverer: Deliverer;
-  follower: FeedFollower;
+  follower: FeedLoop;
   client: CallbackClient;
   signer: Signer;
 }
@@ -230,7 +231,7 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
         connections: config.notifierEndpointConcurrency,
       });
       this.deliverer = new Deliverer({ config, sequelize, client: this.client, signer: this.signer, metrics, logger: this.logger });
-      this.follower = new FeedFollower({ sequelize, logger: this.logger, onCopied: () => this.deliverer.wake() });
+      this.follower = feedFollower({ sequelize, logger: this.logger, onCopied: () => this.deliverer.wake() });
     },
 
     async started(this: NotifierThis) {
