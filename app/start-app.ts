@@ -7,7 +7,7 @@ import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer
 import { brokerOptions } from "../moleculer.config";
 import { SERVICE_FACTORIES } from "../services";
 import type { Config, ServiceName } from "../lib/config";
-import { openDatabase, type Database } from "../lib/db/db";
+import { openDatabase, type Database, type OpenProgress } from "../lib/db/db";
 import { drainOf } from "../lib/http/drain";
 import { startOpsServer } from "../lib/observability/ops-server";
 import { addRuntimeMetrics } from "../lib/observability/runtime-metrics";
@@ -39,18 +39,27 @@ export interface StartOptions {
    * (lib/repl/repl-link.ts). `npm start` turns it on; tests that do not need it leave it off.
    */
   replSocket?: boolean;
+  /** Told each step of the start: the database opened and migrated, then the services starting. */
+  onProgress?: (progress: OpenProgress | { step: "services"; services: readonly string[] }) => void;
 }
 
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
   const db =
     opts.db ??
-    (await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, role: "service", statementTimeoutMs: config.dbStatementTimeoutMs }));
+    (await openDatabase({
+      databaseUrl: config.databaseUrl,
+      dataDir: config.dataDir,
+      role: "service",
+      statementTimeoutMs: config.dbStatementTimeoutMs,
+      ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+    }));
   const hub = opts.replSocket && !config.transporter ? replHub(config.dataDir) : undefined;
   const broker = new ServiceBroker(brokerOptions(config, { ...(hub ? { transporter: hub } : {}), ...opts.broker }));
   const deps = { config, db };
   addRuntimeMetrics(broker, db);
   for (const name of opts.services ?? config.services) broker.createService(SERVICE_FACTORIES[name](deps));
   for (const schema of opts.extraServices ?? []) broker.createService(schema);
+  opts.onProgress?.({ step: "services", services: opts.services ?? config.services });
   try {
     await broker.start();
   } catch (e) {

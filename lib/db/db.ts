@@ -76,13 +76,22 @@ export interface OpenOptions {
   statementTimeoutMs?: number;
   /** In-memory embedded only: start from this PGlite `dumpDataDir` tarball (tests' migrated snapshot). */
   embeddedSnapshot?: Blob;
+  /** Told what the opening is doing (`npm start` prints it). */
+  onProgress?: (progress: OpenProgress) => void;
 }
+
+/** A step of opening the database: the embedded one opened (`created`: its first start), then each migration run. */
+export type OpenProgress = { step: "embedded"; dataDir: string; created: boolean } | { step: "migrating"; index: number; total: number; name: string };
 
 /** A fixed 64-bit key for the migration advisory lock ("pgw-migrations"). */
 const MIGRATION_LOCK_KEY = "7234567890123456789";
 
 export async function openDatabase(opts: OpenOptions): Promise<Database> {
-  const embedded = opts.databaseUrl ? null : await openEmbedded(opts.dataDir, opts.role ?? "service", undefined, opts.embeddedSnapshot);
+  const embedded = opts.databaseUrl
+    ? null
+    : await openEmbedded(opts.dataDir, opts.role ?? "service", undefined, opts.embeddedSnapshot, (created) => {
+        if (opts.dataDir) opts.onProgress?.({ step: "embedded", dataDir: opts.dataDir, created });
+      });
   const url = opts.databaseUrl ?? embedded!.url;
   const sequelize = new Sequelize(url, {
     dialect: "postgres",
@@ -123,7 +132,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     },
   };
   try {
-    if (opts.migrate !== false) await migrate(db);
+    if (opts.migrate !== false) await migrate(db, opts.onProgress);
     return db;
   } catch (e) {
     await db.close();
@@ -144,9 +153,9 @@ export function migrator(db: Database) {
 const running = new Map<string, Promise<unknown>>();
 
 /** Applies pending migrations while holding a session-level advisory lock on its own connection. */
-export function migrate(db: Database): Promise<string[]> {
+export function migrate(db: Database, onProgress?: OpenOptions["onProgress"]): Promise<string[]> {
   const before = running.get(db.url) ?? Promise.resolve();
-  const mine = before.catch(() => undefined).then(() => migrateLocked(db));
+  const mine = before.catch(() => undefined).then(() => migrateLocked(db, onProgress));
   running.set(db.url, mine);
   void mine
     .finally(() => {
@@ -156,12 +165,18 @@ export function migrate(db: Database): Promise<string[]> {
   return mine;
 }
 
-async function migrateLocked(db: Database): Promise<string[]> {
+async function migrateLocked(db: Database, onProgress: OpenOptions["onProgress"]): Promise<string[]> {
   const lock = new pg.Client({ connectionString: db.url });
   await lock.connect();
   try {
     await lock.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY]);
-    const applied = await migrator(db).up();
+    const umzug = migrator(db);
+    if (onProgress) {
+      const total = (await umzug.pending()).length;
+      let index = 0;
+      umzug.on("migrating", ({ name }) => onProgress({ step: "migrating", index: ++index, total, name }));
+    }
+    const applied = await umzug.up();
     return applied.map((m) => m.name);
   } finally {
     await lock.query("SELECT pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY]).catch(() => undefined);

@@ -124,7 +124,14 @@ async function acquire(dataDir: string, role: OpenerRole, waitMs: number): Promi
  * it starts from `snapshot` (a PGlite `dumpDataDir` tarball) when given, so that tests need not
  * create and migrate a database of their own each time.
  */
-export async function openEmbedded(dataDir: string | null, role: OpenerRole, waitMs = 30000, snapshot?: Blob): Promise<EmbeddedServer> {
+export async function openEmbedded(
+  dataDir: string | null,
+  role: OpenerRole,
+  waitMs = 30000,
+  snapshot?: Blob,
+  /** Called before PGlite opens the directory; `created`: there was no database in it yet (initdb runs). */
+  onOpening?: (created: boolean) => void,
+): Promise<EmbeddedServer> {
   let releaseLock: Release | null = null;
   if (dataDir) {
     fs.mkdirSync(dataDir, { recursive: true });
@@ -141,6 +148,7 @@ export async function openEmbedded(dataDir: string | null, role: OpenerRole, wai
     releaseLock = null;
   };
   try {
+    onOpening?.(dataDir != null && !fs.existsSync(path.join(dataDir, "pgdata", "PG_VERSION")));
     // pg_trgm: the extensions the migrations use must be loaded into PGlite here.
     db = await PGlite.create({
       ...(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : snapshot ? { loadDataDir: snapshot } : {}),

@@ -10,6 +10,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { Loggers, type ServiceBroker } from "moleculer";
 import { writeSync } from "node:fs";
 import pino from "pino";
+import pinoPretty from "pino-pretty";
 import type { Config } from "../config";
 
 export interface RequestScope {
@@ -192,13 +193,21 @@ class FlushingPinoLogger extends Loggers.Pino {
   }
 }
 
+let prettyDest: pinoPretty.PrettyStream | null = null;
+
 /**
- * Moleculer logger options: pino with the request-id mixin and the redaction. `pretty` writes through
- * pino-pretty as a pino transport (its own thread), coloured when stdout is a terminal; `json` writes
- * one JSON object per line, buffered. A `destination` (tests) always gets JSON.
+ * stdout through pino-pretty, shared by every logger of the process: pino-pretty's documented stream
+ * API (`PinoPretty(options)` as pino's destination) in this thread, written synchronously. As a
+ * pino transport it ran a worker thread of its own (about 20 MB idle) for what is a terminal's
+ * volume of lines; a log collector reads the JSON format, which never goes through here.
  */
-export function loggerOptions(config: Pick<Config, "logLevel" | "logFormat">, destination?: NodeJS.WritableStream): Loggers.Pino {
-  const options: pino.LoggerOptions = {
+function prettyStdout(): pinoPretty.PrettyStream {
+  prettyDest ??= pinoPretty({ ...PRETTY_OPTIONS, colorize: Boolean(process.stdout.isTTY), destination: 1, sync: true });
+  return prettyDest;
+}
+
+function pinoOptions(config: Pick<Config, "logLevel">): pino.LoggerOptions {
+  return {
     level: config.logLevel,
     base: { pid: process.pid },
     redact: { paths: [...REDACT_PATHS], censor: CENSOR },
@@ -207,16 +216,30 @@ export function loggerOptions(config: Pick<Config, "logLevel" | "logFormat">, de
       return scope ? { requestId: scope.requestId } : {};
     },
   };
-  const pretty = config.logFormat === "pretty" && !destination;
-  if (pretty) {
-    options.transport = { target: "pino-pretty", options: { ...PRETTY_OPTIONS, colorize: Boolean(process.stdout.isTTY), destination: 1 } };
-  }
-  const out = destination ?? (pretty ? undefined : bufferedStdout());
+}
+
+/**
+ * Moleculer logger options: pino with the request-id mixin and the redaction. `pretty` writes through
+ * pino-pretty in this thread (prettyStdout), coloured when stdout is a terminal; `json` writes one
+ * JSON object per line, buffered. A `destination` (tests) always gets JSON.
+ */
+export function loggerOptions(config: Pick<Config, "logLevel" | "logFormat">, destination?: NodeJS.WritableStream): Loggers.Pino {
+  const out = destination ?? (config.logFormat === "pretty" ? prettyStdout() : bufferedStdout());
   return new FlushingPinoLogger({
     // `false` turns every module's logger into a no-op (Moleculer's own switch; its typings name only levels).
     level: config.logLevel === "silent" ? (false as never) : config.logLevel,
-    // No destination (pretty): pino writes to its transport. Moleculer's typings ask for one always.
-    pino: { options, destination: out as pino.DestinationStream },
+    pino: { options: pinoOptions(config), destination: out as pino.DestinationStream },
+  });
+}
+
+/**
+ * The logger of `npm start` itself before a broker exists (the start's progress): the same format,
+ * destination and redaction as the broker's lines, module `start`.
+ */
+export function startLogger(config: Pick<Config, "logLevel" | "logFormat">): pino.Logger {
+  const out = config.logFormat === "pretty" ? prettyStdout() : bufferedStdout();
+  return pino({ ...pinoOptions(config), level: config.logLevel === "silent" ? "silent" : config.logLevel }, out as pino.DestinationStream).child({
+    mod: "start",
   });
 }
 

@@ -4,6 +4,7 @@
  * without DATABASE_URL, and migrations that replicas may run at the same time.
  */
 import { spawn } from "node:child_process";
+import { createServer, type AddressInfo } from "node:net";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -157,6 +158,61 @@ describe("stopping", () => {
     expect(await exited).toBe(0);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
     expect(fs.existsSync(path.join(dir, "embedded.lock"))).toBe(false);
+  });
+});
+
+describe("stopping through npm", () => {
+  /** `npm start` as a user runs it (npm's own process, its script), on a migrated DATA_DIR; answers npm's child and the node it runs. */
+  async function npmStart(dir: string) {
+    const port = await freePort();
+    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_|npm_)/.test(k)));
+    const npm = spawn("npm", ["start"], {
+      cwd: ROOT,
+      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(await freePort()), LOG_LEVEL: "warn" },
+      stdio: "ignore",
+    });
+    await waitForRoutes(`http://127.0.0.1:${port}`, 150_000);
+    // npm's script execs node (package.json): the node process is npm's own child, no shell between.
+    const children = fs.readFileSync(`/proc/${npm.pid}/task/${npm.pid}/children`, "utf8").trim().split(/\s+/).map(Number);
+    expect(children).toHaveLength(1);
+    const node = children[0]!;
+    expect(fs.readFileSync(`/proc/${node}/cmdline`, "utf8").split("\0")).toContain(path.join("scripts", "start.ts"));
+    return { npm, node, port };
+  }
+
+  const gone = (pid: number) => !fs.existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(fs.readFileSync(`/proc/${pid}/status`, "utf8"));
+
+  it.each([["SIGTERM"], ["SIGINT"], ["SIGKILL"]] as const)("drains and exits, releasing DATA_DIR, when npm's pid gets %s", async (signal) => {
+    const dir = await seededDataDir();
+    const { npm, node } = await npmStart(dir);
+    expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true);
+    // SIGTERM and SIGINT: npm forwards them to its child, node itself. SIGKILL: npm dies at once, and
+    // the node it leaves behind sees its parent gone and stops as if signalled.
+    process.kill(npm.pid!, signal);
+    await eventually(() => expect(gone(node)).toBe(true), { timeoutMs: 60_000, intervalMs: 100 });
+    expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(false);
+    expect(fs.existsSync(path.join(dir, "embedded.lock"))).toBe(false);
+  });
+});
+
+describe("a port already taken", () => {
+  it.each([["PORT"], ["INTERNAL_PORT"]] as const)("stops the start before the database is opened, naming %s", async (variable) => {
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+    const taken = (holder.address() as AddressInfo).port;
+    try {
+      const dir = tmpDir();
+      const ports = { PORT: String(await freePort()), INTERNAL_PORT: String(await freePort()), [variable]: String(taken) };
+      const run = await runScript("scripts/start.ts", [], { DATA_DIR: dir, HOST: "127.0.0.1", ...ports });
+      expect(run.code).toBe(2);
+      expect(run.stderr.trim()).toBe(
+        `Port ${taken} on 127.0.0.1 (${variable}) is already in use (another process listens there). Stop that process, or choose another port: ${variable}=${taken + 100} npm start`,
+      );
+      // Named before anything was opened: no database, no lock in DATA_DIR.
+      expect(fs.readdirSync(dir)).toEqual([]);
+    } finally {
+      holder.close();
+    }
   });
 });
 

@@ -7,6 +7,8 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { migrations } from "../../migrations";
+import { ALL_SERVICES } from "../../lib/config";
 import { waitForRoutes } from "../helpers/app";
 import { eventually } from "../helpers/eventually";
 import { freePort } from "../helpers/ports";
@@ -70,6 +72,15 @@ describe("npm start's output", () => {
       ingress: `http://127.0.0.1:${json.internalPort}/internal/v1`,
     });
     expect(banners[0]!.firstKey).toBe("npm run admin -- keys:create --company <companyId> --operations ALL");
+    // What it is doing, from its first line: a first start creates the database, runs every migration
+    // as "k of n", starts the services, then the banner.
+    const starts = records.filter((r) => r.mod === "start").map((r) => r.msg as string);
+    expect(records[0]!.msg).toMatch(/^Starting the partner gateway \(one process\): gateway, auth, .* on embedded PostgreSQL \(PGlite\) in /);
+    expect(starts[1]).toMatch(/^Creating the embedded database in /);
+    const migrating = starts.filter((m) => m.startsWith("Migrating the database: "));
+    expect(migrating).toEqual(migrations.map((m, i) => `Migrating the database: ${i + 1} of ${migrations.length} (${m.name})`));
+    expect(starts.at(-1)).toBe(`Starting ${ALL_SERVICES.length} service(s): ${ALL_SERVICES.join(", ")}`);
+    expect(records.findIndex((r) => r.mod === "start" && r.msg === starts.at(-1))).toBeLessThan(records.indexOf(banners[0]!));
     // The access log stays a record with its fields.
     expect(records).toContainEqual(expect.objectContaining({ msg: "request", method: "GET", status: 401, path: "/api/partner-gateway/v1/authentication/me" }));
   });
@@ -85,6 +96,9 @@ describe("npm start's output", () => {
       /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: gateway: request GET \/api\/partner-gateway\/v1\/authentication\/me 401 [\d.]+ms \[[0-9a-f-]{36}\]$/m,
     );
     expect(out.match(/Partner gateway running/g)).toHaveLength(1);
+    // On a DATA_DIR that has run: opened, nothing to migrate.
+    expect(out).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: start: Opening the embedded database in /m);
+    expect(out).not.toContain("Migrating the database");
     expect(out).toMatch(new RegExp(`^ {2}API +http://localhost:${pretty.port}/api/partner-gateway/v1$`, "m"));
     expect(out).toMatch(new RegExp(`^ {2}Docs +http://localhost:${pretty.port}/docs$`, "m"));
     expect(out).toMatch(new RegExp(`^ {2}Metrics +http://localhost:${pretty.port}/metrics$`, "m"));
