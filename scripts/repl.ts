@@ -14,6 +14,7 @@ import { brokerOptions } from "../moleculer.config";
 import { ConfigError, loadConfig, type Config } from "../lib/config";
 import { SocketClient } from "../lib/repl/repl-transporter";
 import { operatorCommands } from "../lib/repl/repl-commands";
+import { paramNamesMiddleware } from "../lib/repl/param-names";
 import { joinRunningService, ReplRefusal } from "../lib/repl/repl-link";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -42,9 +43,11 @@ async function main() {
   }
   const nodeID = `repl-${os.hostname()}-${process.pid}`;
   const replOptions = { delimiter: "mol $", customCommands: operatorCommands() };
+  // `actions` lists parameter names, not the keywords of the JSON schemas they are declared as.
+  const withParamNames = (options: ReturnType<typeof brokerOptions>) => ({ ...options, middlewares: [...(options.middlewares ?? []), paramNamesMiddleware()] });
   let broker: ServiceBroker;
   if (config.transporter) {
-    broker = new ServiceBroker({ ...brokerOptions(config, { nodeID }), replOptions } as ConstructorParameters<typeof ServiceBroker>[0]);
+    broker = new ServiceBroker({ ...withParamNames(brokerOptions(config, { nodeID })), replOptions } as ConstructorParameters<typeof ServiceBroker>[0]);
     await broker.start();
     broker.logger.info(
       `Joined the cluster at ${config.transporter} as ${broker.nodeID}; no services run here. Try: cluster, outbox, exports, campaigns, keys, services, call`,
@@ -55,7 +58,9 @@ async function main() {
       throw e;
     });
     const transporter = new SocketClient(socket, () => refuse(`The service on DATA_DIR ${config.dataDir} (pid ${info.pid}) stopped; leaving the REPL.`, 1));
-    broker = new ServiceBroker({ ...brokerOptions(config, { nodeID, transporter }), replOptions } as ConstructorParameters<typeof ServiceBroker>[0]);
+    broker = new ServiceBroker({ ...withParamNames(brokerOptions(config, { nodeID, transporter })), replOptions } as ConstructorParameters<
+      typeof ServiceBroker
+    >[0]);
     await broker.start();
     if (!(await waitForNode(broker, info.nodeID))) {
       await broker.stop().catch(() => undefined);

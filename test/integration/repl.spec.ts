@@ -171,6 +171,10 @@ describe("npm run repl beside a running npm start", () => {
     await r.waitFor(new RegExp(`process: \\{\\s+pid: ${service.child.pid},`));
     r.child.stdin.write("services\n");
     await r.waitFor(/║ campaigns\s/);
+    // `actions` shows each action's parameter names (its JSON schema's properties), not schema keywords.
+    r.child.stdin.write("actions --filter tracking.status\n");
+    await r.waitFor(/║ tracking\.status\s.*│ customerMessageId, channel +║/);
+    expect(r.out()).not.toMatch(/║ tracking\.status\s.*additionalProperties/);
     // The operator's commands ask the live process too.
     r.child.stdin.write("cluster\n");
     await r.waitFor(new RegExp(`^${nodeId}\\s+auth, campaigns, contacts, exports, gateway, inbox, media, notifier, profiles, simulator, tracking$`, "m"));
