@@ -39,6 +39,8 @@ ENV NODE_ENV=production \
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+# The API reference's browser bundle (/docs), vendored: services/gateway/gateway.docs.ts.
+COPY --from=build /app/vendor ./vendor
 # The writable places, owned by the runtime user; Kubernetes mounts volumes over them (exports and
 # media: persistent volumes; imports and /tmp: emptyDir). Everything else stays read-only.
 RUN mkdir -p /var/lib/pgw/exports /var/lib/pgw/media /var/lib/pgw/imports \

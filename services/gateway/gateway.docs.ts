@@ -1,6 +1,7 @@
 /**
- * /docs: the API reference, rendered in the browser by Scalar's standalone bundle served from the
- * installed `@scalar/api-reference` package (no CDN, no request leaves this origin): operations
+ * /docs: the API reference, rendered in the browser by Scalar's standalone bundle, served from
+ * vendor/scalar (the one file of `@scalar/api-reference` it needs, gzipped, with its version:
+ * scripts/vendor-scalar.ts; no CDN, no request leaves this origin): operations
  * grouped by tag, examples, the problem types, and "Test Request" with the `X-API-Key` header.
  *
  * Three answers: the page (`GET /docs`), the bundle (`GET /docs/scalar.js`) and the page's own
@@ -9,6 +10,7 @@
  * `<style>` elements and style attributes of their own that no nonce reaches (measured with
  * Chromium: under a nonce-only style-src it logs refused inline styles), and styles cannot run code.
  */
+import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
@@ -16,31 +18,34 @@ import { promisify } from "node:util";
 import zlib from "node:zlib";
 import { API_PREFIX } from "../../lib/http/api";
 
-const gzip = promisify(zlib.gzip);
+const gunzip = promisify(zlib.gunzip);
 
-/** The package's directory (its `exports` hide package.json and dist/browser, so found through its main entry). */
+/** vendor/scalar of the project, from this file's folder in the sources or in dist/ (the image copies it beside dist). */
 function scalarDir(): string {
-  const main = require.resolve("@scalar/api-reference");
-  return main.slice(0, main.lastIndexOf(`${path.sep}dist${path.sep}`));
+  for (let dir = __dirname, i = 0; i < 5; i++, dir = path.dirname(dir)) {
+    const candidate = path.join(dir, "vendor", "scalar");
+    if (existsSync(path.join(candidate, "version.json"))) return candidate;
+  }
+  throw new Error("vendor/scalar/version.json not found (npm run vendor:scalar -- <version>)");
 }
 
 interface Bundle {
   version: string;
-  raw: Buffer;
   gzipped: Buffer;
+  /** Uncompressed, made only for a client that does not take gzip. */
+  raw(): Promise<Buffer>;
   etag: string;
 }
 let bundle: Promise<Bundle> | null = null;
 
-/** The standalone bundle, read and compressed once per process, on first use. */
+/** The standalone bundle, read once per process, on first use (1.2 MB gzipped; 4.3 MB only if a client asks without gzip). */
 export function scalarBundle(): Promise<Bundle> {
   bundle ??= (async () => {
     const dir = scalarDir();
-    const version = (JSON.parse(await readFile(path.join(dir, "package.json"), "utf8")) as { version: string }).version;
-    // The source map is not served: drop its reference so that browsers do not ask for it.
-    const text = (await readFile(path.join(dir, "dist", "browser", "standalone.js"), "utf8")).replace(/\n\/\/# sourceMappingURL=\S+\s*$/, "\n");
-    const raw = Buffer.from(text);
-    return { version, raw, gzipped: await gzip(raw, { level: 9 }), etag: `"scalar-${version}"` };
+    const { version } = JSON.parse(await readFile(path.join(dir, "version.json"), "utf8")) as { version: string };
+    const gzipped = await readFile(path.join(dir, "standalone.js.gz"));
+    let raw: Promise<Buffer> | null = null;
+    return { version, gzipped, raw: () => (raw ??= gunzip(gzipped)), etag: `"scalar-${version}"` };
   })();
   bundle.catch(() => (bundle = null));
   return bundle;
@@ -145,7 +150,7 @@ export function answerDocsScript(res: ServerResponse) {
   res.end(DOCS_SCRIPT);
 }
 
-/** GET /docs/scalar.js: gzipped when the client takes it; revalidated by ETag (the package's version). */
+/** GET /docs/scalar.js: gzipped when the client takes it; revalidated by ETag (the vendored version). */
 export async function answerScalarBundle(req: IncomingMessage, res: ServerResponse) {
   const b = await scalarBundle();
   securityHeaders(res);
@@ -160,7 +165,7 @@ export async function answerScalarBundle(req: IncomingMessage, res: ServerRespon
   }
   const gz = /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? ""));
   if (gz) res.setHeader("Content-Encoding", "gzip");
-  const body = gz ? b.gzipped : b.raw;
+  const body = gz ? b.gzipped : await b.raw();
   res.setHeader("Content-Length", body.length);
   res.end(body);
 }

@@ -5,6 +5,8 @@
  * API's. The page's own headers (CSP, the bundle's caching) are checked over plain HTTP.
  */
 import fs from "node:fs";
+import http from "node:http";
+import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { ALL_SERVICES } from "../../lib/config";
 import { OPENAPI_TAGS } from "../../lib/http/openapi";
@@ -53,18 +55,37 @@ it("serves the page with a CSP that lets scripts and requests come only from thi
   expect(res.text).toContain('<script src="docs/scalar.js"></script>');
   expect(res.text).not.toMatch(/<script>|https?:\/\//); // no inline script, no other origin
 
-  // The bundle: from the installed package, gzipped when asked, revalidated by its version.
+  // The bundle: vendored (vendor/scalar), gzipped when asked, revalidated by its version.
   const bundle = await fetch(`${t.root.baseUrl}/docs/scalar.js`, { headers: { "accept-encoding": "gzip" } });
   expect(bundle.status).toBe(200);
   expect(bundle.headers.get("content-type")).toMatch(/^text\/javascript/);
   const etag = bundle.headers.get("etag")!;
-  const version = JSON.parse(fs.readFileSync(require.resolve("@scalar/api-reference").replace(/dist[/\\].*$/, "package.json"), "utf8")).version;
+  const version = JSON.parse(fs.readFileSync(path.join(__dirname, "../../vendor/scalar/version.json"), "utf8")).version;
   expect(etag).toBe(`"scalar-${version}"`);
   // fetch decodes gzip itself: the header says it was sent compressed.
   expect(bundle.headers.get("content-encoding")).toBe("gzip");
   expect(await bundle.text()).toContain("createApiReference");
   const again = await fetch(`${t.root.baseUrl}/docs/scalar.js`, { headers: { "if-none-match": etag } });
   expect(again.status).toBe(304);
+  // A client that takes no gzip gets the bundle as the package ships it (fetch always asks for gzip: plain http here).
+  const plain = await new Promise<{ status?: number; encoding?: string; body: string }>((resolve, reject) => {
+    http
+      .get(`${t.root.baseUrl}/docs/scalar.js`, (r) => {
+        const chunks: Buffer[] = [];
+        r.on("data", (c: Buffer) => chunks.push(c)).on("end", () =>
+          resolve({ status: r.statusCode, encoding: r.headers["content-encoding"], body: Buffer.concat(chunks).toString("utf8") }),
+        );
+      })
+      .on("error", reject);
+  });
+  const vendored = JSON.parse(fs.readFileSync(path.join(__dirname, "../../vendor/scalar/version.json"), "utf8")) as { bytes: number };
+  expect({ status: plain.status, encoding: plain.encoding, bytes: Buffer.byteLength(plain.body) }).toEqual({
+    status: 200,
+    encoding: undefined,
+    bytes: vendored.bytes,
+  });
+  expect(plain.body).toContain("createApiReference");
+  expect(plain.body).not.toContain("sourceMappingURL");
 });
 
 describeInChromium("the reference in a browser", () => {
