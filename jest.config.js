@@ -7,7 +7,11 @@
  */
 const transform = { "^.+\\.ts$": ["@swc/jest", { jsc: { target: "es2023", parser: { syntax: "typescript" } }, module: { type: "commonjs" } }] };
 // umzug's CLI (never used by the product) would load @rushstack's packages again for every file.
-const moduleNameMapper = { "^@rushstack/ts-command-line$": "<rootDir>/test/helpers/stub-ts-command-line.js" };
+// clients/typescript is an ES module package whose imports name their files as `./x.js` (Node's rule); jest reads the .ts.
+const moduleNameMapper = {
+  "^@rushstack/ts-command-line$": "<rootDir>/test/helpers/stub-ts-command-line.js",
+  "^\\./(index|schema|example)\\.js$": "<rootDir>/clients/typescript/$1.ts",
+};
 const common = { testEnvironment: "node", roots: ["<rootDir>/test"], transform, moduleNameMapper, testTimeout: 60000 };
 
 const projects = [{ ...common, displayName: "main", testMatch: ["**/*.spec.ts"] }];

@@ -2,7 +2,7 @@
  * The README's example: a contact, a list, the contact added to it, and the list's members read
  * back. Type-checked with the project (`tsc`) and run against a live gateway by its test.
  */
-import { createPartnerClient, type Problem, type Schemas } from "./index";
+import { createPartnerClient, type Problem, type Schemas } from "./index.js";
 
 export async function addContactToNewList(baseUrl: string, apiKey: string): Promise<Schemas["ContactPage"]> {
   const api = createPartnerClient({ baseUrl, apiKey });

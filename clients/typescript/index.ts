@@ -5,7 +5,7 @@
  * problems, typed as `Problem`.
  */
 import createClient, { type Client, type ClientOptions } from "openapi-fetch";
-import type { components, operations, paths } from "./schema";
+import type { components, operations, paths } from "./schema.js";
 
 export type { components, operations, paths };
 /** Every schema of the document by name: `Schemas["Contact"]`, `Schemas["ContactListIn"]`, ... */

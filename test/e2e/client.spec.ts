@@ -44,6 +44,34 @@ it("runs the README example: a contact, a list, the contact added, the members r
   expect(lists.body.data).toEqual([expect.objectContaining({ name: "VIP", contactCount: 1 })]);
 });
 
+it("runs from the command line as its README says", async () => {
+  const account = await t.newAccount(["CONTACTS"]);
+  const readme = fs.readFileSync(path.join(CLIENT_DIR, "README.md"), "utf8");
+  const block = /<!-- docs:run client -->\n```sh\n([\s\S]*?)```/.exec(readme)?.[1];
+  expect(block).toBeDefined();
+  const run = await promisify(execFile)("bash", ["-c", `set -euo pipefail\n${block}`], {
+    cwd: ROOT,
+    env: { ...process.env, KEY: account.key.apiKey, PGW_BASE_URL: t.root.baseUrl },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  const members = JSON.parse(run.stdout) as { total: number; data: Array<{ firstName: string }> };
+  expect(members).toMatchObject({
+    page: 0,
+    limit: 10,
+    total: 1,
+    totalPages: 1,
+    data: [expect.objectContaining({ firstName: "Ana", phoneNumber: "+351912345678" })],
+  });
+  // Without a key: one line saying what to set, exit 2.
+  const bare = await promisify(execFile)("bash", ["-c", "cd clients/typescript && npm run -s example"], {
+    cwd: ROOT,
+    env: { ...process.env, PGW_API_KEY: "" },
+    encoding: "utf8",
+  }).catch((e: { code?: number; stderr?: string }) => e);
+  expect(bare).toMatchObject({ code: 2, stderr: expect.stringMatching(/^Set PGW_API_KEY to an API key/) });
+}, 90_000);
+
 it("answers the API's problems as typed errors", async () => {
   const api: PartnerClient = createPartnerClient({ baseUrl: t.root.baseUrl, apiKey: "pgw_not-a-key" });
   const res = await api.GET("/contacts", { params: { query: { limit: 5 } } });
