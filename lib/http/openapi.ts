@@ -271,7 +271,7 @@ export function buildOpenApi(actions: ExposedAction[], opts: OpenApiOptions = {}
     if (inBody && action.upload) errors.add(408);
     if (idempotent) [409, 422].forEach((s) => errors.add(s));
     // Any operation may meet an outage (no live node serves it, NATS or the database away): a 503
-    // with Retry-After, answered at once (README "Outages").
+    // with Retry-After, answered at once (docs/operating.md "Outages").
     [500, 503].forEach((s) => errors.add(s));
     // A request line and headers over 256 KiB (a query of many long ids, say) are refused before routing.
     errors.add(431);

@@ -4,7 +4,7 @@
  * the row that holds the secret (each owner builds its own), so that a ciphertext copied to another
  * row does not open. Every sealed secret records the id of the key that wrote it (the first 8 bytes
  * of the key's SHA-256, hex); SECRETS_KEY_PREVIOUS only opens, so keys rotate without downtime in
- * two rolls (README "Rotating SECRETS_KEY": old + previous new, then new + previous old, then
+ * two rolls (docs/security.md "Rotating SECRETS_KEY": old + previous new, then new + previous old, then
  * `npm run admin -- secrets:rotate` re-seals under the current key).
  * When SECRETS_KEY is unset (embedded mode only; lib/config.ts refuses a cluster node without it)
  * the key is generated once into DATA_DIR/secrets.key (mode 0600).

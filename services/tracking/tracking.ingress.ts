@@ -201,7 +201,7 @@ export function parseIngest(path: string, body: unknown): ParsedItem[] {
   return items;
 }
 
-/** The ingress paths of contract section 6, for the README and tests. */
+/** The ingress paths of contract section 6, for the docs and tests. */
 export const INGRESS_PATHS = ["messages", ...Object.keys(KINDS).filter((k) => k !== "messages")];
 /** Every path the listener serves: the label of its HTTP metrics (anything else is "unmatched"). */
 const KNOWN_PATHS = new Set([...INGRESS_PATHS.map((p) => `/internal/v1/${p}`), "/healthz/live", "/healthz/ready", "/metrics"]);

@@ -1,5 +1,5 @@
 /**
- * Rotating SECRETS_KEY (README "Rotating SECRETS_KEY"): tokens written under the old key, the
+ * Rotating SECRETS_KEY (docs/security.md "Rotating SECRETS_KEY"): tokens written under the old key, the
  * nodes rolled to SECRETS_KEY=new + SECRETS_KEY_PREVIOUS=old, then a real `npm run admin --
  * secrets:rotate` process (embedded DATA_DIR with the service running, and DATABASE_URL) re-seals
  * every token; afterwards a service holding only the new key reads them all, and the rows' key ids
@@ -278,7 +278,7 @@ describe("rows written under the old key behind the walk", () => {
   });
 });
 
-describe("the zero-downtime rotation (README), profiles nodes of two settings side by side", () => {
+describe("the zero-downtime rotation (docs/security.md), profiles nodes of two settings side by side", () => {
   it("lets every node read every token at every step: (a) old + previous new, (b) new + previous old, (c) rotate, (d) new alone", async () => {
     const tdb = await createTestDatabase();
     const running: TestApp[] = [];

@@ -1,5 +1,5 @@
 /**
- * Rotating SECRETS_KEY re-seals webhook signing secrets too (README "Rotating SECRETS_KEY"):
+ * Rotating SECRETS_KEY re-seals webhook signing secrets too (docs/security.md "Rotating SECRETS_KEY"):
  * secrets sealed under the old key (current and a rotation's replaced one) are re-sealed under the
  * new key by what `npm run admin -- secrets:rotate` runs, still opening to the same secret; one no
  * configured key opens is left, reported by account and never by content; and the admin command's

@@ -1,7 +1,7 @@
 /**
  * k8s/base/monitoring: the alert rules and the Grafana dashboard name only metrics the code
  * registers, so they cannot rot when a metric is renamed; every alert the operations issue asks for
- * is there, with the README saying what it means and what to do.
+ * is there, with docs/operating.md saying what it means and what to do.
  */
 import fs from "node:fs";
 import path from "node:path";
@@ -97,10 +97,10 @@ describe("alert rules and dashboard", () => {
     }
   });
 
-  it("has README explain every alert", () => {
-    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
-    const operating = readme.slice(readme.indexOf("## Operating it"));
-    expect(readme.indexOf("## Operating it")).toBeGreaterThan(0);
+  it("has docs/operating.md explain every alert", () => {
+    const page = fs.readFileSync(path.join(ROOT, "docs/operating.md"), "utf8");
+    const operating = page.slice(page.indexOf("## Operating it"));
+    expect(page.indexOf("## Operating it")).toBeGreaterThan(0);
     for (const r of rules) expect({ alert: r.alert, explained: operating.includes(`\`${r.alert}\``) }).toEqual({ alert: r.alert, explained: true });
   });
 });

@@ -1,9 +1,10 @@
 /**
- * README "Five minutes with the API": the service is started as its `walk:service` block says (the
+ * docs/api-tour.md, "Five minutes with the API": the service is started as its `walk:service` block says (the
  * certificate made by its first lines, `npm start` with the variables of its last), then the ```sh
  * blocks between <!-- walk:start --> and <!-- walk:end --> run, as written, in one bash session
  * against it (own ports and DATA_DIR); only API, INGRESS and HOOK_IP (and DATA_DIR, PORT,
- * INTERNAL_PORT) come from the environment. HOOK_IP is a loopback address of its own (see hookIp).
+ * INTERNAL_PORT) come from the environment. HOOK_IP is a loopback address of its own (see hookIp):
+ * the tour's way off a taken 127.0.0.1:8443, since a webhook may only use port 443 or 8443.
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -13,21 +14,22 @@ import { join } from "node:path";
 import { freePort } from "../helpers/ports";
 
 const root = join(__dirname, "..", "..");
+const TOUR = join(root, "docs", "api-tour.md");
 
 function walkBlocks(): string[] {
-  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const readme = readFileSync(TOUR, "utf8");
   const start = readme.indexOf("<!-- walk:start -->");
   const end = readme.indexOf("<!-- walk:end -->");
-  if (start < 0 || end < start) throw new Error("README has no walk:start/walk:end section");
+  if (start < 0 || end < start) throw new Error("docs/api-tour.md has no walk:start/walk:end section");
   return [...readme.slice(start, end).matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]);
 }
 
 /** The walk:service block: the commands before `npm start`, and the variables `npm start` is given. */
 function serviceBlock(): { setup: string; env: Record<string, string> } {
-  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const readme = readFileSync(TOUR, "utf8");
   const at = readme.indexOf("<!-- walk:service -->");
   const m = /```sh\n([\s\S]*?)```/.exec(readme.slice(at));
-  if (at < 0 || !m) throw new Error("README has no walk:service block");
+  if (at < 0 || !m) throw new Error("docs/api-tour.md has no walk:service block");
   const lines = m[1]!.trimEnd().split("\n");
   const start = lines.pop()!;
   const words = start.split(/\s+/);
@@ -67,7 +69,7 @@ async function waitUp(url: string, child: ChildProcess, ms: number): Promise<voi
   throw new Error(`${url} did not answer within ${ms} ms`);
 }
 
-describe("README: Five minutes with the API", () => {
+describe("docs/api-tour.md: Five minutes with the API", () => {
   let child: ChildProcess | undefined;
   let dataDir = "";
 
@@ -87,7 +89,13 @@ describe("README: Five minutes with the API", () => {
     expect(blocks.length).toBeGreaterThanOrEqual(6);
     dataDir = mkdtempSync(join(tmpdir(), "pgw-walk-"));
     const [port, internalPort] = [await freePort(), await freePort()];
-    const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), INTERNAL_PORT: String(internalPort), DATA_DIR: dataDir, HOOK_IP: await hookIp() };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      PORT: String(port),
+      INTERNAL_PORT: String(internalPort),
+      DATA_DIR: dataDir,
+      HOOK_IP: await hookIp(),
+    };
     delete env.DATABASE_URL;
     const service = serviceBlock();
     const setup = spawnSync("bash", ["-c", `set -euo pipefail\n${service.setup}`], { cwd: root, env, encoding: "utf8", timeout: 30000 });
@@ -106,7 +114,7 @@ describe("README: Five minutes with the API", () => {
       timeout: 150000,
     });
     const out = run.stdout;
-    if (run.status !== 0) process.stderr.write(`README walk failed after block ${(out.match(/::block \d+/g) ?? []).pop()}:\n${run.stderr.slice(-3000)}\n`);
+    if (run.status !== 0) process.stderr.write(`The tour failed after block ${(out.match(/::block \d+/g) ?? []).pop()}:\n${run.stderr.slice(-3000)}\n`);
     expect({ status: run.status, stderr: run.stderr.slice(-2000) }).toEqual({ status: 0, stderr: expect.any(String) });
     for (let i = 0; i < blocks.length; i++) expect(out).toContain(`::block ${i}`);
     expect(out).toMatch(/^pgw_\S+$/m);
