@@ -33,6 +33,9 @@ export interface EmbeddedServer {
 }
 
 /** Who holds the directory and, for a running service, its socket port. */
+/** shared_buffers of the embedded PostgreSQL (PGlite's default is 128MB). */
+export const EMBEDDED_SHARED_BUFFERS = "32MB";
+
 export const lockFileOf = (dataDir: string) => path.join(dataDir, "embedded-db.json");
 /** The lock itself (proper-lockfile: a directory whose mtime the holder keeps fresh). */
 const lockDirOf = (dataDir: string) => path.join(dataDir, "embedded.lock");
@@ -153,6 +156,10 @@ export async function openEmbedded(
     db = await PGlite.create({
       ...(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : snapshot ? { loadDataDir: snapshot } : {}),
       extensions: { pg_trgm },
+      // PostgreSQL's buffer pool inside PGlite's WebAssembly memory: its default, 128 MB, was most of
+      // an idle `npm start`'s RSS (docs/operating.md, "Memory"). The files themselves are read
+      // through the operating system's page cache, so a smaller pool cost no measured speed.
+      startParams: [...PGlite.defaultStartParams, "-c", `shared_buffers=${EMBEDDED_SHARED_BUFFERS}`],
     });
     const password = passwordOf(dataDir);
     server = new EmbeddedSocketServer(db, password);

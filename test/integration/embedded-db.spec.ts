@@ -11,7 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import { openDatabase, type Database } from "../../lib/db/db";
-import { openEmbedded } from "../../lib/db/embedded-db";
+import { EMBEDDED_SHARED_BUFFERS, openEmbedded } from "../../lib/db/embedded-db";
 
 const CLIENTS = 8;
 const PER_CLIENT = 60;
@@ -83,6 +83,20 @@ describe("embedded database socket", () => {
     await client.connect();
     return client;
   };
+
+  it("runs PostgreSQL with a buffer pool of 32 MB, not PGlite's 128 MB (an idle npm start's memory: docs/operating.md)", async () => {
+    const client = await connect();
+    try {
+      const { rows } = await client.query<{ shared_buffers: string }>("SHOW shared_buffers");
+      expect(rows).toEqual([{ shared_buffers: EMBEDDED_SHARED_BUFFERS }]);
+      expect(EMBEDDED_SHARED_BUFFERS).toBe("32MB");
+      // PGlite's own start parameters are kept (a single-user backend, no parallel workers).
+      const workers = await client.query<{ max_worker_processes: string }>("SHOW max_worker_processes");
+      expect(workers.rows).toEqual([{ max_worker_processes: "0" }]);
+    } finally {
+      await client.end();
+    }
+  });
 
   it("answers every connection's parameterised queries with its own rows when many run at once", async () => {
     const clients = await Promise.all(Array.from({ length: CLIENTS }, connect));
