@@ -13,7 +13,6 @@ import { seededDataDir } from "../helpers/template-db";
 import { productScript } from "../helpers/product-build";
 
 const ROOT = path.join(__dirname, "../..");
-const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
 const API = "/api/partner-gateway/v1";
 
 const clean = () =>
@@ -30,7 +29,9 @@ interface Service {
 async function start(dir: string, env: Record<string, string> = {}): Promise<Service> {
   const port = await freePort();
   const internalPort = await freePort();
-  const child = spawn(process.execPath, [TSX, path.join(ROOT, "scripts/start.ts")], {
+  // As `npm start` runs it (node --import tsx): not through tsx's command line, which SIGKILLs a
+  // child whose event loop does not acknowledge a relayed SIGTERM within 30 ms (exit 143 under load).
+  const child = spawn(process.execPath, ["--experimental-async-context-frame", "--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
     cwd: ROOT,
     env: { ...clean(), DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(internalPort), LOG_LEVEL: "warn", RATE_LIMIT_RPS: "100000", ...env },
     stdio: ["ignore", "ignore", "pipe"],
