@@ -36,6 +36,7 @@ import * as m0030 from "./20261202-0030-campaign-batches";
 import * as m0031 from "./20261203-0031-webhook-feeds";
 import * as m0032 from "./20261203-0032-inbound-feed";
 import * as m0033 from "./20261203-0033-outbox-key";
+import * as m0034 from "./20261204-0034-channel-support-feed";
 
 export interface Migration {
   name: string;
@@ -77,4 +78,5 @@ export const migrations: Migration[] = [
   { name: "20261203-0031-webhook-feeds", ...m0031 },
   { name: "20261203-0032-inbound-feed", ...m0032 },
   { name: "20261203-0033-outbox-key", ...m0033 },
+  { name: "20261204-0034-channel-support-feed", ...m0034 },
 ];

@@ -43,3 +43,30 @@ export async function dayReadBy(sequelize: Sequelize, partition: string, positio
   );
   return row?.read === true;
 }
+
+/** A feed a service follows, and the view its cursors are published in. */
+export interface FollowedFeed {
+  feed: string;
+  positions: string;
+}
+
+/**
+ * How far behind its follower each feed is: seconds since the oldest row past the follower's cursor
+ * was written (0 when it has read everything; a follower down, or held back by a long transaction,
+ * shows here before its owner's retention keeps days for it). One probe of each feed's `(tx, id)`
+ * index; keyed by feed.
+ */
+export async function feedLags(sequelize: Sequelize, feeds: FollowedFeed[]): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const { feed, positions } of feeds) {
+    if (!NAME.test(feed) || !NAME.test(positions)) throw new Error(`not a feed or a view: ${feed}, ${positions}`);
+    const [row] = await sequelize.query<{ lag: number | null }>(
+      `WITH p AS (SELECT tx, id FROM ${positions} WHERE feed = $1)
+       SELECT (SELECT extract(epoch FROM clock_timestamp() - f.created_at)::float8 FROM ${feed} f
+                WHERE (f.tx, f.id) > ((SELECT tx FROM p), (SELECT id FROM p)) ORDER BY f.tx, f.id LIMIT 1) AS lag`,
+      { bind: [feed], type: QueryTypes.SELECT },
+    );
+    out.set(feed, row?.lag === null || row?.lag === undefined ? 0 : Math.max(0, Number(row.lag)));
+  }
+  return out;
+}

@@ -2,9 +2,10 @@
  * The contacts service's SQL for a contact's channels as other services report them: what it was
  * last sent on (lastContactType, lastCampaignType: `contacts.markContacted`, contacts.actions.ts)
  * and what its number is reachable on (communicationSupported from delivery receipts,
- * contacts.support.ts). Every statement filters by the account.
+ * contacts.support.ts, following tracking's status feed). Every statement filters by the account.
  */
 import type { Sequelize } from "sequelize";
+import type { Exec } from "../../lib/db/db";
 import type { Channel } from "../../lib/messaging/channels";
 import type { ChannelSupport } from "../tracking/tracking.contract";
 
@@ -31,8 +32,8 @@ export async function markContacted(sequelize: Sequelize, companyId: string, ids
  * campaign audience skips refused channels, through the view contacts_reachable); contacts already so are
  * left as they are.
  */
-export async function applyChannelSupportChanges(sequelize: Sequelize, changes: ChannelSupport[]): Promise<void> {
-  await sequelize.query(
+export async function applyChannelSupportChanges(exec: Exec, changes: ChannelSupport[]): Promise<void> {
+  await exec(
     `UPDATE contacts AS c
         SET communication_supported = CASE
               WHEN NOT x.supported THEN array_remove(c.communication_supported, x.channel)
@@ -47,6 +48,6 @@ export async function applyChannelSupportChanges(sequelize: Sequelize, changes: 
       WHERE c.company_id = x."companyId" AND c.phone_number = x.destination
         AND ((x.channel = ANY (c.communication_supported)) IS DISTINCT FROM x.supported
           OR (x.channel = ANY (c.communication_refused)) IS DISTINCT FROM NOT x.supported)`,
-    { bind: [JSON.stringify(changes)] },
+    [JSON.stringify(changes)],
   );
 }

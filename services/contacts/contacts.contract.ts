@@ -10,7 +10,8 @@
  * `contacts_live_lists (company_id, id, is_test)`, `contacts_live_list_members (company_id,
  * list_id, contact_id, is_test)` and `contacts_reachable (company_id, id, phone_number, first_name,
  * last_name, custom_fields, communication_refused)`. Their columns are the promise; the tables
- * behind them are contacts' own.
+ * behind them are contacts' own. `contacts_feed_positions (feed, tx, id)` (migration 0034): how far
+ * contacts has followed tracking's status feed, so that tracking drops only days it has read.
  */
 import { CHANNELS, type Channel } from "../../lib/messaging/channels";
 import { UUID_PATTERN } from "../../lib/http/validator";
@@ -18,6 +19,9 @@ import { PHONE_NUMBER_SCHEMA } from "../../lib/messaging/phone";
 import { callerOf, type Action } from "../../lib/bus/calls";
 import { pagingProperties } from "../../lib/http/paging";
 import type { MarkContactedIn } from "./contacts.schemas";
+
+/** The view of contacts' cursors on the feeds it follows (migration 0034). */
+export const CONTACTS_FEED_POSITIONS_VIEW = "contacts_feed_positions";
 
 export const GENDERS = ["MALE", "FEMALE", "OTHER"] as const;
 export type Gender = (typeof GENDERS)[number];

@@ -12,6 +12,7 @@ import type { ApiServiceSettings } from "../../lib/http/api";
 import type { Deps } from "../../lib/deps";
 import type { GroupCommitter } from "../../lib/db/group-commit";
 import { addNodeRegistry } from "../../lib/observability/http-metrics";
+import { trackFeedLag } from "../../lib/observability/feed-metrics";
 import { createUpstream, type OutboundMessage, type Upstream } from "../../lib/http/upstream";
 import { conversationActions } from "./inbox.conversations";
 import { createIngestCommitter, ingestActions } from "./inbox.ingest";
@@ -25,7 +26,8 @@ import { callTracking, campaignStatsIn, type CampaignStatsIn } from "../tracking
 import { campaignResponded } from "./inbox.stats";
 import { INBOUND_POLL_MS, inboundFollower } from "./inbox.inbound";
 import type { FeedLoop } from "../../lib/jobs/follow";
-import { INBOUND_FEED_WRITTEN } from "../tracking/tracking.contract";
+import { INBOUND_FEED_VIEW, INBOUND_FEED_WRITTEN, STATUS_FEED_VIEW } from "../tracking/tracking.contract";
+import { INBOX_FEED_POSITIONS_VIEW } from "./inbox.contract";
 
 /** How often an inbox node releases the media of replies that became final. */
 const REPLY_MEDIA_LOOP_MS = 30_000;
@@ -76,6 +78,10 @@ export function createInboxService(deps: Deps): ServiceSchema<ApiServiceSettings
       this.metrics = new InboxMetrics();
       this.ingestCommitter = createIngestCommitter(this);
       addNodeRegistry(this.broker, this.metrics.registry);
+      trackFeedLag(this.broker, this.sequelize, "inbox", [
+        { feed: STATUS_FEED_VIEW, positions: INBOX_FEED_POSITIONS_VIEW },
+        { feed: INBOUND_FEED_VIEW, positions: INBOX_FEED_POSITIONS_VIEW },
+      ]);
       this.inbound = inboundFollower({ sequelize: this.sequelize, broker: this.broker, metrics: this.metrics, logger: this.logger });
       this.upstream = createUpstream(
         config,

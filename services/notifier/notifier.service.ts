@@ -16,9 +16,9 @@ import { seconds, type OpsTable } from "../../lib/observability/ops";
 import type { Page } from "../../lib/http/paging";
 import { INBOX_EVENTS_WRITTEN } from "../inbox/inbox.contract";
 import { CallbackClient } from "./notifier.client";
-import { OUTBOX_WRITTEN } from "./notifier.contract";
+import { FEED_POSITIONS_VIEW, OUTBOX_WRITTEN } from "./notifier.contract";
 import { Deliverer } from "./notifier.delivery";
-import { feedFollower } from "./notifier.feed";
+import { feedFollower, WEBHOOK_FEEDS } from "./notifier.feed";
 import type { FeedLoop } from "../../lib/jobs/follow";
 import { NotifierMetrics } from "./notifier.metrics";
 import { toWebhookOut } from "./notifier.models";
@@ -47,6 +47,7 @@ import {
 import { newSigningSecret, Signer } from "./notifier.signing";
 import { CallbackUrlError, validateCallbackUrl } from "./notifier.url";
 import { ensureDays } from "../../lib/db/partitions";
+import { trackFeedLag } from "../../lib/observability/feed-metrics";
 
 interface NotifierVars {
   deliverer: Deliverer;
@@ -225,6 +226,12 @@ export function createNotifierService(deps: Deps): ServiceSchema<ApiServiceSetti
       const metrics = new NotifierMetrics(sequelize);
       this.signer = new Signer({ config, sequelize, logger: this.logger });
       addNodeRegistry(this.broker, metrics.registry);
+      trackFeedLag(
+        this.broker,
+        sequelize,
+        "notifier",
+        WEBHOOK_FEEDS.map((feed) => ({ feed, positions: FEED_POSITIONS_VIEW })),
+      );
       this.client = new CallbackClient({
         allowPrivate: config.webhookAllowPrivateTargets,
         extraCaFile: config.extraCaCerts,

@@ -28,11 +28,13 @@ export const MESSAGE_EVENTS_VIEW = "message_webhook_events";
 /**
  * The status feed tracking publishes (migration 0027): the read-only view `message_status_changes`
  * holds one row per RCS or WhatsApp message whose status or read a tracking write changed, with the
- * status that write left, written in that write's transaction. Its columns are
+ * status that write left and what its receipt said of the number's reachability (`destination`,
+ * `reach`, migration 0034), written in that write's transaction. Its columns are
  * {@link StatusFeedRow}. A follower reads past its own cursor, in `(tx, id)` order, only the rows
  * whose `tx` is below `pg_snapshot_xmin(pg_current_snapshot())`. Those transactions have ended, so
- * nothing can commit behind the cursor. Rows are kept two days, dropped by day once the inbox
- * has read the whole day (its view `inbox_feed_positions`).
+ * nothing can commit behind the cursor. Rows are kept two days, dropped by day once both followers
+ * have read the whole day: the inbox (its view `inbox_feed_positions`) and contacts
+ * (`contacts_feed_positions`).
  * `STATUS_FEED_WRITTEN` is broadcast after a commit that appended rows.
  */
 export const STATUS_FEED_VIEW = "message_status_changes";
@@ -71,19 +73,18 @@ export interface StatusFeedRow {
   delivery_date: Date | null;
   read_at: Date | null;
   created_at: Date;
+  /** The number the message went to (null on rows written before migration 0034). */
+  destination: string | null;
+  /** What the change's receipt said of the number on the channel: DELIVERED true, DISABLED or UNSUPPORTED false, else null. */
+  reach: boolean | null;
 }
 
-/** RCS/WhatsApp reachability learnt from a receipt, for the contacts' communicationSupported. */
+/** RCS/WhatsApp reachability learnt from a receipt (a status feed row's `reach`), for the contacts' communicationSupported. */
 export interface ChannelSupport {
   companyId: string;
   channel: "RCS" | "WHATSAPP";
   destination: string;
   supported: boolean;
-}
-
-/** `tracking.channelSupportChanged`: emitted after a commit when receipts showed numbers reachable (or not) on RCS or WhatsApp. */
-export interface ChannelSupportEvent {
-  changes: ChannelSupport[];
 }
 
 /** The history filters (GET /messages/history, its export and delivery reports). */

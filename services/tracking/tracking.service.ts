@@ -22,16 +22,9 @@ import type { OptOutChange } from "../contacts/contacts.contract";
 import type { InboundItem, WriteItem } from "./tracking.fold";
 import { GroupCommitter } from "../../lib/db/group-commit";
 import { writeWithRetry } from "./tracking.committer";
-import {
-  checkHistoryRange,
-  INBOUND_FEED_VIEW,
-  INBOUND_FEED_WRITTEN,
-  MESSAGE_EVENTS_VIEW,
-  STATUS_FEED_VIEW,
-  STATUS_FEED_WRITTEN,
-  type ChannelSupportEvent,
-} from "./tracking.contract";
+import { checkHistoryRange, INBOUND_FEED_VIEW, INBOUND_FEED_WRITTEN, MESSAGE_EVENTS_VIEW, STATUS_FEED_VIEW, STATUS_FEED_WRITTEN } from "./tracking.contract";
 import { INBOX_FEED_POSITIONS_VIEW } from "../inbox/inbox.contract";
+import { CONTACTS_FEED_POSITIONS_VIEW } from "../contacts/contacts.contract";
 import { purgeBefore } from "./tracking.days";
 import { campaignStats } from "./tracking.stats";
 import { campaignStatsIn, type CampaignStatsIn, type CampaignStatsOut } from "./tracking.stats.schemas";
@@ -243,9 +236,14 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
       async purgeOld(this: TrackingThis) {
         const out = await this.actions.purge({});
         if (out.messages > 0 || out.days.length > 0) this.logger.info(out, "old messages removed");
-        // The status feed's days once the inbox has read them whole (an inbox down keeps them).
-        const feed = await dropDaysBefore(sequelize, "message_status_feed", new Date(Date.now() - FEED_KEEP_DAYS * 86400_000), (day) =>
-          dayReadBy(sequelize, day, INBOX_FEED_POSITIONS_VIEW, STATUS_FEED_VIEW),
+        // The status feed's days once both followers, the inbox and contacts, have read them whole (either down keeps them).
+        const feed = await dropDaysBefore(
+          sequelize,
+          "message_status_feed",
+          new Date(Date.now() - FEED_KEEP_DAYS * 86400_000),
+          async (day) =>
+            (await dayReadBy(sequelize, day, INBOX_FEED_POSITIONS_VIEW, STATUS_FEED_VIEW)) &&
+            (await dayReadBy(sequelize, day, CONTACTS_FEED_POSITIONS_VIEW, STATUS_FEED_VIEW)),
         );
         if (feed.length > 0) this.logger.info({ days: feed }, "old status feed days dropped");
         // The webhook events' days once the notifier has read them whole (a notifier down keeps them).
@@ -269,12 +267,6 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
           const started = process.hrtime.bigint();
           const effects = await writeWithRetry(sequelize, items);
           this.ingestMetrics.transaction(items.length, Number(process.hrtime.bigint() - started) / 1e9);
-          if (effects.support.length > 0) {
-            // Best effort after the commit (contacts' communicationSupported); never fails the write.
-            Promise.resolve(this.broker.emit("tracking.channelSupportChanged", { changes: effects.support } satisfies ChannelSupportEvent)).catch(
-              (err: unknown) => this.logger.warn({ err }, "could not announce channel support changes"),
-            );
-          }
           if (effects.events > 0) {
             // Wakes the notifiers for the events just committed (rows: a lost broadcast only waits for their poll).
             Promise.resolve(this.broker.broadcast(OUTBOX_WRITTEN)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the notifiers"));
@@ -284,7 +276,7 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
             Promise.resolve(this.broker.broadcast(INBOUND_FEED_WRITTEN)).catch((err: unknown) => this.logger.warn({ err }, "could not wake the inbox"));
           }
           if (effects.statusChanges > 0) {
-            // Wakes the status feed's followers (the inbox): the rows are there, a lost broadcast only waits for their poll.
+            // Wakes the status feed's followers (the inbox, contacts): the rows are there, a lost broadcast only waits for their poll.
             Promise.resolve(this.broker.broadcast(STATUS_FEED_WRITTEN)).catch((err: unknown) =>
               this.logger.warn({ err }, "could not wake the status feed's followers"),
             );

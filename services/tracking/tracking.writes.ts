@@ -7,7 +7,6 @@
  */
 import type { Exec } from "../../lib/db/db";
 import { inFlightCode } from "../../lib/messaging/channels";
-import type { ChannelSupport } from "./tracking.contract";
 import {
   channelSupportOf,
   deliveryPayload,
@@ -38,7 +37,6 @@ import { appendInboundFeed, appendStatusFeed, type StatusChange } from "./tracki
 
 export interface WriteEffects {
   events: number;
-  support: ChannelSupport[];
   /** RCS/WhatsApp status changes appended to `message_status_feed` (its followers are woken after the commit). */
   statusChanges: number;
   /** Inbound messages appended to `inbound_message_feed` (the inbox is woken after the commit). */
@@ -54,10 +52,15 @@ export async function writeItems(exec: Exec, all: WriteItem[]): Promise<WriteEff
   const items = inboundItems.length === 0 ? (all as IngestItem[]) : all.filter((it): it is IngestItem => it.kind !== "inbound");
   let events: WebhookEvent[] = [];
   let eventCount = 0;
-  const support: ChannelSupport[] = [];
   // RCS/WhatsApp messages whose status or read changed here, with their status as this write leaves
-  // it (the last change wins): appended to the status feed the inbox follows for its replies.
+  // it (the last change wins): appended to the status feed the inbox follows for its replies, and
+  // with what the change says of the number's reachability, which contacts follows (migration 0034).
   const statusChanged = new Map<string, StatusChange>();
+  const reach = new Map<string, boolean>();
+  const learn = (r: ReceiptItem) => {
+    const learnt = channelSupportOf(r);
+    if (learnt) reach.set(keyOf(r.companyId, r.channel, r.messageId), learnt.supported);
+  };
   const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
   const changedStatus = (u: ReceiptItem | ReadItem, st: { code: number; deliveryDate: Date | string | null; readAt: Date | string | null }) => {
     if (u.channel === "RCS" || u.channel === "WHATSAPP")
@@ -65,6 +68,8 @@ export async function writeItems(exec: Exec, all: WriteItem[]): Promise<WriteEff
         c: u.companyId,
         ch: u.channel,
         id: u.messageId,
+        d: u.destination,
+        r: null,
         st: st.code,
         dd: iso(st.deliveryDate),
         ra: iso(st.readAt),
@@ -148,8 +153,7 @@ export async function writeItems(exec: Exec, all: WriteItem[]): Promise<WriteEff
         const a = done.get(i);
         if (a) changedStatus(r, { code: a.status_code, deliveryDate: a.delivery_date, readAt: a.read_at });
         if (!done.has(i) || simulated.has(i)) continue; // a simulated message was never sent: it proves nothing about the number
-        const learnt = channelSupportOf(r);
-        if (learnt) support.push(learnt);
+        learn(r);
       }
       updates = updates.filter((_, i) => !done.has(i));
     }
@@ -175,8 +179,7 @@ export async function writeItems(exec: Exec, all: WriteItem[]): Promise<WriteEff
       const ev = fold(s, u);
       if (ev) events.push(ev);
       if (ev) folded.set(k, u);
-      const learnt = ev && u.kind === "receipt" ? channelSupportOf(u) : null;
-      if (learnt) support.push(learnt);
+      if (ev && u.kind === "receipt") learn(u);
     }
     for (const [k, u] of folded) {
       const s = states.get(k)!;
@@ -201,9 +204,13 @@ export async function writeItems(exec: Exec, all: WriteItem[]): Promise<WriteEff
   if (events.length > 0) eventCount += await insertWebhookEvents(exec, events);
 
   // 4. The status feed (migration 0027): the changed RCS/WhatsApp messages, for the inbox's live view of its replies.
+  for (const [k, supported] of reach) {
+    const change = statusChanged.get(k);
+    if (change) change.r = supported;
+  }
   const statusChanges = statusChanged.size > 0 ? await appendStatusFeed(exec, [...statusChanged.values()]) : 0;
   // The events written (an account without a webhook gets none): the notifiers are woken only for them.
   // 5. The inbound feed (migration 0032): inbound messages, for the inbox to follow.
   const inbound = inboundItems.length > 0 ? await appendInboundFeed(exec, inboundItems) : 0;
-  return { events: eventCount, support, statusChanges, inbound };
+  return { events: eventCount, statusChanges, inbound };
 }

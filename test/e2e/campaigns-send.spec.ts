@@ -140,7 +140,7 @@ describe("a campaign sent end to end on the simulator", () => {
   });
 
   it("skips RCS numbers whose latest RCS receipt was UNSUPPORTED, tries numbers never tried, and releases media when SENT", async () => {
-    // The receipts reach the contacts as tracking.channelSupportChanged (after the commit): the preview counts them once applied.
+    // The receipts reach the contacts through tracking's status feed, which contacts follows: the preview counts them once applied.
     const { listId, contactIds } = await seedList(a.api, 3);
     const phones = await Promise.all(contactIds.map(async (id) => (await a.api.get(`/contacts/${id}`)).body.phoneNumber as string));
     // phones[0]: UNSUPPORTED on RCS; phones[1]: UNSUPPORTED once, then DELIVERED later; phones[2]: never tried.

@@ -327,10 +327,12 @@ describe("communicationSupported", () => {
     const a = await t.newAccount(["CONTACTS"]);
     const number = phone();
     const c = await a.api.post("/contacts", { phoneNumber: number });
-    await applyChannelSupport(t.db.sequelize, [
-      { companyId: a.companyId, channel: "RCS", destination: number, supported: true },
-      { companyId: a.companyId, channel: "WHATSAPP", destination: number, supported: true },
-    ]);
+    await inTransaction(t.db.sequelize, (exec) =>
+      applyChannelSupport(exec, [
+        { companyId: a.companyId, channel: "RCS", destination: number, supported: true },
+        { companyId: a.companyId, channel: "WHATSAPP", destination: number, supported: true },
+      ]),
+    );
     expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "RCS", "WHATSAPP"]);
     // A simulated message is never sent: its "receipt" says nothing about the number.
     const m = await register(a.companyId, { channel: "WHATSAPP", destination: number, simulation: true });
@@ -341,6 +343,10 @@ describe("communicationSupported", () => {
     expect((await t.ingress.post("/receipts/rcs", receiptIn(real, { statusCode: 11, eventDate: "2026-11-20T10:01:00Z" }))).status).toBe(202);
     await eventually(async () => expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).not.toContain("RCS"));
     expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "WHATSAPP"]);
+    // Contacts follows tracking's status feed for this: its lag is on /metrics beside the inbox's.
+    const text = (await t.root.get("/metrics")).text;
+    expect(text).toMatch(/^feed_follow_lag_seconds\{feed="message_status_changes",follower="contacts"\} \d/m);
+    expect(text).toMatch(/^feed_follow_lag_seconds\{feed="message_status_changes",follower="inbox"\} \d/m);
   });
 });
 

@@ -466,6 +466,18 @@ describeOncePerRun("accounts without a webhook, metrics", () => {
     expect(await count(b.companyId)).toEqual({ n: 0 });
   });
 
+  it("reports every feed follower's lag on /metrics, once per node: the notifier's two feeds, the inbox's two", async () => {
+    const text = (await t.root.get("/metrics")).text;
+    for (const [feed, follower] of [
+      ["message_webhook_events", "notifier"],
+      ["inbound_webhook_events", "notifier"],
+      ["message_status_changes", "inbox"],
+      ["inbound_messages_received", "inbox"],
+    ])
+      expect(text).toMatch(new RegExp(`^feed_follow_lag_seconds\\{feed="${feed}",follower="${follower}"\\} \\d`, "m"));
+    expect(text.match(/^# TYPE feed_follow_lag_seconds gauge$/gm)).toHaveLength(1);
+  });
+
   it("exports attempts by outcome, delivery latency, outbox depth and oldest due age", async () => {
     const { a, r } = await subscribed();
     await smsSentAndDelivered(a.companyId);

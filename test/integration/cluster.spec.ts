@@ -181,7 +181,7 @@ describeOverNats("cluster over NATS", () => {
     expect(next.body.data).toHaveLength(1);
     expect(next.body.nextCursor).toBeNull();
     expectNoWireHoles(bulk.body.data[0]);
-    // The contact gains RCS (an event from the tracking node to the contacts node).
+    // The contact gains RCS (the contacts node follows tracking's status feed, woken by its broadcast).
     await eventually(async () => expect((await api.get(`/contacts/${contact.body.id}`)).body.communicationSupported).toContain("RCS"));
   }, 30000);
 });
