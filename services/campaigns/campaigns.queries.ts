@@ -312,9 +312,14 @@ export async function startDueCampaigns(exec: Q): Promise<{ ms: number | null } 
   return next;
 }
 
-/** The campaigns being sent, oldest schedule first, at most `limit`. */
+/** The campaigns being sent, at most `limit`, in turns between accounts: each account's oldest schedule first, then each account's next. */
 export const sendingCampaigns = (exec: Q, limit: number): Promise<CampaignRow[]> =>
-  exec<CampaignRow>(`SELECT ${CAMPAIGN_COLUMNS} FROM campaigns WHERE status = 'SENDING' ORDER BY scheduled_at, id LIMIT $1`, [limit]);
+  exec<CampaignRow>(
+    // Fair between accounts: every account's oldest SENDING campaign, then every account's second, ...
+    `SELECT ${CAMPAIGN_COLUMNS} FROM (SELECT c.*, row_number() OVER (PARTITION BY company_id ORDER BY scheduled_at, id) AS turn FROM campaigns c WHERE status = 'SENDING') c
+      ORDER BY turn, scheduled_at, id LIMIT $1`,
+    [limit],
+  );
 
 /** Drops a contact mark its holder handed to contacts. */
 export const deleteMark = (exec: Q, id: string, owner: string): Promise<unknown> =>

@@ -9,6 +9,13 @@
  *   safety net for a lost broadcast, every CAMPAIGN_POLL_MS: a SCHEDULED campaign whose time has
  *   come becomes SENDING (one guarded UPDATE; whichever node runs it, they all then work on it),
  *   and every SENDING campaign it does not yet work on (up to MAX_ACTIVE) gets a CampaignSend;
+ * - shares its MAX_ACTIVE slots fairly between accounts (`yieldFor`): campaigns are taken in turns
+ *   (every account's oldest, then every account's next); when no slot is free and an account with
+ *   none here has a campaign waiting, a send of the account holding the most gives its slot up
+ *   at once if that account holds more than its share, else (every account within its share: more
+ *   accounts sending than slots) the send that has held its slot longest gives it up once it has
+ *   held it CAMPAIGN_SLICE_MS. A send that gives up claims no more, records its batches in flight
+ *   and ends; its campaign stays SENDING and is taken up again, after the waiting ones;
  * - renews the leases of its batches in flight for a third of CAMPAIGN_LEASE_MS or more;
  * - at stop (SIGTERM) claims no more, waits (at most SHUTDOWN_TIMEOUT_MS) for the batches in flight to be
  *   handed over and recorded, then gives back whatever it still holds.
@@ -71,6 +78,12 @@ export class CampaignRunner {
   );
   private stopping = false;
   private beating = false;
+  /** When each send here took its slot. */
+  private readonly since = new Map<CampaignSend, number>();
+  /** Sends giving their slot up (to an account waiting with none), until they end. */
+  private readonly yielding = new Set<CampaignSend>();
+  /** Campaigns whose send here gave its slot up, and when: they come after the waiting ones. */
+  private readonly yielded = new Map<string, number>();
   /** A wake when the earliest SCHEDULED campaign falls due (so a schedule never waits for the slow poll). */
   private readonly scheduled = new EarliestWake(() => this.kick());
 
@@ -134,29 +147,76 @@ export class CampaignRunner {
     // (the campaigns the UPDATE took still read SCHEDULED in its snapshot: only later ones count).
     const next = await startDueCampaigns(q(this.sequelize));
     if (next?.ms != null) this.wakeAt(Date.now() + Math.max(0, Number(next.ms)));
-    if (this.sends.size >= MAX_ACTIVE) return;
-    const due = await sendingCampaigns(q(this.sequelize), MAX_ACTIVE * 4);
-    for (const c of due) {
-      if (this.stopping || this.sends.size >= MAX_ACTIVE) return;
-      if (this.sends.has(c.id)) continue;
-      const send = new CampaignSend(c, {
-        config: this.config,
-        sequelize: this.sequelize,
-        nodeId: this.nodeId,
-        upstream: this.upstream,
-        metrics: this.metrics,
-        log: this.log,
-        ended: this.hooks.ended,
-        marked: () => this.marking.request(),
-        giveBack: (token) => giveBackBatch(this.sequelize, c.id, token),
-      });
-      this.sends.set(c.id, send);
-      this.log.info({ campaignId: c.id, audience: c.audience, sent: c.sent }, "campaign sending here");
-      void send.done.finally(() => {
-        if (this.sends.get(c.id) === send) this.sends.delete(c.id);
-        this.kick();
-      });
+    const now = Date.now();
+    for (const [id, at] of this.yielded) if (now - at >= this.config.campaignSliceMs) this.yielded.delete(id);
+    const listed = await sendingCampaigns(q(this.sequelize), MAX_ACTIVE * 4);
+    // Campaigns that just gave their slot up here wait behind the others (a stable sort keeps the turns).
+    const due = [...listed].sort((x, y) => Number(this.yielded.has(x.id)) - Number(this.yielded.has(y.id)));
+    const waiting = due.filter((c) => !this.sends.has(c.id));
+    for (const c of waiting) {
+      if (this.stopping) return;
+      if (this.sends.size < MAX_ACTIVE) this.begin(c);
+      else this.yieldFor(c, waiting, now);
     }
+  }
+
+  /** The sends here that keep their slot, by account. */
+  private holders(): Map<string, CampaignSend[]> {
+    const by = new Map<string, CampaignSend[]>();
+    for (const s of this.sends.values()) if (!this.yielding.has(s)) by.set(s.c.company_id, [...(by.get(s.c.company_id) ?? []), s]);
+    return by;
+  }
+
+  /**
+   * No slot is free and `c` waits: if its account holds none here, one send gives its slot up (at
+   * most one per account waiting with none): one of the account holding the most if it holds more
+   * than its share, else the one that has held its slot longest once that is CAMPAIGN_SLICE_MS.
+   */
+  private yieldFor(c: CampaignRow, waiting: CampaignRow[], now: number): void {
+    const holders = this.holders();
+    if (holders.has(c.company_id)) return;
+    const starved = new Set(waiting.map((w) => w.company_id).filter((a) => !holders.has(a)));
+    if (this.yielding.size >= starved.size) return;
+    const accounts = new Set([...holders.keys(), ...starved]);
+    const share = Math.max(1, Math.floor(MAX_ACTIVE / accounts.size));
+    const [, most] = [...holders].sort((x, y) => y[1].length - x[1].length)[0] ?? [];
+    let give: CampaignSend | undefined;
+    if (most && most.length > share) give = most.reduce((x, y) => (this.since.get(x)! >= this.since.get(y)! ? x : y));
+    else {
+      const oldest = [...holders.values()]
+        .flat()
+        .reduce<CampaignSend | undefined>((x, y) => (!x || this.since.get(y)! < this.since.get(x)! ? y : x), undefined);
+      if (oldest && now - this.since.get(oldest)! >= this.config.campaignSliceMs) give = oldest;
+    }
+    if (!give) return;
+    this.yielding.add(give);
+    this.yielded.set(give.c.id, now);
+    this.log.info({ campaignId: give.c.id, companyId: give.c.company_id, for: c.company_id }, "campaign gives its sending slot here to another account's");
+    give.stopClaiming();
+  }
+
+  /** Starts sending `c` on this node. */
+  private begin(c: CampaignRow): void {
+    const send = new CampaignSend(c, {
+      config: this.config,
+      sequelize: this.sequelize,
+      nodeId: this.nodeId,
+      upstream: this.upstream,
+      metrics: this.metrics,
+      log: this.log,
+      ended: this.hooks.ended,
+      marked: () => this.marking.request(),
+      giveBack: (token) => giveBackBatch(this.sequelize, c.id, token),
+    });
+    this.sends.set(c.id, send);
+    this.since.set(send, Date.now());
+    this.log.info({ campaignId: c.id, audience: c.audience, sent: c.sent }, "campaign sending here");
+    void send.done.finally(() => {
+      if (this.sends.get(c.id) === send) this.sends.delete(c.id);
+      this.since.delete(send);
+      this.yielding.delete(send);
+      this.kick();
+    });
   }
 
   /**
