@@ -33,9 +33,12 @@ RUN apt-get update \
   && apt-get install -y --no-install-recommends tini \
   && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+# MALLOC_TRIM_THRESHOLD_: glibc gives freed memory back to the system past 128 KiB instead of
+# keeping it (an idle process's RSS; docs/operating.md "Memory"), as npm start does.
 ENV NODE_ENV=production \
   DATA_DIR=/var/lib/pgw \
-  TMPDIR=/tmp
+  TMPDIR=/tmp \
+  MALLOC_TRIM_THRESHOLD_=131072
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist

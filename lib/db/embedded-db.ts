@@ -32,9 +32,8 @@ export interface EmbeddedServer {
   close(): Promise<void>;
 }
 
-/** Who holds the directory and, for a running service, its socket port. */
-/** shared_buffers of the embedded PostgreSQL (PGlite's default is 128MB). */
-export const EMBEDDED_SHARED_BUFFERS = "32MB";
+/** shared_buffers of the embedded PostgreSQL (PGlite's default is 128MB; why 96MB: docs/operating.md, "Memory"). */
+export const EMBEDDED_SHARED_BUFFERS = "96MB";
 
 export const lockFileOf = (dataDir: string) => path.join(dataDir, "embedded-db.json");
 /** The lock itself (proper-lockfile: a directory whose mtime the holder keeps fresh). */
@@ -157,8 +156,9 @@ export async function openEmbedded(
       ...(dataDir ? { dataDir: path.join(dataDir, "pgdata") } : snapshot ? { loadDataDir: snapshot } : {}),
       extensions: { pg_trgm },
       // PostgreSQL's buffer pool inside PGlite's WebAssembly memory: its default, 128 MB, was most of
-      // an idle `npm start`'s RSS (docs/operating.md, "Memory"). The files themselves are read
-      // through the operating system's page cache, so a smaller pool cost no measured speed.
+      // an idle `npm start`'s RSS (docs/operating.md, "Memory"). 96 MB still holds a deep page of
+      // 200,000 contacts (as fast as 128 MB: bench/memory.ts); at 32 and 64 MB such pages were
+      // 15-45 % slower.
       startParams: [...PGlite.defaultStartParams, "-c", `shared_buffers=${EMBEDDED_SHARED_BUFFERS}`],
     });
     const password = passwordOf(dataDir);

@@ -84,12 +84,12 @@ describe("embedded database socket", () => {
     return client;
   };
 
-  it("runs PostgreSQL with a buffer pool of 32 MB, not PGlite's 128 MB (an idle npm start's memory: docs/operating.md)", async () => {
+  it("runs PostgreSQL with a buffer pool of 96 MB, not PGlite's 128 MB (an idle npm start's memory and deep pages' speed: docs/operating.md)", async () => {
     const client = await connect();
     try {
       const { rows } = await client.query<{ shared_buffers: string }>("SHOW shared_buffers");
       expect(rows).toEqual([{ shared_buffers: EMBEDDED_SHARED_BUFFERS }]);
-      expect(EMBEDDED_SHARED_BUFFERS).toBe("32MB");
+      expect(EMBEDDED_SHARED_BUFFERS).toBe("96MB");
       // PGlite's own start parameters are kept (a single-user backend, no parallel workers).
       const workers = await client.query<{ max_worker_processes: string }>("SHOW max_worker_processes");
       expect(workers.rows).toEqual([{ max_worker_processes: "0" }]);
