@@ -29,20 +29,26 @@ async function cancelAll(a: Account, ids: string[]): Promise<void> {
   for (const id of ids) await a.api.put(`/campaigns/${id}/cancel`);
 }
 
-describe("an account holding every slot", () => {
+/** An app of its own for the describe block that calls it, with CAMPAIGN_SLICE_MS `sliceMs`; answers its getter. */
+function appWithSlice(sliceMs: number): () => TestApp {
   let t: TestApp;
   beforeAll(async () => {
     t = await startTestApp({
       services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator"],
-      // A slice far longer than the test: only the share can free a slot here.
-      config: { simulatorProfile: "all-delivered", simulatorMaxDelayMs: 100, campaignPollMs: 50, campaignSliceMs: 600_000, rateLimitRps: 10000 },
+      config: { simulatorProfile: "all-delivered", simulatorMaxDelayMs: 100, campaignPollMs: 50, campaignSliceMs: sliceMs, rateLimitRps: 10000 },
     });
   }, 60_000);
   afterAll(() => t?.stop());
+  return () => t;
+}
+
+describe("an account holding every slot", () => {
+  // A slice far longer than the test: only the share can free a slot here.
+  const app = appWithSlice(600_000);
 
   it("takes SENDING campaigns in turns between accounts", async () => {
-    const a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
-    const b = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const a = await app().newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const b = await app().newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
     // Sent one a second: still SENDING when the order is read.
     const mine = [await confirmed(a, 3, 1), await confirmed(a, 3, 1), await confirmed(a, 3, 1)];
     const theirs = await confirmed(b, 3, 1);
@@ -55,15 +61,15 @@ describe("an account holding every slot", () => {
       ] as const)
         expect((await sending(x, id)).status).toBe("SENDING");
     });
-    const order = (await sendingCampaigns(q(t.db.sequelize), 16)).map((c) => c.id).filter((id) => [...mine, theirs].includes(id));
+    const order = (await sendingCampaigns(q(app().db.sequelize), 16)).map((c) => c.id).filter((id) => [...mine, theirs].includes(id));
     expect(order).toEqual([mine[0], theirs, mine[1], mine[2]]);
     await cancelAll(a, mine);
     await cancelAll(b, [theirs]);
   }, 60_000);
 
   it("gives a slot up at once to another account's campaign, which is sent while the first account's go on", async () => {
-    const a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
-    const b = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const a = await app().newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const b = await app().newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
     const slow: string[] = [];
     for (let i = 0; i < 4; i++) slow.push(await confirmed(a, SLOW, 1));
     // All four hold the node's four slots.
@@ -81,24 +87,17 @@ describe("an account holding every slot", () => {
     const states = await Promise.all(slow.map((id) => sending(a, id)));
     expect(states.map((s) => s.status)).toEqual(["SENDING", "SENDING", "SENDING", "SENDING"]);
     await cancelAll(a, slow);
-    for (const id of slow) expect([...(await messagesPerDestination(t, id)).values()].every((n) => n === 1)).toBe(true);
+    for (const id of slow) expect([...(await messagesPerDestination(app(), id)).values()].every((n) => n === 1)).toBe(true);
   }, 90_000);
 });
 
 describe("more accounts sending than slots", () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await startTestApp({
-      services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator"],
-      config: { simulatorProfile: "all-delivered", simulatorMaxDelayMs: 100, campaignPollMs: 50, campaignSliceMs: 1000, rateLimitRps: 10000 },
-    });
-  }, 60_000);
-  afterAll(() => t?.stop());
+  const app = appWithSlice(1000);
 
   it("turns the slots over every CAMPAIGN_SLICE_MS, so that a fifth account's campaign is sent", async () => {
     const holders: { a: Account; id: string }[] = [];
     for (let i = 0; i < 4; i++) {
-      const a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+      const a = await app().newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
       holders.push({ a, id: await confirmed(a, SLOW, 1) });
     }
     await eventually(
@@ -107,7 +106,7 @@ describe("more accounts sending than slots", () => {
       },
       { timeoutMs: 15_000 },
     );
-    const e = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+    const e = await app().newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
     const quick = await confirmed(e, 2, null);
     const done = await untilStatus(e, quick, "SENT", 12_000);
     expect(done.progress.sent).toBe(2);
@@ -121,6 +120,6 @@ describe("more accounts sending than slots", () => {
       { timeoutMs: 15_000 },
     );
     for (const h of holders) await cancelAll(h.a, [h.id]);
-    for (const h of holders) expect([...(await messagesPerDestination(t, h.id)).values()].every((n) => n === 1)).toBe(true);
+    for (const h of holders) expect([...(await messagesPerDestination(app(), h.id)).values()].every((n) => n === 1)).toBe(true);
   }, 90_000);
 });

@@ -5,7 +5,8 @@
  */
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { openDatabase, type Database } from "../../lib/db/db";
+import type { Sequelize } from "sequelize";
+import { inTransaction, openDatabase, type Database, type Exec } from "../../lib/db/db";
 import { DAILY_TABLES, ensureDays } from "../../lib/db/partitions";
 import { pgliteSnapshot, pgTemplate } from "./template-db";
 
@@ -162,3 +163,27 @@ export async function createTestDatabase(): Promise<TestDatabase> {
  */
 export const WEBHOOK_EVENTS = `(SELECT company_id, tx, id, channel, event_type, message_id, num_part, payload FROM message_webhook_events WHERE event_type <> 'RETRACT'
   UNION ALL SELECT company_id, tx, id, channel, event_type, message_id, num_part, payload FROM inbound_webhook_events) AS e`;
+
+/**
+ * A transaction that runs `work` and then stays open, its locks held and its writes uncommitted,
+ * until `release()`, which answers once it has committed: a peer mid-round, a reader holding a
+ * lock, a writer slow to commit.
+ */
+export async function heldOpen(sequelize: Sequelize, work: (exec: Exec) => Promise<unknown>): Promise<{ release(): Promise<void> }> {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let ready!: () => void;
+  const done = new Promise<void>((r) => (ready = r));
+  const tx = inTransaction(sequelize, async (exec) => {
+    await work(exec);
+    ready();
+    await held;
+  });
+  await Promise.race([done, tx]);
+  return {
+    async release() {
+      release();
+      await tx;
+    },
+  };
+}

@@ -14,7 +14,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { QueryTypes } from "sequelize";
-import { inTransaction, migrator, type Database } from "../../lib/db/db";
+import { migrator, type Database } from "../../lib/db/db";
 import {
   claimRecipients,
   giveBackBatch,
@@ -23,7 +23,7 @@ import {
   renewBatch,
   type ClaimedRecipient,
 } from "../../services/campaigns/campaigns.sender.queries";
-import { createTestDatabase, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, heldOpen, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
 
 let t: TestDatabase;
 beforeAll(async () => {
@@ -115,20 +115,12 @@ itWithPostgres("leaves the recipients of a lease that ran out alone while its ho
   const c = await sendingCampaign(10);
   const old = await claim(c, 10, 1);
   await new Promise((r) => setTimeout(r, 20));
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((r) => (locked = r));
-  const holder = inTransaction(t.db.sequelize, async (exec) => {
-    await exec(`SELECT 1 FROM campaign_batches WHERE campaign_id = $1 AND token = $2 FOR UPDATE`, [c, old.token]);
-    locked();
-    await held;
-  });
-  await isLocked;
+  const holder = await heldOpen(t.db.sequelize, (exec) =>
+    exec(`SELECT 1 FROM campaign_batches WHERE campaign_id = $1 AND token = $2 FOR UPDATE`, [c, old.token]),
+  );
   const during = await claim(c, 10);
   expect(during.ids).toEqual([]);
-  release();
-  await holder;
+  await holder.release();
   // Unlocked and still run out: the next claim takes them.
   expect((await claim(c, 10)).ids).toHaveLength(10);
 });

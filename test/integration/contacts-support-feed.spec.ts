@@ -14,7 +14,7 @@ import { followChannelSupport } from "../../services/contacts/contacts.support";
 import { STATUS_FEED_VIEW } from "../../services/tracking/tracking.contract";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { writeItems } from "../../services/tracking/tracking.writes";
-import { createTestDatabase, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, heldOpen, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 
 let t: TestDatabase;
@@ -133,21 +133,11 @@ itWithPostgres("never steps over a receipt whose transaction commits after a lat
   await write([registration(a, "RCS", "early", phone), registration(a, "RCS", "late", phone)]);
   await drain();
   // DELIVERED is written by a transaction that began first and stays open, while UNSUPPORTED commits.
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  let wrote!: () => void;
-  const written = new Promise<void>((r) => (wrote = r));
-  const open = inTransaction(t.db.sequelize, async (exec) => {
-    await writeItems(exec, [receipt(a, "RCS", "early", phone, 3)]);
-    wrote();
-    await held;
-  });
-  await written;
+  const open = await heldOpen(t.db.sequelize, (exec) => writeItems(exec, [receipt(a, "RCS", "early", phone, 3)]));
   await write([receipt(a, "RCS", "late", phone, 11)]);
   expect(await followChannelSupport(t.db.sequelize)).toMatchObject({ busy: false, read: 0 });
   expect(await channels(id)).toEqual({ supported: [], refused: [] });
-  release();
-  await open;
+  await open.release();
   // Both are applied in feed order (transaction order): the one that committed last in tx order wins.
   await eventually(async () => {
     await drain();
@@ -156,19 +146,9 @@ itWithPostgres("never steps over a receipt whose transaction commits after a lat
 });
 
 itWithPostgres("lets one node follow at a time: a round whose peer holds the cursor does nothing", async () => {
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((r) => (locked = r));
-  const peer = inTransaction(t.db.sequelize, async (exec) => {
-    await exec(`SELECT 1 FROM contacts_feed_cursors WHERE feed = 'message_status_changes' FOR UPDATE`);
-    locked();
-    await held;
-  });
-  await isLocked;
+  const peer = await heldOpen(t.db.sequelize, (exec) => exec(`SELECT 1 FROM contacts_feed_cursors WHERE feed = 'message_status_changes' FOR UPDATE`));
   expect(await followChannelSupport(t.db.sequelize)).toEqual({ busy: true, read: 0, changes: 0 });
-  release();
-  await peer;
+  await peer.release();
   expect((await followChannelSupport(t.db.sequelize)).busy).toBe(false);
 });
 

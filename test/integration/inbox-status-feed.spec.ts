@@ -14,7 +14,7 @@ import { followStatusFeed } from "../../services/inbox/inbox.feed";
 import { dayReadBy } from "../../lib/db/feeds";
 import { INBOX_FEED_POSITIONS_VIEW } from "../../services/inbox/inbox.contract";
 import { STATUS_FEED_VIEW } from "../../services/tracking/tracking.contract";
-import { createTestDatabase, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, heldOpen, itWithPostgres, withUnmigratedDatabase, type TestDatabase } from "../helpers/db";
 import { eventually } from "../helpers/eventually";
 
 let t: TestDatabase;
@@ -126,23 +126,13 @@ itWithPostgres("never steps over a change whose transaction commits after a late
   await inTransaction(t.db.sequelize, (exec) => writeItems(exec, [registration(a, "early"), registration(a, "late")]));
   await drain();
   // "early" is written by a transaction that began first (lower xid) and stays open...
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  let wrote!: () => void;
-  const written = new Promise<void>((r) => (wrote = r));
-  const open = inTransaction(t.db.sequelize, async (exec) => {
-    await writeItems(exec, [receipt(a, "early", 3)]);
-    wrote();
-    await held;
-  });
-  await written;
+  const open = await heldOpen(t.db.sequelize, (exec) => writeItems(exec, [receipt(a, "early", 3)]));
   // ...while "late" commits.
   await inTransaction(t.db.sequelize, (exec) => writeItems(exec, [receipt(a, "late", 3)]));
   const round = await followStatusFeed(t.db.sequelize);
   expect(round).toMatchObject({ busy: false, read: 0, companies: [] });
   expect(await events(a)).toEqual([]);
-  release();
-  await open;
+  await open.release();
   await eventually(async () => {
     await drain();
     expect((await events(a)).map((e) => e.data.id)).toEqual(["early", "late"]);
@@ -150,19 +140,9 @@ itWithPostgres("never steps over a change whose transaction commits after a late
 });
 
 itWithPostgres("lets one node follow at a time: a round whose peer holds the cursor does nothing", async () => {
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((r) => (locked = r));
-  const peer = inTransaction(t.db.sequelize, async (exec) => {
-    await exec(`SELECT 1 FROM inbox_feed_cursors WHERE feed = 'message_status_changes' FOR UPDATE`);
-    locked();
-    await held;
-  });
-  await isLocked;
+  const peer = await heldOpen(t.db.sequelize, (exec) => exec(`SELECT 1 FROM inbox_feed_cursors WHERE feed = 'message_status_changes' FOR UPDATE`));
   expect(await followStatusFeed(t.db.sequelize)).toEqual({ busy: true, read: 0, companies: [] });
-  release();
-  await peer;
+  await peer.release();
   expect((await followStatusFeed(t.db.sequelize)).busy).toBe(false);
 });
 

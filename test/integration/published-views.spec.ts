@@ -10,7 +10,7 @@
 import { QueryTypes } from "sequelize";
 import { inTransaction, migrator } from "../../lib/db/db";
 import { writeItems } from "../../services/tracking/tracking.writes";
-import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
+import { createTestDatabase, heldOpen, itWithPostgres, type TestDatabase } from "../helpers/db";
 
 let t: TestDatabase;
 beforeAll(async () => {
@@ -53,16 +53,9 @@ it("holds the messages sent for a campaign and not simulated, through the campai
 
 itWithPostgres("locks a list read FOR SHARE through contacts_live_lists: its deletion waits", async () => {
   const [{ id }] = await q<{ id: string }>(`INSERT INTO contact_lists (company_id, name) VALUES ('views', 'L') RETURNING id`);
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((r) => (locked = r));
-  const reader = inTransaction(t.db.sequelize, async (exec) => {
-    expect(await exec(`SELECT l.id FROM contacts_live_lists l WHERE l.company_id = 'views' AND l.id = $1 FOR SHARE`, [id])).toHaveLength(1);
-    locked();
-    await held;
-  });
-  await isLocked;
+  const reader = await heldOpen(t.db.sequelize, async (exec) =>
+    expect(await exec(`SELECT l.id FROM contacts_live_lists l WHERE l.company_id = 'views' AND l.id = $1 FOR SHARE`, [id])).toHaveLength(1),
+  );
   const outcome = await inTransaction(t.db.sequelize, async (exec) => {
     await exec(`SET LOCAL lock_timeout = '200ms'`);
     return exec(`UPDATE contact_lists SET deleted_at = now() WHERE company_id = 'views' AND id = $1`, [id]).then(
@@ -71,8 +64,7 @@ itWithPostgres("locks a list read FOR SHARE through contacts_live_lists: its del
     );
   });
   expect(outcome).toBe("55P03");
-  release();
-  await reader;
+  await reader.release();
 });
 
 it("reaches a contact and an opt-out through contacts' views by one index probe", async () => {
