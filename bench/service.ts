@@ -13,6 +13,17 @@ export const ROOT = path.join(__dirname, "..");
 const children: ChildProcess[] = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 
+/**
+ * `npm start`'s own command (package.json), for `sh -c`: its variables (`VAR=value`), then `exec`,
+ * `prefix` (a wrapper such as `taskset -c 0 `) and the node command, so that the shell's pid is
+ * node's (signals and /proc reach it).
+ */
+export function startCommand(prefix = ""): string {
+  const script = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+  const m = /^((?:[A-Z_][A-Z0-9_]*=\S+\s+)*)(?:exec\s+)?(.*)$/.exec(script)!;
+  return `${m[1]}exec ${prefix}${m[2]}`;
+}
+
 export interface BenchService {
   port: number;
   pid: number;
@@ -29,10 +40,10 @@ export interface BenchService {
  */
 export async function startService(databaseUrl: string, port: number, env: Record<string, string> = {}, o: { node?: boolean } = {}): Promise<BenchService> {
   const PATH = `${path.join(ROOT, "node_modules/.bin")}:${process.env.PATH}`;
-  const npmStart = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
+  const npmStart = startCommand();
   const start = o.node ? npmStart.replace("scripts/start.ts", "bench/node.ts") : npmStart;
   const fullEnv = { ...process.env, PATH, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: "warn", RATE_LIMIT_RPS: "100000", ...env };
-  const service = spawn("sh", ["-c", `exec ${start}`], { cwd: ROOT, env: fullEnv, stdio: ["ignore", "ignore", "inherit"] });
+  const service = spawn("sh", ["-c", start], { cwd: ROOT, env: fullEnv, stdio: ["ignore", "ignore", "inherit"] });
   children.push(service);
   for (let i = 0; ; i++) {
     const r = await fetch(`http://127.0.0.1:${port}/healthz/ready`).catch(() => null);

@@ -12,6 +12,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
+import { startCommand } from "../service";
 
 const ROOT = path.join(__dirname, "../..");
 const TSX = path.join(ROOT, "node_modules/tsx/dist/cli.mjs");
@@ -33,7 +34,7 @@ const PIN = os.cpus().length >= 2 && spawnSync("taskset", ["-cp", "1", String(pr
 const children: ChildProcess[] = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
 
-/** Runs a shell command (an npm script's own text) with the project's Node 22 first on PATH. */
+/** Runs a shell command (`exec` and `pin`'s wrapper first, unless it is npm start's own: startCommand) with the project's Node 22 first on PATH. */
 function startProcess(
   command: string,
   env: Record<string, string>,
@@ -48,7 +49,8 @@ function startProcess(
     // Servers on core 0, this load generator on core 1 (when taskset exists): each side gets a core
     // of its own, so the two servers are measured alike and runs repeat.
     const pin = PIN ? "taskset -c 0 " : "";
-    const child = spawn("sh", ["-c", `exec ${pin}${command}`], { cwd: ROOT, env: { ...process.env, PATH, ...env }, stdio: ["ignore", stdout, "pipe"] });
+    const line = /\bexec\b/.test(command) ? command : `exec ${pin}${command}`;
+    const child = spawn("sh", ["-c", line], { cwd: ROOT, env: { ...process.env, PATH, ...env }, stdio: ["ignore", stdout, "pipe"] });
     children.push(child);
     let out = "";
     const onData = (d: Buffer) => {
@@ -105,9 +107,8 @@ async function main() {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "pgw-bench-"));
   const port = 3900 + Math.floor(Math.random() * 50);
   // Exactly what `npm start` runs (its script text from package.json), without npm's wrapper process.
-  const startCommand = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start as string;
   const product = await startProcess(
-    startCommand,
+    startCommand(PIN ? "taskset -c 0 " : ""),
     { DATA_DIR: dataDir, PORT: String(port), LOG_FORMAT: "json", RATE_LIMIT_RPS: "1000000", LOG_LEVEL: values["log-level"]! },
     null,
     path.join(dataDir, "service.log"),
