@@ -71,6 +71,8 @@ export interface Config {
   readonly campaignPollMs: number;
   /** How long a campaign keeps one of a node's sending slots while another account's campaign waits for one (every account holding no more than its share). */
   readonly campaignSliceMs: number;
+  /** The most recipients a campaigns node hands the upstream per second, all its campaigns together (0: no bound). */
+  readonly campaignNodeRate: number;
   readonly logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** LOG_FORMAT: pretty (coloured on a terminal) or JSON lines; unset, pretty when stdout is a terminal. */
   readonly logFormat: "pretty" | "json";
@@ -193,6 +195,8 @@ export const VARIABLES = {
   // The safety net: campaigns nodes are woken by the campaigns.due broadcast and at a campaign's scheduled time.
   CAMPAIGN_POLL_MS: { field: "campaignPollMs", schema: { type: "integer", minimum: 10, maximum: 60000 }, default: 5000 },
   CAMPAIGN_SLICE_MS: { field: "campaignSliceMs", schema: { type: "integer", minimum: 1000, maximum: 86400000 }, default: 60000 },
+  // Bulk sending's share of the machine: what it registers at tracking and writes in PostgreSQL follows this rate.
+  CAMPAIGN_NODE_RATE: { field: "campaignNodeRate", schema: { type: "integer", minimum: 0, maximum: 1000000 }, default: 0 },
   LOG_LEVEL: { field: "logLevel", schema: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] }, default: "info" },
   // null: pretty when stdout is a terminal, JSON otherwise (a pipe, a file, a container's log).
   LOG_FORMAT: { field: "logFormat", schema: { enum: ["pretty", "json", null] }, default: null },

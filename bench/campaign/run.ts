@@ -13,7 +13,10 @@
  *   gateway p99:        GET /messages/status with 100 ids, 10 connections, idle vs during the send;
  *   peak RSS:           of the campaigns process (VmHWM at the end, and VmRSS sampled during the send).
  *
- *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--max-old-space-mb 96] [--table-stats]
+ *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--node-rate 0] [--max-old-space-mb 96] [--table-stats]
+ *
+ * --node-rate: CAMPAIGN_NODE_RATE of the campaigns node (bulk sending's bounded share): what it
+ * costs the send and what it spares another account's polls.
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
  *
  * Targets (issues 17 and 33): send rate >= 0.5x the floor; gateway p99 during the send < 2x idle. The
@@ -33,6 +36,7 @@ const { values } = parseArgs({
     contacts: { type: "string", default: "100000" },
     "one-process": { type: "boolean", default: false },
     concurrency: { type: "string" },
+    "node-rate": { type: "string" },
     batch: { type: "string" },
     "max-old-space-mb": { type: "string" },
     "table-stats": { type: "boolean", default: false },
@@ -114,6 +118,7 @@ async function main() {
     CAMPAIGN_POLL_MS: "100",
     ...(values.concurrency ? { CAMPAIGN_CONCURRENCY: values.concurrency } : {}),
     ...(values.batch ? { CAMPAIGN_BATCH_SIZE: values.batch } : {}),
+    ...(values["node-rate"] ? { CAMPAIGN_NODE_RATE: values["node-rate"] } : {}),
   };
   const oneProcess = values["one-process"];
   let svc: BenchService;
@@ -223,7 +228,7 @@ async function main() {
     const rate = N / registeredS;
     const floorRate = (2 * N) / floorS; // registrations + receipts, as the campaign's full loop
     console.log(
-      `contacts ${N} (two lists overlapping by 40 %); ${oneProcess ? "one process" : "campaigns on its own node over NATS"}; CAMPAIGN_CONCURRENCY ${values.concurrency ?? "default"}, CAMPAIGN_BATCH_SIZE ${values.batch ?? "default"}`,
+      `contacts ${N} (two lists overlapping by 40 %); ${oneProcess ? "one process" : "campaigns on its own node over NATS"}; CAMPAIGN_CONCURRENCY ${values.concurrency ?? "default"}, CAMPAIGN_BATCH_SIZE ${values.batch ?? "default"}, CAMPAIGN_NODE_RATE ${values["node-rate"] ?? "default (none)"}`,
     );
     console.log(`confirm (snapshot) ${confirmS.toFixed(2)} s`);
     console.log(

@@ -27,6 +27,7 @@ import type { Sequelize } from "sequelize";
 import type { Config } from "../../lib/config";
 import { Coalesced, EarliestWake } from "../../lib/jobs/coalesce";
 import { Jobs, Loops, type ClaimSpec, type JobTable } from "../../lib/jobs/jobs";
+import { Pacer } from "../../lib/jobs/pacer";
 import type { Upstream } from "../../lib/http/upstream";
 import type { CampaignMetrics } from "./campaigns.metrics";
 import type { CampaignRow } from "./campaigns.models";
@@ -84,6 +85,8 @@ export class CampaignRunner {
   private readonly yielding = new Set<CampaignSend>();
   /** Campaigns whose send here gave its slot up, and when: they come after the waiting ones. */
   private readonly yielded = new Map<string, number>();
+  /** CAMPAIGN_NODE_RATE: the rate of every campaign this node sends, together (null: none). */
+  private readonly pacer: Pacer | null;
   /** A wake when the earliest SCHEDULED campaign falls due (so a schedule never waits for the slow poll). */
   private readonly scheduled = new EarliestWake(() => this.kick());
 
@@ -97,6 +100,7 @@ export class CampaignRunner {
     private readonly hooks: RunnerHooks,
   ) {
     this.marks = new Jobs(sequelize, MARK_JOBS, MARK_CLAIM);
+    this.pacer = config.campaignNodeRate > 0 ? new Pacer(config.campaignNodeRate) : null;
     this.loops = new Loops(log);
   }
 
@@ -207,6 +211,7 @@ export class CampaignRunner {
       ended: this.hooks.ended,
       marked: () => this.marking.request(),
       giveBack: (token) => giveBackBatch(this.sequelize, c.id, token),
+      pacer: this.pacer,
     });
     this.sends.set(c.id, send);
     this.since.set(send, Date.now());

@@ -43,6 +43,7 @@ import {
   type RecipientOutcome,
 } from "./campaigns.sender.queries";
 import { fits, MAX_TEXT, parseText, render, type Parsed } from "./campaigns.text";
+import type { Pacer } from "../../lib/jobs/pacer";
 
 export const MAX_ATTEMPTS = 3;
 /**
@@ -69,6 +70,8 @@ export interface SenderDeps {
   ended(): void;
   /** Ends a batch's lease at once, counting no attempt (any node claims its recipients again). */
   giveBack(token: string): Promise<unknown>;
+  /** The node's rate for all its campaigns (CAMPAIGN_NODE_RATE), null: none. */
+  pacer: Pacer | null;
 }
 
 /**
@@ -106,7 +109,8 @@ export class CampaignSend {
   ) {
     this.parsed = parseText(c.text);
     this.rate = c.send_rate_per_second ? Number(c.send_rate_per_second) : null;
-    this.size = Math.min(d.config.campaignBatchSize, this.rate ?? Infinity);
+    // A batch is at most one second's worth of the campaign's rate and of the node's.
+    this.size = Math.min(d.config.campaignBatchSize, this.rate ?? Infinity, d.config.campaignNodeRate || Infinity);
     // Judged once it holds as many as it can (a small campaign fills it with its whole audience).
     this.windowSize = Math.max(1, Math.min(PAUSE_WINDOW, d.config.campaignBatchSize, Number(c.audience) || 1));
     this.done = Promise.all(Array.from({ length: d.config.campaignConcurrency }, () => this.worker())).then(() => undefined);
@@ -151,9 +155,28 @@ export class CampaignSend {
 
   /** One claim at a time on this node, each after the cursor the last one left. */
   private claim(): Promise<Claim> {
-    const run = this.claims.then(() => this.claimNow());
+    const run = this.claims.then(() => this.pacedClaim());
     this.claims = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * The node's rate (CAMPAIGN_NODE_RATE) is waited for before the claim, so that no lease is held
+   * meanwhile, in the campaign's chain of claims (one wait per campaign at a time); what the claim
+   * did not take is given back.
+   */
+  private async pacedClaim(): Promise<Claim> {
+    const pacer = this.d.pacer;
+    if (!pacer) return this.claimNow();
+    if (!(await pacer.take(this.size, this.abort.signal))) return { kind: "off" };
+    let used = 0;
+    try {
+      const got = await this.claimNow();
+      if (got.kind === "batch") used = got.rows.length;
+      return got;
+    } finally {
+      pacer.refund(this.size - used);
+    }
   }
 
   private async claimNow(): Promise<Claim> {

@@ -123,3 +123,31 @@ describe("more accounts sending than slots", () => {
     for (const h of holders) expect([...(await messagesPerDestination(app(), h.id)).values()].every((n) => n === 1)).toBe(true);
   }, 90_000);
 });
+
+describe("a node's rate for all its campaigns (CAMPAIGN_NODE_RATE)", () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({
+      services: ["gateway", "auth", "contacts", "tracking", "campaigns", "simulator"],
+      config: { simulatorProfile: "all-delivered", simulatorMaxDelayMs: 100, campaignPollMs: 50, campaignNodeRate: 20, rateLimitRps: 10000 },
+    });
+  }, 60_000);
+  afterAll(() => t?.stop());
+
+  it("hands the upstream at most that many recipients a second, however many campaigns and accounts send, each recipient once", async () => {
+    const made: { a: Account; id: string }[] = [];
+    for (let i = 0; i < 5; i++) {
+      const a = await t.newAccount(["CAMPAIGNS", "CONTACTS", "SMS"]);
+      const { listId } = await seedList(a.api, 20);
+      made.push({ a, id: (await a.api.post("/campaigns", campaignIn([listId]))).body.id as string });
+    }
+    // Confirmed together: 100 recipients at 20 a second, the last batch cannot start before 4 s (unpaced: well under one).
+    const t0 = Date.now();
+    for (const m of made) expect((await m.a.api.put(`/campaigns/${m.id}/confirm`)).status).toBe(202);
+    const done = await Promise.all(made.map((m) => untilStatus(m.a, m.id, "SENT", 30_000)));
+    const last = Math.max(...done.map((d) => Date.parse(d.completedAt)));
+    expect(last - t0).toBeGreaterThanOrEqual(3500);
+    expect(done.map((d) => d.progress.sent)).toEqual([20, 20, 20, 20, 20]);
+    for (const m of made) expect([...(await messagesPerDestination(t, m.id)).values()].every((n) => n === 1)).toBe(true);
+  }, 60_000);
+});
