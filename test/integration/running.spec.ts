@@ -122,16 +122,22 @@ describe("embedded mode (PGlite under DATA_DIR)", () => {
 describe("stopping", () => {
   it("closes the embedded database and lets go of the data directory on SIGTERM", async () => {
     const dir = await seededDataDir();
-    const port = 4300 + Math.floor(Math.random() * 400);
+    const port = await freePort();
     const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_)/.test(k)));
     const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
       cwd: ROOT,
       // Both listeners on ports of this test's own (the internal one defaults to 3001, which another process may hold).
-      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(port + 1000), LOG_LEVEL: "warn" },
-      stdio: "ignore",
+      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(await freePort()), LOG_LEVEL: "warn", LOG_FORMAT: "json" },
+      stdio: ["ignore", "ignore", "pipe"],
     });
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-    await waitForRoutes(`http://127.0.0.1:${port}`, 150_000);
+    // Ready, or the start's own words when it ends first.
+    await Promise.race([
+      waitForRoutes(`http://127.0.0.1:${port}`, 150_000),
+      exited.then((code) => Promise.reject(new Error(`the start exited with ${code} before it was ready: ${stderr.slice(-2000)}`))),
+    ]);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true);
     expect(fs.existsSync(path.join(dir, "repl.json"))).toBe(true);
     child.kill("SIGTERM");
