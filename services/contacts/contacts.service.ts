@@ -53,7 +53,7 @@ export function createContactsService(deps: Deps): ServiceSchema<ApiServiceSetti
       // The followers' loop (lib/jobs/follow.ts): wakes, the poll, again at once after a full batch.
       self.supportFeed = new FeedLoop("tracking's status feed (channels)", this.logger, async () => {
         const round = await followChannelSupport(deps.db.sequelize);
-        return { waiting: round.busy, more: round.read === SUPPORT_FEED_BATCH, progress: round.read > 0 };
+        return { waiting: round.busy || round.held, more: round.read === SUPPORT_FEED_BATCH, progress: round.read > 0 };
       });
       self.supportFeed.start(SUPPORT_FEED_POLL_MS);
     },

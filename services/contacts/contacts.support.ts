@@ -61,6 +61,8 @@ export interface SupportRound {
   read: number;
   /** Changes of a number's channels among them (applied). */
   changes: number;
+  /** Nothing was read, yet rows past the cursor wait behind a transaction still running. */
+  held: boolean;
 }
 
 /** One round of following the status feed for the contacts' channels, in one transaction of its own. */
@@ -69,12 +71,20 @@ export function followChannelSupport(sequelize: Sequelize, batch = SUPPORT_FEED_
     const [cursor] = await exec<{ tx: string; id: string }>(`SELECT tx::text AS tx, id FROM contacts_feed_cursors WHERE feed = $1 FOR UPDATE SKIP LOCKED`, [
       STATUS_FEED_VIEW,
     ]);
-    if (!cursor) return { busy: true, read: 0, changes: 0 };
+    if (!cursor) return { busy: true, read: 0, changes: 0, held: false };
     // A statement of its own, after the lock: its snapshot sees the cursor as the last round left it.
     const [row] = await exec<{ read: number; tx: string | null; id: string | null; changes: ChannelSupport[] }>(ROUND_SQL, [cursor.tx, cursor.id, batch]);
-    if (!row || row.read === 0) return { busy: false, read: 0, changes: 0 };
+    if (!row || row.read === 0) {
+      // Nothing read: rows past the cursor wait behind a transaction still running (anywhere on
+      // the server)? Then the loop looks again soon, not at the next poll.
+      const [past] = await exec<{ held: boolean }>(`SELECT EXISTS (SELECT 1 FROM ${STATUS_FEED_VIEW} f WHERE (f.tx, f.id) > ($1::xid8, $2::bigint)) AS held`, [
+        cursor.tx,
+        cursor.id,
+      ]);
+      return { busy: false, read: 0, changes: 0, held: past?.held === true };
+    }
     await applyChannelSupport(exec, row.changes);
     await exec(`UPDATE contacts_feed_cursors SET tx = $2::xid8, id = $3 WHERE feed = $1`, [STATUS_FEED_VIEW, row.tx, row.id]);
-    return { busy: false, read: row.read, changes: row.changes.length };
+    return { busy: false, read: row.read, changes: row.changes.length, held: false };
   });
 }

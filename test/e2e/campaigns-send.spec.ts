@@ -152,8 +152,10 @@ describe("a campaign sent end to end on the simulator", () => {
     const mediaId = media.add(a.companyId);
     const c = (await a.api.post("/campaigns", campaignIn([listId], { channel: "RCS", message: { text: "Look!", mediaIds: [mediaId] } }))).body;
     expect(media.refs(a.companyId, `campaign:${c.id}`)).toEqual([mediaId]);
-    await eventually(async () =>
-      expect((await a.api.get(`/campaigns/${c.id}/preview`)).body).toMatchObject({ audience: 2, messages: 2, parts: null, encodings: null }),
+    // A transaction running anywhere on the test server holds the feed's newer rows back until it ends.
+    await eventually(
+      async () => expect((await a.api.get(`/campaigns/${c.id}/preview`)).body).toMatchObject({ audience: 2, messages: 2, parts: null, encodings: null }),
+      { timeoutMs: 30_000 },
     );
     const conf = await a.api.put(`/campaigns/${c.id}/confirm`);
     expect(conf.body.progress.audience).toBe(2);

@@ -15,6 +15,11 @@ import { writeItems } from "../../services/tracking/tracking.writes";
 import { WEBHOOK_EVENTS } from "../helpers/db";
 
 let t: TestApp;
+/**
+ * A contact's channels follow tracking's status feed (contacts.support.ts): a transaction running
+ * anywhere on the test server (another file's) holds the feed's newer rows back until it ends.
+ */
+const FEED = { timeoutMs: 30_000 };
 beforeAll(async () => {
   t = await startTestApp({ services: ["gateway", "auth", "contacts", "tracking", "inbox"], listening: true });
 });
@@ -310,16 +315,16 @@ describe("RCS and WhatsApp receipts and reads", () => {
         })
       )[0]!.r;
     await receipt(3);
-    await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
+    await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]), FEED);
     expect(await refused()).toEqual([]);
     await receipt(11);
-    await eventually(async () => expect(await supported()).toEqual(["SMS"]));
+    await eventually(async () => expect(await supported()).toEqual(["SMS"]), FEED);
     expect(await refused()).toEqual(["RCS"]);
     await receipt(11);
     await receipt(3);
-    await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]));
+    await eventually(async () => expect(await supported()).toEqual(["SMS", "RCS"]), FEED);
     expect(await refused()).toEqual([]);
-  });
+  }, 120_000);
 });
 
 describe("communicationSupported", () => {
@@ -341,7 +346,7 @@ describe("communicationSupported", () => {
     // simulated one (had it counted) would have been too. Only RCS goes.
     const real = await register(a.companyId, { channel: "RCS", destination: number });
     expect((await t.ingress.post("/receipts/rcs", receiptIn(real, { statusCode: 11, eventDate: "2026-11-20T10:01:00Z" }))).status).toBe(202);
-    await eventually(async () => expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).not.toContain("RCS"));
+    await eventually(async () => expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).not.toContain("RCS"), FEED);
     expect((await a.api.get(`/contacts/${c.body.id}`)).body.communicationSupported).toEqual(["SMS", "WHATSAPP"]);
     // Contacts follows tracking's status feed for this: its lag is on /metrics beside the inbox's.
     const text = (await t.root.get("/metrics")).text;

@@ -182,6 +182,6 @@ describeOverNats("cluster over NATS", () => {
     expect(next.body.nextCursor).toBeNull();
     expectNoWireHoles(bulk.body.data[0]);
     // The contact gains RCS (the contacts node follows tracking's status feed, woken by its broadcast).
-    await eventually(async () => expect((await api.get(`/contacts/${contact.body.id}`)).body.communicationSupported).toContain("RCS"));
-  }, 30000);
+    await eventually(async () => expect((await api.get(`/contacts/${contact.body.id}`)).body.communicationSupported).toContain("RCS"), { timeoutMs: 30_000 });
+  }, 60000);
 });

@@ -135,7 +135,7 @@ itWithPostgres("never steps over a receipt whose transaction commits after a lat
   // DELIVERED is written by a transaction that began first and stays open, while UNSUPPORTED commits.
   const open = await heldOpen(t.db.sequelize, (exec) => writeItems(exec, [receipt(a, "RCS", "early", phone, 3)]));
   await write([receipt(a, "RCS", "late", phone, 11)]);
-  expect(await followChannelSupport(t.db.sequelize)).toMatchObject({ busy: false, read: 0 });
+  expect(await followChannelSupport(t.db.sequelize)).toMatchObject({ busy: false, read: 0, held: true });
   expect(await channels(id)).toEqual({ supported: [], refused: [] });
   await open.release();
   // Both are applied in feed order (transaction order): the one that committed last in tx order wins.
@@ -147,7 +147,7 @@ itWithPostgres("never steps over a receipt whose transaction commits after a lat
 
 itWithPostgres("lets one node follow at a time: a round whose peer holds the cursor does nothing", async () => {
   const peer = await heldOpen(t.db.sequelize, (exec) => exec(`SELECT 1 FROM contacts_feed_cursors WHERE feed = 'message_status_changes' FOR UPDATE`));
-  expect(await followChannelSupport(t.db.sequelize)).toEqual({ busy: true, read: 0, changes: 0 });
+  expect(await followChannelSupport(t.db.sequelize)).toEqual({ busy: true, read: 0, changes: 0, held: false });
   await peer.release();
   expect((await followChannelSupport(t.db.sequelize)).busy).toBe(false);
 });
