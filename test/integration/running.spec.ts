@@ -135,7 +135,7 @@ describe("stopping", () => {
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
     // Ready, or the start's own words when it ends first.
     await Promise.race([
-      waitForRoutes(`http://127.0.0.1:${port}`, 150_000),
+      waitForRoutes(`http://127.0.0.1:${port}`, 150_000).catch((err: Error) => Promise.reject(new Error(`${err.message}; its stderr: ${stderr.slice(-3000)}`))),
       exited.then((code) => Promise.reject(new Error(`the start exited with ${code} before it was ready: ${stderr.slice(-2000)}`))),
     ]);
     expect(fs.existsSync(path.join(dir, "embedded-db.json"))).toBe(true);
@@ -174,10 +174,18 @@ describe("stopping through npm", () => {
     const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(DATABASE_URL|TRANSPORTER|SERVICES|TEST_|LOG_|npm_)/.test(k)));
     const npm = spawn("npm", ["start"], {
       cwd: ROOT,
-      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(await freePort()), LOG_LEVEL: "warn" },
-      stdio: "ignore",
+      env: { ...clean, DATA_DIR: dir, PORT: String(port), INTERNAL_PORT: String(await freePort()), LOG_LEVEL: "warn", LOG_FORMAT: "json" },
+      stdio: ["ignore", "pipe", "pipe"],
     });
-    await waitForRoutes(`http://127.0.0.1:${port}`, 150_000);
+    let output = "";
+    npm.stdout!.on("data", (d) => (output += d));
+    npm.stderr!.on("data", (d) => (output += d));
+    const exited = new Promise<number | null>((resolve) => npm.on("exit", (code) => resolve(code)));
+    // Ready, or npm's and the start's own words when it ends first, or when it is late.
+    await Promise.race([
+      waitForRoutes(`http://127.0.0.1:${port}`, 150_000).catch((err: Error) => Promise.reject(new Error(`${err.message}; its output: ${output.slice(-3000)}`))),
+      exited.then((code) => Promise.reject(new Error(`npm start exited with ${code} before it was ready: ${output.slice(-3000)}`))),
+    ]);
     // npm's script execs node (package.json): the node process is npm's own child, no shell between.
     const children = fs.readFileSync(`/proc/${npm.pid}/task/${npm.pid}/children`, "utf8").trim().split(/\s+/).map(Number);
     expect(children).toHaveLength(1);
