@@ -41,7 +41,8 @@ export async function applyChannelSupport(exec: Exec, changes: ChannelSupport[])
 /**
  * One round's read ($1 cursor tx, $2 cursor id, $3 batch): the rows past the cursor of ended
  * transactions; answers the last row's position and, in feed order, the changes that say something
- * of a number (rows written before migration 0034 carry no `reach` and are passed over).
+ * of a number (rows written before migration 0034 carry no `reach` and are passed over); `held`:
+ * rows at or above the snapshot's xmin (all unread) wait behind a transaction still running.
  */
 const ROUND_SQL = `WITH f AS MATERIALIZED (
     SELECT f.tx, f.id, f.company_id, f.channel, f.destination, f.reach
@@ -52,7 +53,8 @@ const ROUND_SQL = `WITH f AS MATERIALIZED (
          (SELECT tx::text FROM f ORDER BY tx DESC, id DESC LIMIT 1) AS tx,
          (SELECT id FROM f ORDER BY tx DESC, id DESC LIMIT 1) AS id,
          COALESCE((SELECT jsonb_agg(jsonb_build_object('companyId', company_id, 'channel', channel, 'destination', destination, 'supported', reach) ORDER BY tx, id)
-                     FROM f WHERE reach IS NOT NULL AND destination IS NOT NULL), '[]'::jsonb) AS changes`;
+                     FROM f WHERE reach IS NOT NULL AND destination IS NOT NULL), '[]'::jsonb) AS changes,
+         EXISTS (SELECT 1 FROM ${STATUS_FEED_VIEW} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
 
 export interface SupportRound {
   /** Another node holds the cursor: this round did nothing. */
@@ -73,18 +75,15 @@ export function followChannelSupport(sequelize: Sequelize, batch = SUPPORT_FEED_
     ]);
     if (!cursor) return { busy: true, read: 0, changes: 0, held: false };
     // A statement of its own, after the lock: its snapshot sees the cursor as the last round left it.
-    const [row] = await exec<{ read: number; tx: string | null; id: string | null; changes: ChannelSupport[] }>(ROUND_SQL, [cursor.tx, cursor.id, batch]);
-    if (!row || row.read === 0) {
-      // Nothing read: rows past the cursor wait behind a transaction still running (anywhere on
-      // the server)? Then the loop looks again soon, not at the next poll.
-      const [past] = await exec<{ held: boolean }>(`SELECT EXISTS (SELECT 1 FROM ${STATUS_FEED_VIEW} f WHERE (f.tx, f.id) > ($1::xid8, $2::bigint)) AS held`, [
-        cursor.tx,
-        cursor.id,
-      ]);
-      return { busy: false, read: 0, changes: 0, held: past?.held === true };
-    }
+    const [row] = await exec<{ read: number; tx: string | null; id: string | null; changes: ChannelSupport[]; held: boolean }>(ROUND_SQL, [
+      cursor.tx,
+      cursor.id,
+      batch,
+    ]);
+    // Nothing read: rows committed past the cursor may wait behind a transaction still running.
+    if (!row || row.read === 0) return { busy: false, read: 0, changes: 0, held: row?.held === true };
     await applyChannelSupport(exec, row.changes);
     await exec(`UPDATE contacts_feed_cursors SET tx = $2::xid8, id = $3 WHERE feed = $1`, [STATUS_FEED_VIEW, row.tx, row.id]);
-    return { busy: false, read: row.read, changes: row.changes.length, held: false };
+    return { busy: false, read: row.read, changes: row.changes.length, held: row.held };
   });
 }

@@ -59,7 +59,8 @@ const ROUND_SQL = `WITH f AS MATERIALIZED (
       FROM hit JOIN drawn d ON d.company_id = hit.company_id
      ORDER BY hit.company_id, hit.tx, hit.id
     RETURNING company_id)
-  SELECT (SELECT count(*) FROM f)::int AS read, ARRAY(SELECT DISTINCT company_id FROM ins) AS companies`;
+  SELECT (SELECT count(*) FROM f)::int AS read, ARRAY(SELECT DISTINCT company_id FROM ins) AS companies,
+         EXISTS (SELECT 1 FROM ${STATUS_FEED_VIEW} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
 
 export interface FeedRound {
   /** Another node holds the cursor: this round did nothing. */
@@ -68,6 +69,8 @@ export interface FeedRound {
   read: number;
   /** Accounts that got events (their streams are woken after the commit). */
   companies: string[];
+  /** Committed rows wait behind a transaction still running (its rows at or above the snapshot's xmin are all unread): look again soon. */
+  held: boolean;
 }
 
 /** One round of following the status feed, in one transaction of its own. */
@@ -76,9 +79,9 @@ export function followStatusFeed(sequelize: Sequelize, batch = FEED_BATCH): Prom
     const [cursor] = await exec<{ tx: string; id: string }>(`SELECT tx::text AS tx, id FROM inbox_feed_cursors WHERE feed = $1 FOR UPDATE SKIP LOCKED`, [
       STATUS_FEED_VIEW,
     ]);
-    if (!cursor) return { busy: true, read: 0, companies: [] };
+    if (!cursor) return { busy: true, read: 0, companies: [], held: false };
     // A statement of its own, after the lock: its snapshot sees the cursor as the last round left it.
-    const [row] = await exec<{ read: number; companies: string[] }>(ROUND_SQL, [cursor.tx, cursor.id, batch]);
-    return { busy: false, read: row!.read, companies: row!.companies };
+    const [row] = await exec<{ read: number; companies: string[]; held: boolean }>(ROUND_SQL, [cursor.tx, cursor.id, batch]);
+    return { busy: false, read: row!.read, companies: row!.companies, held: row!.held };
   });
 }

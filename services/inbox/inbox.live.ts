@@ -176,7 +176,8 @@ export function InboxLiveMixin(deps: Deps): Partial<ServiceSchema<any, any, Live
           this.broker,
           round.companies.map((companyId) => ({ companyId })),
         );
-        return { waiting: false, more: round.read === FEED_BATCH, progress: round.read > 0 };
+        // A peer's round, or rows held back by a transaction still running: look again soon (lib/jobs/follow.ts).
+        return { waiting: round.busy || round.held, more: round.read === FEED_BATCH, progress: round.read > 0 };
       });
       this.statusFeed.start(FEED_POLL_MS);
       this.liveLoops.every(WINDOW_LOOP_MS, "inbox window closing", () => this.closeWindows(), { firstAfterMs: 1000 });

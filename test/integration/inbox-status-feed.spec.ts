@@ -130,7 +130,7 @@ itWithPostgres("never steps over a change whose transaction commits after a late
   // ...while "late" commits.
   await inTransaction(t.db.sequelize, (exec) => writeItems(exec, [receipt(a, "late", 3)]));
   const round = await followStatusFeed(t.db.sequelize);
-  expect(round).toMatchObject({ busy: false, read: 0, companies: [] });
+  expect(round).toMatchObject({ busy: false, read: 0, companies: [], held: true });
   expect(await events(a)).toEqual([]);
   await open.release();
   await eventually(async () => {
@@ -141,7 +141,7 @@ itWithPostgres("never steps over a change whose transaction commits after a late
 
 itWithPostgres("lets one node follow at a time: a round whose peer holds the cursor does nothing", async () => {
   const peer = await heldOpen(t.db.sequelize, (exec) => exec(`SELECT 1 FROM inbox_feed_cursors WHERE feed = 'message_status_changes' FOR UPDATE`));
-  expect(await followStatusFeed(t.db.sequelize)).toEqual({ busy: true, read: 0, companies: [] });
+  expect(await followStatusFeed(t.db.sequelize)).toEqual({ busy: true, read: 0, companies: [], held: false });
   await peer.release();
   expect((await followStatusFeed(t.db.sequelize)).busy).toBe(false);
 });
