@@ -31,6 +31,16 @@ export function webhookFeedInsert(table: string, accounts: string): string {
 }
 
 /**
+ * A follower round's `held` column (SQL): committed rows of `view` wait behind a transaction still
+ * running. Rows at or above the snapshot's xmin are never read yet (a round reads only below it),
+ * so any of them visible now is held back: the follower's loop looks again soon (lib/jobs/follow.ts).
+ */
+export function heldBackSql(view: string): string {
+  if (!NAME.test(view)) throw new Error(`not a view name: ${view}`);
+  return `EXISTS (SELECT 1 FROM ${view} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot()))`;
+}
+
+/**
  * Whether the follower whose cursor is the row `feed` of the view `positions` has read every row of
  * the day `partition` (one probe of the day's `(tx, id)` index). No cursor row: not read.
  */

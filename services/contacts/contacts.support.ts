@@ -18,6 +18,7 @@
  * - **The last word per number wins**, in feed order; one statement per channel (a contact, one
  *   number, meets at most one change in each: contacts.channels.queries.ts).
  */
+import { heldBackSql } from "../../lib/db/feeds";
 import type { Sequelize } from "sequelize";
 import { inTransaction, type Exec } from "../../lib/db/db";
 import { STATUS_FEED_VIEW, type ChannelSupport } from "../tracking/tracking.contract";
@@ -54,7 +55,7 @@ const ROUND_SQL = `WITH f AS MATERIALIZED (
          (SELECT id FROM f ORDER BY tx DESC, id DESC LIMIT 1) AS id,
          COALESCE((SELECT jsonb_agg(jsonb_build_object('companyId', company_id, 'channel', channel, 'destination', destination, 'supported', reach) ORDER BY tx, id)
                      FROM f WHERE reach IS NOT NULL AND destination IS NOT NULL), '[]'::jsonb) AS changes,
-         EXISTS (SELECT 1 FROM ${STATUS_FEED_VIEW} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
+         ${heldBackSql(STATUS_FEED_VIEW)} AS held`;
 
 export interface SupportRound {
   /** Another node holds the cursor: this round did nothing. */

@@ -15,6 +15,7 @@
  * - **Latency.** The live view waits for the round after the commit: milliseconds, or as long as the
  *   longest write transaction running on the database at that moment (`docs/architecture.md`).
  */
+import { heldBackSql } from "../../lib/db/feeds";
 import type { Sequelize } from "sequelize";
 import { inTransaction } from "../../lib/db/db";
 import { DELIVERY_STATUSES } from "../../lib/messaging/channels";
@@ -60,7 +61,7 @@ const ROUND_SQL = `WITH f AS MATERIALIZED (
      ORDER BY hit.company_id, hit.tx, hit.id
     RETURNING company_id)
   SELECT (SELECT count(*) FROM f)::int AS read, ARRAY(SELECT DISTINCT company_id FROM ins) AS companies,
-         EXISTS (SELECT 1 FROM ${STATUS_FEED_VIEW} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
+         ${heldBackSql(STATUS_FEED_VIEW)} AS held`;
 
 export interface FeedRound {
   /** Another node holds the cursor: this round did nothing. */

@@ -27,6 +27,7 @@
  *   holds the feed up. A row the inbox's own checks refuse (the ingress checked it already) is
  *   skipped and logged likewise.
  */
+import { heldBackSql } from "../../lib/db/feeds";
 import type { Service, ServiceBroker } from "moleculer";
 import { QueryTypes, type Sequelize } from "sequelize";
 import { FeedLoop, type FollowStep } from "../../lib/jobs/follow";
@@ -57,7 +58,7 @@ const READ_SQL = `WITH c AS (SELECT tx, id FROM inbox_feed_cursors WHERE feed = 
      ORDER BY f.tx, f.id LIMIT $2)
   SELECT (SELECT tx::text FROM c) AS ctx, (SELECT id FROM c) AS cid,
          COALESCE((SELECT json_agg(f ORDER BY f.tx::xid8, f.id) FROM f), '[]'::json) AS rows,
-         EXISTS (SELECT 1 FROM ${INBOUND_FEED_VIEW} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
+         ${heldBackSql(INBOUND_FEED_VIEW)} AS held`;
 
 export interface InboundRound {
   /** A peer holds the cursor or moved it since the read: this round wrote nothing. */

@@ -18,6 +18,7 @@
  *   attempted may still go out, as when tracking deleted them itself.
  * - Events of an account whose webhook is gone meanwhile are not copied.
  */
+import { heldBackSql } from "../../lib/db/feeds";
 import type { Service } from "moleculer";
 import type { Sequelize } from "sequelize";
 import { inTransaction } from "../../lib/db/db";
@@ -74,7 +75,7 @@ const round = (view: WebhookFeed, retracts: boolean) => `WITH f AS MATERIALIZED 
      ORDER BY f.tx, f.id
     RETURNING 1)
   SELECT (SELECT count(*) FROM f)::int AS read, (SELECT count(*) FROM ins)::int AS written, (SELECT count(*) FROM gone)::int AS retracted,
-         EXISTS (SELECT 1 FROM ${view} h WHERE h.tx >= pg_snapshot_xmin(pg_current_snapshot())) AS held`;
+         ${heldBackSql(view)} AS held`;
 const ROUND_SQL: Record<WebhookFeed, string> = {
   [MESSAGE_EVENTS_VIEW]: round(MESSAGE_EVENTS_VIEW, true),
   [INBOUND_EVENTS_VIEW]: round(INBOUND_EVENTS_VIEW, false),
