@@ -37,6 +37,7 @@ import * as m0031 from "./20261203-0031-webhook-feeds";
 import * as m0032 from "./20261203-0032-inbound-feed";
 import * as m0033 from "./20261203-0033-outbox-key";
 import * as m0034 from "./20261204-0034-channel-support-feed";
+import * as m0035 from "./20261205-0035-message-keys-by-time";
 
 export interface Migration {
   name: string;
@@ -79,4 +80,5 @@ export const migrations: Migration[] = [
   { name: "20261203-0032-inbound-feed", ...m0032 },
   { name: "20261203-0033-outbox-key", ...m0033 },
   { name: "20261204-0034-channel-support-feed", ...m0034 },
+  { name: "20261205-0035-message-keys-by-time", ...m0035 },
 ];

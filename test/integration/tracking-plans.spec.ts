@@ -7,6 +7,7 @@
 import { QueryTypes, type Sequelize } from "sequelize";
 import { createTestDatabase, type TestDatabase } from "../helpers/db";
 import { historyPage, statusesOf } from "../../services/tracking/tracking.queries";
+import { purgeBefore } from "../../services/tracking/tracking.days";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { writeItems } from "../../services/tracking/tracking.writes";
 import { inTransaction, queryRows, type Exec } from "../../lib/db/db";
@@ -180,4 +181,43 @@ it.each([
     // stops at the limit: nothing to sort. (For a few hundred rows the planner may rightly sort.)
     if (!("destination" in filter || "campaignId" in filter || "from" in filter)) expect(p.nodes.map((n) => n["Node Type"])).not.toContain("Sort");
   }
+});
+
+// Last: it retires the first of the three days.
+it("retires a day's keys by their ids through the BRIN over them, in slices of about the batch size, then drops the day", async () => {
+  const count = async () => {
+    const rows = await queryRows<{ day: string; n: number }>(
+      sequelize,
+      `SELECT to_char(to_timestamp(((id >> 22) + 1577836800000) / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, count(*)::int AS n FROM message_keys GROUP BY 1 ORDER BY 1`,
+    );
+    return Object.fromEntries(rows.map((r) => [r.day, r.n]));
+  };
+  const before = await count();
+  expect(before["2026-10-01"]).toBeGreaterThan(30_000);
+  // Each DELETE planned just before it runs (afterwards its keys are gone).
+  const plans: Array<{ sql: string; nodes: PlanNode[] }> = [];
+  const planning = new Proxy(sequelize, {
+    get(target, prop, receiver) {
+      if (prop !== "query") return Reflect.get(target, prop, receiver);
+      return async (sql: string, opts: { bind?: unknown[] } = {}) => {
+        if (/^WITH gone AS \(DELETE FROM message_keys/.test(sql)) plans.push(...(await plansOf([{ sql, bind: opts.bind ?? [] }])));
+        return target.query(sql, opts as never);
+      };
+    },
+  });
+  const out = await purgeBefore(planning, new Date("2026-10-02T00:00:00Z"), 5000);
+  expect(out.days).toEqual(["2026-10-01"]);
+  expect(out.messages).toBe(before["2026-10-01"]);
+  // 40,000 keys at about 5,000 a statement (the day's time cut evenly; the keys are spread evenly).
+  expect(out.batches).toBeGreaterThanOrEqual(6);
+  expect(out.batches).toBeLessThanOrEqual(12);
+  expect(plans.length).toBe(out.batches);
+  expectNoSeqScanOfMessages(plans);
+  for (const p of plans) expect(p.nodes.map((n) => n["Index Name"])).toContain("message_keys_id");
+  const after = await count();
+  expect(after["2026-10-01"]).toBeUndefined();
+  expect(after["2026-10-02"]).toBe(before["2026-10-02"]);
+  expect(after["2026-10-03"]).toBe(before["2026-10-03"]);
+  const [gone] = await queryRows<{ t: string | null }>(sequelize, `SELECT to_regclass('messages_p20261001')::text AS t`);
+  expect(gone!.t).toBeNull();
 });
