@@ -13,8 +13,12 @@
  *   gateway p99:        GET /messages/status with 100 ids, 10 connections, idle vs during the send;
  *   peak RSS:           of the campaigns process (VmHWM at the end, and VmRSS sampled during the send).
  *
- *   npm run bench:campaign [-- --contacts 100000] [--one-process] [--concurrency 4] [--batch 500] [--node-rate 0] [--max-old-space-mb 96] [--table-stats]
+ *   npm run bench:campaign [-- --contacts 100000] [--one-process | --ingest-node] [--concurrency 4] [--batch 500] [--node-rate 0] [--max-old-space-mb 96] [--table-stats]
  *
+ * --ingest-node: a third node for the upstream's traffic (tracking and the simulator: registrations
+ * and receipts ingested there), the core node keeping the partner API (gateway, auth, contacts and
+ * tracking for partners' reads): what sharing one event loop between bulk ingest and partners'
+ * polls costs their p99.
  * --node-rate: CAMPAIGN_NODE_RATE of the campaigns node (bulk sending's bounded share): what it
  * costs the send and what it spares another account's polls.
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres (default)
@@ -35,6 +39,7 @@ const { values } = parseArgs({
   options: {
     contacts: { type: "string", default: "100000" },
     "one-process": { type: "boolean", default: false },
+    "ingest-node": { type: "boolean", default: false },
     concurrency: { type: "string" },
     "node-rate": { type: "string" },
     batch: { type: "string" },
@@ -123,13 +128,20 @@ async function main() {
   const oneProcess = values["one-process"];
   let svc: BenchService;
   let campaigns: BenchService;
+  let ingest: BenchService | null = null;
   if (oneProcess) {
     svc = campaigns = await startService(bdb.url, port, env);
   } else {
     const cluster = { TRANSPORTER: NATS, BENCH_NAMESPACE: `bench-campaign-${process.pid}`, INTERNAL_TOKEN_DISABLED: "true" };
     // BENCH_CORE_NODE_OPTIONS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the core node.
     const coreOptions: Record<string, string> = process.env.BENCH_CORE_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_CORE_NODE_OPTIONS } : {};
-    svc = await startService(bdb.url, port, { ...env, ...cluster, ...coreOptions, SERVICES: "gateway,auth,contacts,tracking,simulator" }, { node: true });
+    const coreServices = values["ingest-node"] ? "gateway,auth,contacts,tracking" : "gateway,auth,contacts,tracking,simulator";
+    svc = await startService(bdb.url, port, { ...env, ...cluster, ...coreOptions, SERVICES: coreServices }, { node: true });
+    // The simulator calls tracking.ingest on its own node (Moleculer prefers a local service), the
+    // gateway tracking's partner actions on its own. Its health is on the ingress's port (a node with
+    // an HTTP listener of its own has no operator's listener on PORT).
+    if (values["ingest-node"])
+      ingest = await startService(bdb.url, port + 30, { ...env, ...cluster, INTERNAL_PORT: String(port + 30), SERVICES: "tracking,simulator" }, { node: true });
     // --max-old-space-mb: a heap limit for the campaigns process alone (memory that grows with the
     // audience would end it; memory V8 merely has not collected yet is collected sooner).
     const heap: Record<string, string> = values["max-old-space-mb"] ? { NODE_OPTIONS: `--max-old-space-size=${values["max-old-space-mb"]}` } : {};
@@ -187,7 +199,13 @@ async function main() {
     const baseKb = rssKb(campaigns.pid);
     let peakKb = baseKb;
     const tables0 = values["table-stats"] ? await tableStats(db) : null;
-    const cpu0 = { campaigns: cpu(campaigns.pid), core: cpu(svc.pid), pg: cpu(null, "postgres"), bench: cpu(process.pid), all: machineCpu() };
+    const cpu0 = {
+      campaigns: cpu(campaigns.pid),
+      core: cpu(svc.pid) + (ingest ? cpu(ingest.pid) : 0),
+      pg: cpu(null, "postgres"),
+      bench: cpu(process.pid),
+      all: machineCpu(),
+    };
     const t0 = performance.now();
     const confirm = await fetch(`${api}/campaigns/${created.id}/confirm`, { method: "PUT", headers });
     if (confirm.status !== 202) throw new Error(`confirm: ${confirm.status} ${await confirm.text()}`);
@@ -213,7 +231,7 @@ async function main() {
     // The send's CPU, confirm -> every receipt ingested (registrations and receipts overlap).
     const used = {
       campaigns: cpu(campaigns.pid) - cpu0.campaigns,
-      core: cpu(svc.pid) - cpu0.core,
+      core: cpu(svc.pid) + (ingest ? cpu(ingest.pid) : 0) - cpu0.core,
       pg: cpu(null, "postgres") - cpu0.pg,
       bench: cpu(process.pid) - cpu0.bench,
       all: machineCpu() - cpu0.all,
@@ -228,7 +246,7 @@ async function main() {
     const rate = N / registeredS;
     const floorRate = (2 * N) / floorS; // registrations + receipts, as the campaign's full loop
     console.log(
-      `contacts ${N} (two lists overlapping by 40 %); ${oneProcess ? "one process" : "campaigns on its own node over NATS"}; CAMPAIGN_CONCURRENCY ${values.concurrency ?? "default"}, CAMPAIGN_BATCH_SIZE ${values.batch ?? "default"}, CAMPAIGN_NODE_RATE ${values["node-rate"] ?? "default (none)"}`,
+      `contacts ${N} (two lists overlapping by 40 %); ${oneProcess ? "one process" : `campaigns on its own node over NATS${ingest ? ", the upstream's ingest (tracking, simulator) on a third" : ""}`}; CAMPAIGN_CONCURRENCY ${values.concurrency ?? "default"}, CAMPAIGN_BATCH_SIZE ${values.batch ?? "default"}, CAMPAIGN_NODE_RATE ${values["node-rate"] ?? "default (none)"}`,
     );
     console.log(`confirm (snapshot) ${confirmS.toFixed(2)} s`);
     console.log(
@@ -240,7 +258,7 @@ async function main() {
     );
     const per1000 = (s: number) => ((s * 1000) / N).toFixed(3);
     console.log(
-      `CPU per 1000 messages, confirm to the last receipt: ${oneProcess ? "" : `campaigns ${per1000(used.campaigns)} s, `}${oneProcess ? "the service" : "core node (gateway, tracking, simulator)"} ${per1000(used.core)} s, PostgreSQL ${per1000(used.pg)} s, this bench (status polls) ${per1000(used.bench)} s, the rest ${per1000(used.all - used.pg - used.bench - used.core - (oneProcess ? 0 : used.campaigns))} s; the machine busy ${((100 * used.all) / (availableParallelism() * receiptsS)).toFixed(0)} % of ${availableParallelism()} cores`,
+      `CPU per 1000 messages, confirm to the last receipt: ${oneProcess ? "" : `campaigns ${per1000(used.campaigns)} s, `}${oneProcess ? "the service" : ingest ? "core and ingest nodes" : "core node (gateway, tracking, simulator)"} ${per1000(used.core)} s, PostgreSQL ${per1000(used.pg)} s, this bench (status polls) ${per1000(used.bench)} s, the rest ${per1000(used.all - used.pg - used.bench - used.core - (oneProcess ? 0 : used.campaigns))} s; the machine busy ${((100 * used.all) / (availableParallelism() * receiptsS)).toFixed(0)} % of ${availableParallelism()} cores`,
     );
     console.log(
       `gateway GET /messages/status p99: idle ${idleP99} ms, during the send ${duringP99} ms (${(duringP99 / Math.max(idleP99, 1)).toFixed(2)}x; target < 2x)`,
@@ -265,6 +283,7 @@ async function main() {
   } finally {
     await db.end();
     if (campaigns !== svc) await campaigns.stop();
+    if (ingest) await ingest.stop();
     await svc.stop();
     await bdb.drop();
   }

@@ -11,9 +11,10 @@
  *     poller asks), and ids spread over every day ("spread", the worst case: a branch per day);
  *   - GET /messages/history (limit 100): the first page, and a deep page (a cursor in the middle of
  *     the account's history), p50/p99;
- *   - retiring the oldest day: tracking's retention (its keys deleted in batches of 5000, then the
- *     partition dropped), beside the batched DELETE it replaces (the next day's rows, 5000 per
- *     statement, as the retention did before partitions).
+ *   - retiring the oldest day: tracking's retention (its keys deleted by id, slices of about 5000
+ *     through the BRIN of migration 0035, then the partition dropped), beside the next day's keys
+ *     walked through its rows as the retention did before 0035, and the batched DELETE of its rows
+ *     (5000 per statement) that partitions replaced.
  * Each size ends with a line `RESULT rows=<n> ...`. The database is dropped at the end.
  *
  *   npm run bench:scale [-- --sizes 10000000,100000000 --days 400 --accounts 10]
@@ -183,11 +184,22 @@ async function main() {
       retired++;
       const bound = [new Date(dayStart(retired)).toISOString(), new Date(dayStart(retired + 1)).toISOString()];
       const part = `messages_p${bound[0]!.slice(0, 10).replaceAll("-", "")}`;
-      // Its keys first, in one statement (not timed): what is timed is the rows' DELETE the retention did before partitions.
-      await db.query(
-        `DELETE FROM message_keys k USING ${part} m
-          WHERE k.company_id = m.company_id AND k.channel = m.channel AND k.customer_message_id = m.customer_message_id AND k.id = m.id`,
-      );
+      // Its keys first, as the retention found them before migration 0035 (the baseline of the keys'
+      // part): the day's own rows walked in key order, 5000 a statement, each probing the keys' primary key.
+      const w0 = performance.now();
+      for (let after = ["", "-9223372036854775808"]; ;) {
+        const { rows: walked } = await db.query<{ scanned: string; c: string | null; i: string | null }>(
+          `WITH b AS (SELECT company_id, channel, customer_message_id, id FROM ${part} WHERE (company_id, id) > ($1::text, $2::bigint) ORDER BY company_id, id LIMIT 5000),
+                gone AS (DELETE FROM message_keys k USING b
+                          WHERE k.company_id = b.company_id AND k.channel = b.channel AND k.customer_message_id = b.customer_message_id AND k.id = b.id RETURNING 1),
+                last AS (SELECT company_id, id FROM b ORDER BY company_id DESC, id DESC LIMIT 1)
+           SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM b) AS scanned, (SELECT company_id FROM last) AS c, (SELECT id::text FROM last) AS i`,
+          after,
+        );
+        if (Number(walked[0]!.scanned) < 5000 || walked[0]!.c === null) break;
+        after = [walked[0]!.c, walked[0]!.i!];
+      }
+      const walkMs = performance.now() - w0;
       const b0 = performance.now();
       for (;;) {
         // On the day's own table: a DELETE through the partitioned parent would plan every day per batch.
@@ -205,10 +217,10 @@ async function main() {
       console.log(`GET /messages/history, first page:                 p50 ${ms(first.p50)} ms, p99 ${ms(first.p99)} ms`);
       console.log(`GET /messages/history, a cursor mid-history:       p50 ${ms(deep.p50)} ms, p99 ${ms(deep.p99)} ms`);
       console.log(
-        `retiring a day of ${perDay.toLocaleString()}: ${ms(retireMs)} ms (keys ${out.batches} batches, then the drop); batched DELETE of a day: ${ms(batchedMs)} ms`,
+        `retiring a day of ${perDay.toLocaleString()}: ${ms(retireMs)} ms (keys ${out.batches} batches, then the drop); the next day's keys walked as before migration 0035: ${ms(walkMs)} ms (${(walkMs / retireMs).toFixed(1)}x); batched DELETE of a day: ${ms(batchedMs)} ms`,
       );
       console.log(
-        `RESULT rows=${rows} ingest_per_s=${Math.round(ingest)} status_recent_p99_ms=${ms(recent.p99)} status_spread_p99_ms=${ms(spread.p99)} history_first_p99_ms=${ms(first.p99)} history_deep_p99_ms=${ms(deep.p99)} retire_day_ms=${ms(retireMs)} batched_delete_day_ms=${ms(batchedMs)}`,
+        `RESULT rows=${rows} ingest_per_s=${Math.round(ingest)} status_recent_p99_ms=${ms(recent.p99)} status_spread_p99_ms=${ms(spread.p99)} history_first_p99_ms=${ms(first.p99)} history_deep_p99_ms=${ms(deep.p99)} retire_day_ms=${ms(retireMs)} keys_walk_before_0035_ms=${ms(walkMs)} batched_delete_day_ms=${ms(batchedMs)}`,
       );
     }
     await sequelize.close();
