@@ -10,6 +10,7 @@ import type { Channel } from "../../lib/messaging/channels";
 import type { Exec } from "../../lib/db/db";
 import { badRequest } from "../../lib/errors";
 import { webhookFeedInsert } from "../../lib/db/feeds";
+import { runPrepared, type Param } from "../../lib/db/prepared";
 import { WEBHOOK_ACCOUNTS_VIEW, type WebhookEvent } from "../notifier/notifier.contract";
 import { historyConditions } from "./tracking.filters";
 import type { MessageState } from "./tracking.fold";
@@ -123,30 +124,31 @@ function decodeCursor(raw: string): Cursor {
  * One page of the account's sent messages, newest first: (sent_at, id) below the cursor, on the
  * index that starts with the filter's equality columns (company, then destination or campaign).
  */
-export async function historyPage(exec: Exec, companyId: string, channels: Channel[], q: HistoryIn): Promise<HistoryOut> {
-  const bind: unknown[] = [];
-  const param = (value: unknown, cast: string) => {
-    bind.push(value);
-    return `$${bind.length}::${cast}`;
-  };
+export async function historyPage(exec: Exec, companyId: string, channels: Channel[], q: HistoryIn, o: { prepared?: boolean } = {}): Promise<HistoryOut> {
+  const params: Param[] = [];
+  const param = (value: unknown, cast: string) => `$${params.push([value, cast])}::${cast}`;
   const where = [...historyConditions(companyId, channels, q, param), "m.sent_at IS NOT NULL"];
   if (q.cursor) {
     const c = decodeCursor(q.cursor);
-    bind.push(c.s, c.i);
-    where.push(`(m.sent_at, m.id) < ($${bind.length - 1}::timestamptz, $${bind.length}::bigint)`);
+    where.push(`(m.sent_at, m.id) < (${param(c.s, "timestamptz")}, ${param(c.i, "bigint")})`);
   }
-  bind.push(q.limit + 1);
-  const rows = await exec<HistoryRow>(
-    `SELECT m.id, ${STATUS_COLUMNS.split(", ")
-      .map((c) => `m.${c}`)
-      .join(", ")}, m.text, m.campaign_id, m.total_parts, m.price,
+  const sql = `SELECT m.id, ${STATUS_COLUMNS.split(", ")
+    .map((c) => `m.${c}`)
+    .join(", ")}, m.text, m.campaign_id, m.total_parts, m.price,
             to_char(m.sent_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS sent_key
        FROM messages m
       WHERE ${where.join(" AND ")}
       ORDER BY m.sent_at DESC, m.id DESC
-      LIMIT $${bind.length}`,
-    bind,
-  );
+      LIMIT ${param(q.limit + 1, "int")}`;
+  // Over hundreds of daily partitions that no history condition prunes, planning is most of a page's
+  // cost: the statement is planned once per connection (lib/db/prepared.ts). Not on embedded PGlite,
+  // whose one session every connection shares (and whose few days plan quickly).
+  const rows = o.prepared
+    ? await runPrepared<HistoryRow>(exec, "history", sql, params)
+    : await exec<HistoryRow>(
+        sql,
+        params.map(([v]) => v),
+      );
   const more = rows.length > q.limit;
   const page = more ? rows.slice(0, q.limit) : rows;
   const last = page[page.length - 1];

@@ -177,7 +177,9 @@ export function createTrackingService(deps: Deps): ServiceSchema<ApiServiceSetti
         async handler(ctx: Context<HistoryIn, AuthMeta>): Promise<HistoryOut> {
           checkHistoryRange(ctx.params);
           // A heavy read: the account's share of this node's slots (lib/db/heavy.ts), under the class's statement limit.
-          return withHeavyRead(sequelize, gate, ctx, (exec) => historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params));
+          return withHeavyRead(sequelize, gate, ctx, (exec) =>
+            historyPage(exec, ctx.meta.companyId, keyChannels(ctx.meta), ctx.params, { prepared: !gate.limits.oneSession }),
+          );
         },
       }),
 

@@ -11,6 +11,7 @@ import { purgeBefore } from "../../services/tracking/tracking.days";
 import type { IngestItem } from "../../services/tracking/tracking.fold";
 import { writeItems } from "../../services/tracking/tracking.writes";
 import { inTransaction, queryRows, type Exec } from "../../lib/db/db";
+import { PREPARED_PER_SESSION } from "../../lib/db/prepared";
 
 let tdb: TestDatabase;
 let sequelize: Sequelize;
@@ -181,6 +182,81 @@ it.each([
     // stops at the limit: nothing to sort. (For a few hundred rows the planner may rightly sort.)
     if (!("destination" in filter || "campaignId" in filter || "from" in filter)) expect(p.nodes.map((n) => n["Node Type"])).not.toContain("Sort");
   }
+});
+
+describe("the history as a prepared statement (planned once per connection)", () => {
+  const filters = [
+    {},
+    { channel: "RCS" as const },
+    { status: "ACCEPTED" as const },
+    { destination: "+351900000007" },
+    { campaignId: "camp-7" },
+    { from: "2026-10-05T00:00:00Z", to: "2026-10-06T00:00:00Z" },
+  ];
+
+  // co-6's messages are SMS, ACCEPTED; co-7's RCS (its status other).
+  it.each(filters.map((f) => [JSON.stringify(f), f]))("answers every page as the statement planned each time does, with %s", async (_n, filter) => {
+    const company = "status" in filter ? "co-6" : "co-7";
+    const walk = async (prepared: boolean) => {
+      const pages: unknown[] = [];
+      let cursor: string | undefined;
+      for (let i = 0; i < 4; i++) {
+        const page = await inTransaction(sequelize, (exec) =>
+          historyPage(exec, company, ["SMS", "RCS", "WHATSAPP"], { limit: 7, ...filter, ...(cursor ? { cursor } : {}) }, { prepared }),
+        );
+        pages.push(page);
+        if (!page.nextCursor) break;
+        cursor = page.nextCursor;
+      }
+      return pages;
+    };
+    const planned = await walk(false);
+    expect((planned[0] as { data: unknown[] }).data.length).toBeGreaterThan(0);
+    expect(await walk(true)).toEqual(planned);
+  });
+
+  it("runs a generic plan on an index, prepared once, and keeps at most a few per connection", async () => {
+    await inTransaction(sequelize, async (exec) => {
+      const seen: string[] = [];
+      const recorded: Exec = (sql, params) => {
+        seen.push(sql);
+        return exec(sql, params);
+      };
+      const q = { limit: 20 };
+      await historyPage(recorded, "co-8", ["SMS", "RCS", "WHATSAPP"], q, { prepared: true });
+      const prepares = seen.filter((sql) => sql.startsWith("PREPARE history_"));
+      expect(prepares.length).toBeLessThanOrEqual(1);
+      const execute = seen.find((sql) => sql.startsWith("EXECUTE history_"))!;
+      expect(execute).toContain("'co-8'::text");
+      // The same statement again: no second PREPARE, and the plan the session caches is generic and reads an index.
+      seen.length = 0;
+      await historyPage(recorded, "co-9", ["SMS", "RCS", "WHATSAPP"], q, { prepared: true });
+      expect(seen.filter((sql) => sql.startsWith("PREPARE"))).toEqual([]);
+      const [row] = await exec<{ "QUERY PLAN": Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) ${seen.find((sql) => sql.startsWith("EXECUTE"))!}`);
+      const plan = row!["QUERY PLAN"];
+      const planNodes = nodes((typeof plan === "string" ? JSON.parse(plan) : plan)[0].Plan);
+      expectNoSeqScanOfMessages([{ sql: execute, nodes: planNodes }]);
+      expect(planNodes.map((n) => n["Node Type"])).not.toContain("Sort");
+      const [generic] = await exec<{ generic_plans: number }>(
+        `SELECT generic_plans::int FROM pg_prepared_statements WHERE $1 LIKE 'EXECUTE ' || name || '(%'`,
+        [execute],
+      );
+      expect(generic!.generic_plans).toBeGreaterThanOrEqual(2);
+      // Many shapes of it: the session keeps at most PREPARED_PER_SESSION.
+      for (const f of filters) await historyPage(exec, "co-7", ["SMS", "RCS", "WHATSAPP"], { limit: 5, ...f }, { prepared: true });
+      const [n] = await exec<{ n: number }>(`SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name LIKE 'history\\_%'`);
+      expect(n!.n).toBe(PREPARED_PER_SESSION);
+    });
+  });
+
+  it("answers a bad value as data, never as SQL", async () => {
+    const page = await inTransaction(sequelize, (exec) =>
+      historyPage(exec, "co-7'; DROP TABLE messages; --", ["SMS"], { limit: 5, destination: "+3519'--" }, { prepared: true }),
+    );
+    expect(page.data).toEqual([]);
+    const [still] = await queryRows<{ n: number }>(sequelize, `SELECT count(*)::int AS n FROM messages`);
+    expect(still!.n).toBeGreaterThan(0);
+  });
 });
 
 // Last: it retires the first of the three days.
