@@ -11,8 +11,8 @@
  *     poller asks), and ids spread over every day ("spread", the worst case: a branch per day);
  *   - GET /messages/history (limit 100): the first page, and a deep page (a cursor in the middle of
  *     the account's history), p50/p99;
- *   - retiring the oldest day: tracking's retention (its keys deleted by id, slices of about 5000
- *     through the BRIN of migration 0035, then the partition dropped), beside the next day's keys
+ *   - retiring the oldest day: tracking's retention (its keys deleted by id, 5000 a statement
+ *     through the index of migration 0035, then the partition dropped), beside the next day's keys
  *     walked through its rows as the retention did before 0035, and the batched DELETE of its rows
  *     (5000 per statement) that partitions replaced.
  * Each size ends with a line `RESULT rows=<n> ...`. The database is dropped at the end.

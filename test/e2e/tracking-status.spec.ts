@@ -299,8 +299,7 @@ describe("retention", () => {
     const partition = `messages_p${old.replaceAll("-", "")}`;
     const out = (await t.app.broker.call("tracking.purge", { batchSize: 2 })) as { messages: number; batches: number; days: string[] };
     expect(out.messages).toBeGreaterThanOrEqual(6);
-    // 6 keys at 2 per statement: the day in three slices of 8 hours (found through the BRIN over the keys' ids).
-    expect(out.batches).toBeGreaterThanOrEqual(3);
+    expect(out.batches).toBeGreaterThanOrEqual(4); // 6 keys at 2 per statement in id order, and the last, short one
     expect(out.days).toContain(old);
     const [gone] = await t.db.sequelize.query<{ t: string | null }>(`SELECT to_regclass($1) AS t`, { bind: [partition], type: QueryTypes.SELECT });
     expect(gone!.t).toBeNull();
