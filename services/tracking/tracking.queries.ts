@@ -125,7 +125,7 @@ function decodeCursor(raw: string): Cursor {
  * index that starts with the filter's equality columns (company, then destination or campaign).
  */
 export async function historyPage(exec: Exec, companyId: string, channels: Channel[], q: HistoryIn, o: { prepared?: boolean } = {}): Promise<HistoryOut> {
-  // Written into the statement's text (below): an integer, as the schema has it, or nothing.
+  // In the text (a LIMIT parameter's generic plan would be made for a tenth of the rows): an integer.
   if (!Number.isSafeInteger(q.limit) || q.limit < 1) throw new Error(`not a page size: ${q.limit}`);
   const params: Param[] = [];
   const param = (value: unknown, cast: string) => `$${params.push([value, cast])}::${cast}`;
@@ -142,11 +142,8 @@ export async function historyPage(exec: Exec, companyId: string, channels: Chann
       WHERE ${where.join(" AND ")}
       ORDER BY m.sent_at DESC, m.id DESC
       LIMIT ${q.limit + 1}`;
-  // Over hundreds of daily partitions that no history condition prunes, planning is most of a page's
-  // cost: the statement is planned once per connection (lib/db/prepared.ts). Not on embedded PGlite,
-  // whose one session every connection shares (and whose few days plan quickly). The LIMIT is in the
-  // text (an integer the schema bounds): as a parameter, a generic plan would be made for a tenth of
-  // the account's rows.
+  // Over hundreds of daily partitions planning is most of a page's cost: planned once per connection
+  // (lib/db/prepared.ts), not on embedded PGlite (one shared session, a few days).
   const rows = o.prepared
     ? await runPrepared<HistoryRow>(exec, "history", sql, params)
     : await exec<HistoryRow>(
