@@ -95,6 +95,10 @@ describe("on the real PostgreSQL", () => {
     );
     expect(inside).toBe("777ms");
     expect(await setting()).toBe("4321ms");
+    // A statement that outlives it is stopped, and the call answers the 503 of a server limit (not a 500).
+    const stopped = withHeavyRead(one.sequelize, gate, ctx, (exec) => exec(`SELECT pg_sleep(2)`));
+    await expect(stopped).rejects.toMatchObject({ code: 503, type: "SERVICE_UNAVAILABLE", data: { retryAfter: expect.any(Number) } });
+    expect(await setting()).toBe("4321ms");
   });
 });
 
