@@ -5,7 +5,7 @@
  */
 import type { BrokerOptions, Middleware, ServiceBroker } from "moleculer";
 import type { Config } from "./lib/config";
-import { ApiError, databaseUnavailable, isDatabaseUnavailable, UNAVAILABLE_RETRY_AFTER_S } from "./lib/errors";
+import { ApiError, databaseUnavailable, isDatabaseUnavailable, isStatementTimedOut, statementTimedOut, UNAVAILABLE_RETRY_AFTER_S } from "./lib/errors";
 import { inRequestScope, loggerOptions } from "./lib/observability/logger";
 import { natsTransporter, transporterUp } from "./lib/bus/nats-transporter";
 import { RequestMetrics } from "./lib/observability/request-metrics";
@@ -28,12 +28,13 @@ const RequestScope = {
 /**
  * A local action that met a database it cannot reach (stopped, restarting, the link cut) answers a
  * 503 SERVICE_UNAVAILABLE with retryAfter, not the driver's error: errors cross nodes as code and
- * type, and the caller's gateway maps those, never Sequelize's class names.
+ * type, and the caller's gateway maps those, never Sequelize's class names. So does a statement its
+ * time limit stopped (a heavy read's, the pool's DB_STATEMENT_TIMEOUT_MS): until now a 500.
  */
 const DatabaseOutage = {
   name: "DatabaseOutage",
   localAction(handler: Handler) {
-    const mapped = (err: unknown) => (isDatabaseUnavailable(err) ? databaseUnavailable() : err);
+    const mapped = (err: unknown) => (isDatabaseUnavailable(err) ? databaseUnavailable() : isStatementTimedOut(err) ? statementTimedOut() : err);
     const rethrowMapped = (err: unknown): never => {
       throw mapped(err);
     };

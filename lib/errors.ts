@@ -121,6 +121,23 @@ export function databaseUnavailable(): ApiError {
   return new ApiError("SERVICE_UNAVAILABLE", "The database is not reachable right now; try again shortly.", { retryAfter: UNAVAILABLE_RETRY_AFTER_S });
 }
 
+/**
+ * A statement stopped by its time limit (SQLSTATE 57014, query_canceled: `statement_timeout`, a
+ * heavy read's class limit or the call's time left): the server's limit, not the client's mistake.
+ * Looks through `original`/`parent` as isDatabaseUnavailable does.
+ */
+export function isStatementTimedOut(err: unknown): boolean {
+  const e = err as { code?: unknown; original?: { code?: unknown }; parent?: { code?: unknown } } | null | undefined;
+  return [e?.code, e?.original?.code, e?.parent?.code].includes("57014");
+}
+
+/** The 503 of a statement its time limit stopped (crosses nodes as code and type). */
+export function statementTimedOut(): ApiError {
+  return new ApiError("SERVICE_UNAVAILABLE", "The request took longer than its time limit on the database and was stopped; try again shortly.", {
+    retryAfter: UNAVAILABLE_RETRY_AFTER_S,
+  });
+}
+
 export const badRequest = (detail: string, errors?: FieldError[]) => new ApiError("VALIDATION_ERROR", detail, errors ? { errors } : undefined);
 export const unauthorized = (detail: string) => new ApiError("UNAUTHORIZED", detail);
 export const notFound = (type: ErrorType, detail: string) => new ApiError(type, detail);

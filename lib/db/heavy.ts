@@ -19,7 +19,6 @@ import type { Sequelize, Transaction } from "sequelize";
 import { execOf, inTransaction, type Exec } from "./db";
 import { setLocalStatementTimeout, setTransactionStatementTimeout, tryHeavySlot } from "./heavy.queries";
 import { ApiError } from "../errors";
-import { sqlstateOf } from "../jobs/jobs";
 
 /** Seconds a refused heavy operation is told to wait: the ones running end, or time out, soon. */
 export const HEAVY_RETRY_AFTER_S = 5;
@@ -210,22 +209,13 @@ export function withHeavyRead<T>(
 ): Promise<T> {
   if (companyId === undefined) throw new Error("a heavy read needs its account");
   if (gate.limits.oneSession) return gate.run(companyId, () => fn(execOf(sequelize)));
-  const ms = () => heavyTimeoutMs(ctx as Context, gate.limits.statementTimeoutMs);
-  return gate
-    .run(companyId, () =>
-      inTransaction(sequelize, async (exec) => {
-        if (ms() > 0) await setLocalStatementTimeout(exec, String(Math.floor(ms())));
-        return fn(exec);
-      }),
-    )
-    .catch((err: unknown) => {
-      // 57014 query_canceled: its statement limit ran out (a statement the planner got wrong, a
-      // database under load). The server's limit, not the partner's mistake: 503, asked again later.
-      if (sqlstateOf(err) !== "57014") throw err;
-      throw new ApiError("SERVICE_UNAVAILABLE", "The request took longer than its time limit on the database and was stopped; try again shortly.", {
-        retryAfter: HEAVY_RETRY_AFTER_S,
-      });
-    });
+  return gate.run(companyId, () =>
+    inTransaction(sequelize, async (exec) => {
+      const ms = heavyTimeoutMs(ctx as Context, gate.limits.statementTimeoutMs);
+      if (ms > 0) await setLocalStatementTimeout(exec, String(Math.floor(ms)));
+      return fn(exec);
+    }),
+  );
 }
 
 /** The statement limit of a heavy call: the time left to it, and at most its class's limit. */

@@ -9,6 +9,8 @@ import type { Context } from "moleculer";
 import { execOf, inTransaction, jsonParam, openDatabase, queryRows, type Database } from "../../lib/db/db";
 import { heavyGateOf, withHeavyRead } from "../../lib/db/heavy";
 import { createTestDatabase, itWithPostgres, type TestDatabase } from "../helpers/db";
+import { startTestApp } from "../helpers/app";
+import { isStatementTimedOut } from "../../lib/errors";
 
 let t: TestDatabase;
 let db: Database;
@@ -95,10 +97,47 @@ describe("on the real PostgreSQL", () => {
     );
     expect(inside).toBe("777ms");
     expect(await setting()).toBe("4321ms");
-    // A statement that outlives it is stopped, and the call answers the 503 of a server limit (not a 500).
+    // A statement that outlives it is stopped (57014; an action answers it as a 503: below).
     const stopped = withHeavyRead(one.sequelize, gate, ctx, (exec) => exec(`SELECT pg_sleep(2)`));
-    await expect(stopped).rejects.toMatchObject({ code: 503, type: "SERVICE_UNAVAILABLE", data: { retryAfter: expect.any(Number) } });
+    expect(
+      isStatementTimedOut(
+        await stopped.then(
+          () => null,
+          (err: unknown) => err,
+        ),
+      ),
+    ).toBe(true);
     expect(await setting()).toBe("4321ms");
+  });
+
+  itWithPostgres("answers a statement its time limit stopped, in an action, with the 503 of a server limit (not a 500)", async () => {
+    const app = await startTestApp({
+      services: [],
+      db,
+      extraServices: [
+        {
+          name: "slow",
+          actions: {
+            read: (c: Context) =>
+              withHeavyRead(
+                db.sequelize,
+                heavyGateOf(db, { heavyOpsPerAccount: 1, heavyOpsPerNode: 1, heavyQueuePerAccount: 1, heavyQueueWaitMs: 1000, heavyStatementTimeoutMs: 100 }),
+                c as Context<unknown, { companyId: string }>,
+                (exec) => exec(`SELECT pg_sleep(2)`),
+              ),
+          },
+        },
+      ],
+    });
+    try {
+      await expect(app.app.broker.call("slow.read", {}, { meta: { companyId: "acme" } })).rejects.toMatchObject({
+        code: 503,
+        type: "SERVICE_UNAVAILABLE",
+        data: { retryAfter: expect.any(Number) },
+      });
+    } finally {
+      await app.stop();
+    }
   });
 });
 
